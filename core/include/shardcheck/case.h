@@ -1,0 +1,63 @@
+// A Case: plain data that runs through checks and conversion and is judged by an
+// oracle. Its JSON encoding is the case file (README "Case files").
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardcheck/dtype.h"
+#include "shardcheck/error.h"
+#include "shardcheck/json.h"
+#include "shardcheck/map.h"
+
+namespace shardcheck {
+
+enum class Op { rebuild, extract, both };
+std::string_view op_name(Op op);
+
+enum class Expectation { refused, exact, wrong_valid_layout };
+
+// What produced a generated case (spec 7: kind, rank, piece, field, old, new).
+struct CorruptionRecord {
+  std::string kind;  // e.g. "source_offset", "move_piece", "none"
+  std::optional<Rank> rank;
+  std::optional<Index> piece;
+  std::string field;
+  std::string old_value;
+  std::string new_value;
+  friend bool operator==(const CorruptionRecord&, const CorruptionRecord&) = default;
+};
+
+struct Case {
+  std::string name;
+  Map map;                      // the map under test
+  std::optional<Map> truth;     // the map that wrote the shards; default: map
+  DType dtype = DType::float32;
+  std::optional<std::vector<std::uint64_t>> full;                 // F's bits
+  std::optional<std::map<Rank, std::vector<std::uint64_t>>> shards;  // supplied shards' bits
+  int scale_power = 1;
+  Op op = Op::rebuild;
+  std::optional<Expectation> expect;
+  std::optional<ErrorKind> expect_error;
+  std::vector<ErrorKind> accept_errors;
+  // Expectations under --policy legacy (reported corruptions): the verdict the
+  // pre-fix model gives, and for rebuild the exact F it returns (bits).
+  std::optional<std::string> legacy_expect;  // "refused" | "exact" | "wrong"
+  std::optional<std::vector<std::uint64_t>> legacy_output;
+  std::string constructor;  // generator provenance, informational
+  std::optional<CorruptionRecord> corruption;
+
+  const Map& truth_map() const { return truth ? *truth : map; }
+  friend bool operator==(const Case&, const Case&) = default;
+};
+
+// Case file codec. Unknown fields (comment, section, ...) are ignored. Values are JSON
+// numbers or "0x..." raw-bit strings.
+Result<Case> decode_case(const Json& json);
+Result<Case> decode_case_text(std::string_view text);
+Json encode_case(const Case& c);  // values written as "0x..." bits, maps in as-given order
+std::string encode_case_text(const Case& c);  // pretty, ready for corpus/regressions/
+
+}  // namespace shardcheck

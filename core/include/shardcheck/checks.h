@@ -1,0 +1,52 @@
+// The map checks of spec section 3, conditions 1-6 (condition 7 needs data and is
+// enforced by rebuild).
+//
+// Complete for every stride: where a metadata-only proof is exact (disjoint
+// address intervals after coalescing axes) it is used; otherwise addresses are
+// walked. Errors are reported in spec order: the first broken condition (1..6), and
+// within it the lowest rank id, then the lowest piece (in a content-defined order, so
+// the choice does not depend on piece order; `Error::piece` is still the index as
+// written), then the lowest address.
+#pragma once
+
+#include "shardcheck/error.h"
+#include "shardcheck/map.h"
+
+namespace shardcheck {
+
+// Test-only switches that disable one strict check each ("planted bugs"). The
+// harness must catch every one of them; production code never sets them.
+struct PlantedBugs {
+  bool skip_structure = false;    // condition 1 (format / scale)
+  bool skip_bounds = false;       // condition 2
+  bool skip_itself = false;       // condition 3
+  bool skip_dest_tiling = false;  // condition 4 (count / twice / uncovered on shards)
+  bool skip_coverage = false;     // condition 5
+  bool skip_homogeneity = false;  // condition 6
+  bool skip_writer_record = false;    // rebuild: who wrote each element
+  bool skip_replica_compare = false;  // rebuild: condition 7
+  bool any() const {
+    return skip_structure || skip_bounds || skip_itself || skip_dest_tiling || skip_coverage ||
+           skip_homogeneity || skip_writer_record || skip_replica_compare;
+  }
+};
+
+// Limits that keep untrusted maps from causing huge work or allocation when the
+// exact proof has to walk addresses.
+struct CheckLimits {
+  Index max_walked_addresses = Index{1} << 28;
+};
+
+struct CheckOptions {
+  PlantedBugs bugs;
+  CheckLimits limits;
+};
+
+// Conditions 1-6 on the whole map. std::nullopt when the map is valid.
+Status check_map(const Map& map, const CheckOptions& options = {});
+
+// Only condition 1 (structure) and the overflow checks: what every later stage,
+// including the legacy model, relies on to address buffers safely.
+Status check_structure(const Map& map);
+
+}  // namespace shardcheck

@@ -1,0 +1,52 @@
+// Conversion (spec section 4): rebuild F from shards, extract a rank's shard from F.
+//
+// Policy::strict (the default) runs check_map on the whole map first, then moves
+// data while recording who wrote each element of F and which shard addresses were
+// read; it refuses instead of ever returning a wrong tensor, and its result does not
+// depend on rank or piece order. Policy::legacy reproduces DeepSpeed before the fix
+// (spec 4.1) and lives apart in legacy.cc.
+#pragma once
+
+#include <map>
+#include <string_view>
+
+#include "shardcheck/backend.h"
+#include "shardcheck/checks.h"
+#include "shardcheck/dtype.h"
+#include "shardcheck/error.h"
+#include "shardcheck/map.h"
+
+namespace shardcheck {
+
+enum class Policy { strict, legacy };
+std::string_view policy_name(Policy policy);
+std::optional<Policy> parse_policy(std::string_view name);
+
+using ShardSet = std::map<Rank, Buffer>;
+
+struct ConvertOptions {
+  Policy policy = Policy::strict;
+  int scale_power = 1;         // p: 1 parameter, -1 exp_avg, -2 exp_avg_sq
+  Backend* backend = nullptr;  // nullptr: the CPU backend
+  CheckOptions checks;         // planted bugs and limits (strict only)
+};
+
+// F of numel(logical_shape) elements of `dtype`. Shards must all have `dtype`.
+Result<Buffer> rebuild(const Map& map, const ShardSet& shards, DType dtype,
+                       const ConvertOptions& options = {});
+
+// The shard of `rank` (prod(shard_shape) elements). Never leaves an address unwritten.
+Result<Buffer> extract(const Map& map, const Buffer& full, Rank rank,
+                       const ConvertOptions& options = {});
+
+// Every rank's shard (ranks that list a shard shape).
+Result<ShardSet> extract_all(const Map& map, const Buffer& full,
+                             const ConvertOptions& options = {});
+
+// The legacy entry points, also reachable through options.policy.
+Result<Buffer> legacy_rebuild(const Map& map, const ShardSet& shards, DType dtype,
+                              int scale_power = 1);
+Result<Buffer> legacy_extract(const Map& map, const Buffer& full, Rank rank,
+                              int scale_power = 1);
+
+}  // namespace shardcheck

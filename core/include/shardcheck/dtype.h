@@ -1,0 +1,75 @@
+// Element types and dtype-tagged buffers. Data moves as raw bits; only scaling
+// does arithmetic, in the element type's own arithmetic.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardcheck/types.h"
+
+namespace shardcheck {
+
+enum class DType { float32, float64, float16, bfloat16, int8, int16, int32, int64, uint8, boolean };
+
+inline constexpr DType kAllDTypes[] = {DType::float32, DType::float64, DType::float16,
+                                       DType::bfloat16, DType::int8,    DType::int16,
+                                       DType::int32,   DType::int64,   DType::uint8,
+                                       DType::boolean};
+
+std::string_view dtype_name(DType dtype);  // "float32", ..., "bool"
+std::optional<DType> parse_dtype(std::string_view name);
+std::size_t element_size(DType dtype);     // bytes
+bool is_floating(DType dtype);
+
+// A flat buffer of `numel` elements of `dtype`, stored as raw little-endian bytes.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(DType dtype, Index numel);  // zero-filled
+
+  DType dtype() const { return dtype_; }
+  Index numel() const { return numel_; }
+  std::byte* data() { return bytes_.data(); }
+  const std::byte* data() const { return bytes_.data(); }
+  std::size_t size_bytes() const { return bytes_.size(); }
+
+  // Raw bits of element i, zero-extended to 64 bits.
+  std::uint64_t bits(Index i) const;
+  void set_bits(Index i, std::uint64_t bits);
+
+  friend bool operator==(const Buffer&, const Buffer&) = default;
+
+ private:
+  DType dtype_ = DType::float32;
+  Index numel_ = 0;
+  std::vector<std::byte> bytes_;
+};
+
+// Converts a JSON-style number to the dtype's bit pattern (rounding to nearest for
+// floats, range-checked for integers; std::nullopt when it does not fit).
+std::optional<std::uint64_t> bits_from_double(DType dtype, double value);
+std::optional<std::uint64_t> bits_from_integer(DType dtype, std::int64_t value);
+// The element's value as a double (exact for every dtype but int64 beyond 2^53).
+double bits_to_double(DType dtype, std::uint64_t bits);
+// Human form of one element: "1.5 (0x3fc00000)".
+std::string format_element(DType dtype, std::uint64_t bits);
+
+// scale^p applied in the element type's arithmetic: multiply=true computes
+// value * scale^p (extract), false computes value / scale^p (rebuild).
+// Only meaningful for floating dtypes.
+std::uint64_t apply_scale(DType dtype, std::uint64_t bits, double scale, int power, bool multiply);
+
+// Distinct, finite, moderate-magnitude marker bit pattern for element i (distinct as
+// far as the dtype's width allows); power-of-two scaling of a marker is exact.
+std::uint64_t marker_bits(DType dtype, Index i);
+// A buffer of markers 0..numel-1; `salt` shifts the sequence.
+Buffer marker_buffer(DType dtype, Index numel, Index salt = 0);
+
+// The poison pattern the legacy model fills uninitialised memory with (deterministic).
+std::uint64_t poison_bits(DType dtype);
+
+}  // namespace shardcheck

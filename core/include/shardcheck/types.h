@@ -1,0 +1,33 @@
+// Basic vocabulary: indices, ranks, extents, and overflow-checked arithmetic.
+//
+// Every number that comes from a map is untrusted. Products and sums of extents,
+// strides and offsets are computed with the checked helpers below so that a
+// 64-bit overflow is reported, never wrapped.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace shardcheck {
+
+using Index = std::int64_t;  // element counts, offsets, strides, addresses
+using Rank = std::int64_t;   // rank ids: arbitrary non-negative integers
+using Extents = std::vector<Index>;
+using Strides = std::vector<Index>;
+
+// Checked arithmetic: std::nullopt on signed 64-bit overflow.
+std::optional<Index> checked_add(Index a, Index b);
+std::optional<Index> checked_mul(Index a, Index b);
+
+// prod(extents); 1 for a 0-d shape. std::nullopt on overflow. Negative
+// extents are the caller's business (structure checks refuse them first).
+std::optional<Index> checked_numel(std::span<const Index> extents);
+
+// Row-major strides of `extents` (mdspan's layout_right). Axes of extent 0 are
+// given the stride their extent-1 neighbour would need, so a (3,0) buffer has
+// strides (0,1); the caller must check numel first so this cannot overflow.
+Strides row_major_strides(std::span<const Index> extents);
+
+}  // namespace shardcheck

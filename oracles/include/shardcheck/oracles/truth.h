@@ -1,0 +1,56 @@
+// Oracles that judge a Case (spec section 8): the truth oracle (shards written by the
+// uncorrupted map, converted through the map under test) and the same-map round trip.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardcheck/case.h"
+#include "shardcheck/convert.h"
+
+namespace shardcheck::oracles {
+
+enum class Verdict { refused, exact, wrong };
+std::string_view verdict_name(Verdict verdict);
+
+enum class OracleKind { truth, same_map };
+
+// First element that differs between expected and actual output.
+struct Difference {
+  Index element = 0;
+  std::uint64_t expected_bits = 0;
+  std::uint64_t actual_bits = 0;
+  Index count = 0;  // how many elements differ in total
+};
+
+struct OpOutcome {
+  Op op = Op::rebuild;
+  Verdict verdict = Verdict::exact;
+  std::optional<Error> error;          // when refused
+  std::optional<Rank> rank;            // extract: the rank that was wrong or refused
+  std::optional<Difference> difference;  // when wrong
+  std::optional<Buffer> output;        // rebuild output (also when wrong)
+  std::string message;
+};
+
+struct CaseOutcome {
+  Verdict verdict = Verdict::exact;  // wrong if any op wrong, else refused if any, else exact
+  std::optional<Error> error;        // the first refusal
+  bool valid_layout = false;  // the map passes every check of spec 3 (strict conversion accepts)
+  std::vector<OpOutcome> ops;
+  std::string message;  // one line: "refused twice: ...", "exact", "WRONG at element 4: ..."
+  // Whether the outcome matches the case's expectations for this policy.
+  bool matches_expectation = true;
+  std::string expectation_message;  // why not, when it does not
+};
+
+// Runs a case. Errors in the case itself (an invalid truth map, values of the wrong
+// count) come back as a Result error of kind format/shape: the case is unusable.
+Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options = {},
+                             OracleKind oracle = OracleKind::truth);
+
+// One JSON object: verdict, kind, message, valid_layout, ops, difference.
+Json outcome_to_json(const Case& c, const CaseOutcome& outcome);
+
+}  // namespace shardcheck::oracles
