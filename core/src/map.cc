@@ -1,0 +1,115 @@
+#include "shardcheck/map.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include <fmt/format.h>
+
+namespace shardcheck {
+
+std::optional<SpanFacts> span_facts(const std::vector<Index>& extents, const StridedView& view) {
+  SpanFacts facts;
+  auto numel = checked_numel(extents);
+  if (!numel) return std::nullopt;
+  facts.numel = *numel;
+  facts.min_address = view.offset;
+  if (*numel == 0) {
+    facts.empty = true;
+    facts.required_span_size = 0;
+    return facts;
+  }
+  Index last = view.offset;
+  for (std::size_t k = 0; k < extents.size() && k < view.strides.size(); ++k) {
+    auto step = checked_mul(extents[k] - 1, view.strides[k]);
+    if (!step) return std::nullopt;
+    auto next = checked_add(last, *step);
+    if (!next) return std::nullopt;
+    last = *next;
+  }
+  auto span = checked_add(last, 1);
+  if (!span) return std::nullopt;
+  facts.required_span_size = *span;
+  return facts;
+}
+
+bool is_unique(const std::vector<Index>& extents, const Strides& strides) {
+  std::vector<std::pair<Index, Index>> axes;  // (stride, extent) of axes with extent > 1
+  for (std::size_t k = 0; k < extents.size() && k < strides.size(); ++k) {
+    if (extents[k] == 0) return true;  // covers nothing
+    if (extents[k] > 1) axes.emplace_back(strides[k], extents[k]);
+  }
+  std::sort(axes.begin(), axes.end());
+  Index reach = 0;  // sum (extent-1)*stride of the smaller axes
+  for (const auto& [stride, extent] : axes) {
+    if (stride == 0) return false;
+    if (stride < reach + 1) return false;
+    auto step = checked_mul(extent - 1, stride);
+    if (!step) return false;
+    auto next = checked_add(reach, *step);
+    if (!next) return false;
+    reach = *next;
+  }
+  return true;
+}
+
+const RankEntry* Map::find_rank(Rank r) const {
+  for (const auto& entry : ranks) {
+    if (entry.rank == r) return &entry;
+  }
+  return nullptr;
+}
+
+RankEntry* Map::find_rank(Rank r) {
+  for (auto& entry : ranks) {
+    if (entry.rank == r) return &entry;
+  }
+  return nullptr;
+}
+
+namespace {
+std::string join(const std::vector<Index>& values) {
+  return fmt::format("{}", fmt::join(values, ","));
+}
+std::string strides_text(const Strides& strides) {
+  // Spec notation writes a 1-d stride as "(1)", not "(1,)".
+  return "(" + join(strides) + ")";
+}
+}  // namespace
+
+std::string describe(const Piece& piece) {
+  std::string out = fmt::format("P({}) src({},{}) dst({},{}) loc{{{}}}", join(piece.shape),
+                                piece.source.offset, strides_text(piece.source.strides),
+                                piece.dest.offset, strides_text(piece.dest.strides),
+                                join(piece.locations));
+  if (piece.scale != 1.0) out += fmt::format(" scale {}", piece.scale);
+  return out;
+}
+
+std::string describe(const Map& map) {
+  std::string out = fmt::format("F ({})", join(map.logical_shape));
+  for (const auto& entry : map.ranks) {
+    out += fmt::format("\n  r{}", entry.rank);
+    if (entry.shard_shape) out += fmt::format(" shard ({})", join(*entry.shard_shape));
+    else out += " shard (missing)";
+    out += ":";
+    for (const auto& piece : entry.pieces) out += " " + describe(piece) + ";";
+  }
+  return out;
+}
+
+Map canonical(const Map& map) {
+  Map out = map;
+  std::sort(out.ranks.begin(), out.ranks.end(),
+            [](const RankEntry& a, const RankEntry& b) { return a.rank < b.rank; });
+  auto key = [](const Piece& p) {
+    return std::tie(p.source.offset, p.source.strides, p.shape, p.dest.offset, p.dest.strides,
+                    p.locations, p.scale);
+  };
+  for (auto& entry : out.ranks) {
+    std::sort(entry.pieces.begin(), entry.pieces.end(),
+              [&](const Piece& a, const Piece& b) { return key(a) < key(b); });
+  }
+  return out;
+}
+
+}  // namespace shardcheck

@@ -1,0 +1,44 @@
+#include "shardcheck/types.h"
+
+namespace shardcheck {
+
+std::optional<Index> checked_add(Index a, Index b) {
+  Index out;
+  if (__builtin_add_overflow(a, b, &out)) return std::nullopt;
+  return out;
+}
+
+std::optional<Index> checked_mul(Index a, Index b) {
+  Index out;
+  if (__builtin_mul_overflow(a, b, &out)) return std::nullopt;
+  return out;
+}
+
+std::optional<Index> checked_numel(std::span<const Index> extents) {
+  Index n = 1;
+  bool has_zero = false;
+  for (Index e : extents) {
+    if (e == 0) has_zero = true;
+  }
+  // An extent of 0 makes the product 0 even if the others would overflow.
+  if (has_zero) return 0;
+  for (Index e : extents) {
+    auto next = checked_mul(n, e);
+    if (!next) return std::nullopt;
+    n = *next;
+  }
+  return n;
+}
+
+Strides row_major_strides(std::span<const Index> extents) {
+  Strides strides(extents.size(), 0);
+  Index running = 1;
+  for (std::size_t k = extents.size(); k-- > 0;) {
+    strides[k] = running;
+    running *= extents[k];
+  }
+  // (3,0) -> (0,1): once a zero extent is crossed every outer stride is 0, as torch does.
+  return strides;
+}
+
+}  // namespace shardcheck
