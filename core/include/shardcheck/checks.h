@@ -34,7 +34,7 @@ struct PlantedBugs {
 // Limits that keep untrusted maps from causing huge work or allocation when the
 // exact proof has to walk addresses.
 struct CheckLimits {
-  Index max_walked_addresses = Index{1} << 28;
+  Index max_walked_addresses = Index{1} << 22;  // runs; ~100 MiB of scratch at most
 };
 
 struct CheckOptions {

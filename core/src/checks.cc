@@ -1,0 +1,768 @@
+#include "shardcheck/checks.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace shardcheck {
+
+namespace {
+
+constexpr Index kNoAddress = std::numeric_limits<Index>::max();
+
+struct Axis {
+  Index stride;
+  Index extent;
+};
+
+// A view reduced to what the sweeps need. Its axes of extent > 1, sorted by stride,
+// with an axis merged into the next inner one when together they are contiguous; an
+// innermost stride-1 axis becomes the run length and the remaining (outer) axes,
+// kept in Scratch::axes, enumerate run starts. At most 63 axes have extent > 1
+// because the view's numel fits 64 bits.
+struct Layout {
+  std::int32_t axes_begin = 0;
+  std::int32_t axes_count = 0;
+  Index run_len = 1;
+  Index runs = 1;
+  bool unique = true;  // the conservative rule of spec 3.3, as is_unique in map.h
+};
+
+// Everything the later conditions need about one piece, computed once. Pieces are
+// stored in the global check order: ranks by id, then pieces in content order, so
+// "lowest rank, then lowest piece" is simply the lowest position in this vector.
+struct PieceInfo {
+  const Piece* piece = nullptr;
+  Rank rank = 0;
+  Index written = 0;     // index in the rank's list as written (what errors report)
+  std::int32_t rank_slot = 0;  // dense index of `rank` among the distinct rank ids
+  std::int32_t loc_class = 0;  // pieces with equal locations share a class
+  std::int32_t owner = 0;      // index into Scratch::ranks
+  bool sound = false;    // its addresses can be computed without overflow; only sound
+                         // pieces are looked at after condition 1
+  bool empty = true;
+  bool own_ok = false;   // locations name the listing rank
+  Index numel = 0;
+  SpanFacts src;
+  SpanFacts dst;
+  Layout src_layout;
+  Layout dst_layout;
+};
+
+struct RankInfo {
+  const RankEntry* entry = nullptr;
+  bool shard_sound = false;
+  Index shard_numel = 0;
+  std::int32_t first = 0;  // its pieces are [first, last) in Scratch::pieces
+  std::int32_t last = 0;
+};
+
+// A contiguous address interval [start, start + len) written or read by one piece.
+struct Run {
+  Index start;
+  Index len;
+  std::int32_t piece;
+};
+
+// Reused between calls so that checking a small map allocates nothing once warm: the
+// campaign checks hundreds of thousands of maps per second.
+struct Scratch {
+  std::vector<PieceInfo> pieces;
+  std::vector<RankInfo> ranks;
+  std::vector<std::int32_t> order;
+  std::vector<Rank> rank_ids;
+  std::vector<Run> runs;
+  std::vector<Axis> axes;  // outer axes of every Layout
+  std::vector<std::pair<Index, std::int32_t>> heap;  // (end, run) of active source runs
+  std::vector<std::int32_t> piece_active;
+  std::vector<std::int32_t> class_active;
+  std::vector<std::int32_t> class_size;
+  std::vector<std::int32_t> rank_active;
+  std::vector<std::uint32_t> stamp;
+  std::vector<Rank> holders;
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// A total order on doubles (NaN included), so sorting never sees an inconsistent key
+// even when the structure check is planted off and a scale is NaN.
+std::uint64_t scale_key(double scale) {
+  auto bits = std::bit_cast<std::uint64_t>(scale);
+  return (bits >> 63) ? ~bits : (bits | (std::uint64_t{1} << 63));
+}
+
+bool content_less(const Piece& x, const Piece& y) {
+  if (x.source.offset != y.source.offset) return x.source.offset < y.source.offset;
+  if (x.source.strides != y.source.strides) return x.source.strides < y.source.strides;
+  if (x.shape != y.shape) return x.shape < y.shape;
+  if (x.dest.offset != y.dest.offset) return x.dest.offset < y.dest.offset;
+  if (x.dest.strides != y.dest.strides) return x.dest.strides < y.dest.strides;
+  if (x.locations != y.locations) return x.locations < y.locations;
+  return scale_key(x.scale) < scale_key(y.scale);
+}
+
+std::string shape_text(const Extents& shape) { return fmt::format("({})", fmt::join(shape, ",")); }
+
+std::string label(const PieceInfo& p) {
+  return fmt::format("rank {} piece {} ({})", p.rank, p.written, describe(*p.piece));
+}
+
+Error piece_error(ErrorKind kind, const PieceInfo& p, std::string message) {
+  Error e = make_error(kind, std::move(message));
+  e.rank = p.rank;
+  e.piece = p.written;
+  return e;
+}
+
+Error at(Error e, Index address, Side side) {
+  e.address = address;
+  e.side = side;
+  return e;
+}
+
+// ---- condition 1 -----------------------------------------------------------------
+
+bool all_non_negative(const std::vector<Index>& values) {
+  return std::all_of(values.begin(), values.end(), [](Index v) { return v >= 0; });
+}
+
+std::string rank_path(Rank rank) { return fmt::format("$.ranks.{}", rank); }
+
+// The first structural fault of one piece, in a fixed order of fields. Sets p.sound
+// once the piece's addresses can be computed without overflow.
+// Messages are only formatted when `describe_error` is set: once an earlier error is
+// known, later faults just mark the piece.
+Status piece_structure(PieceInfo& p, bool describe_error) {
+  const Piece& piece = *p.piece;
+  auto fail = [&](ErrorKind kind, const char* field, std::string what) {
+    if (!describe_error) return make_error(kind, {});
+    Error e = piece_error(kind, p, fmt::format("{} {}", label(p), what));
+    e.path = fmt::format("$.ranks.{}.pieces[{}]{}", p.rank, p.written, field);
+    return e;
+  };
+  const std::size_t n = piece.shape.size();
+  if (piece.source.strides.size() != n || piece.dest.strides.size() != n) {
+    return fail(ErrorKind::format, "",
+                fmt::format("has {} extents but {} source and {} dest strides", n,
+                            piece.source.strides.size(), piece.dest.strides.size()));
+  }
+  if (!all_non_negative(piece.shape)) return fail(ErrorKind::format, ".shape", "has a negative extent");
+  if (piece.source.offset < 0) return fail(ErrorKind::format, ".source", "has a negative source offset");
+  if (piece.dest.offset < 0) return fail(ErrorKind::format, ".dest", "has a negative dest offset");
+  if (!all_non_negative(piece.source.strides)) {
+    return fail(ErrorKind::format, ".source", "has a negative stride in its source view");
+  }
+  if (!all_non_negative(piece.dest.strides)) {
+    return fail(ErrorKind::format, ".dest", "has a negative stride in its dest view");
+  }
+  auto src = span_facts(piece.shape, piece.source);
+  auto dst = span_facts(piece.shape, piece.dest);
+  if (!src || !dst) {
+    return fail(ErrorKind::format, !src ? ".source" : ".dest",
+                "has a view whose size or last address overflows 64 bits");
+  }
+  // Addresses are now safe to compute; bad locations or scale do not change that,
+  // which matters when structure checks are planted off.
+  p.sound = true;
+  p.src = *src;
+  p.dst = *dst;
+  p.numel = src->numel;
+  p.empty = src->empty;
+  const auto& loc = piece.locations;
+  if (loc.empty()) return fail(ErrorKind::format, ".locations", "has empty locations");
+  for (std::size_t k = 0; k < loc.size(); ++k) {
+    if (loc[k] < 0) return fail(ErrorKind::format, ".locations", "names a negative rank in its locations");
+    if (k > 0 && loc[k] <= loc[k - 1]) {
+      return fail(ErrorKind::format, ".locations",
+                  "has locations that are not strictly increasing (unsorted or repeated)");
+    }
+  }
+  if (!std::isfinite(piece.scale) || piece.scale == 0.0) {
+    return fail(ErrorKind::scale, ".scale", fmt::format("has scale {}, which is not a finite non-zero number", piece.scale));
+  }
+  return std::nullopt;
+}
+
+// Orders ranks and pieces, fills Scratch, and returns the first condition-1 error.
+// `logical_ok` tells whether F's numel is known (later conditions need it).
+Status prepare(const Map& map, Scratch& s, Index& numel_f, bool& logical_ok) {
+  s.pieces.clear();
+  s.ranks.clear();
+  s.order.clear();
+  s.rank_ids.clear();
+  Status first;
+  auto note = [&](Error e) {
+    if (!first) first = std::move(e);
+  };
+
+  logical_ok = false;
+  numel_f = 0;
+  if (!all_non_negative(map.logical_shape)) {
+    Error e = make_error(ErrorKind::format, fmt::format("logical_shape {} has a negative extent",
+                                                        shape_text(map.logical_shape)));
+    e.path = "$.logical_shape";
+    note(std::move(e));
+  } else if (auto n = checked_numel(map.logical_shape); !n) {
+    Error e = make_error(ErrorKind::format, fmt::format("logical_shape {} has more elements than fit in 64 bits",
+                                                        shape_text(map.logical_shape)));
+    e.path = "$.logical_shape";
+    note(std::move(e));
+  } else {
+    numel_f = *n;
+    logical_ok = true;
+  }
+
+  const auto rank_count = static_cast<std::int32_t>(map.ranks.size());
+  for (std::int32_t i = 0; i < rank_count; ++i) s.order.push_back(i);
+  std::sort(s.order.begin(), s.order.end(), [&](std::int32_t a, std::int32_t b) {
+    if (map.ranks[a].rank != map.ranks[b].rank) return map.ranks[a].rank < map.ranks[b].rank;
+    return a < b;
+  });
+  for (std::int32_t i : s.order) {
+    Rank id = map.ranks[i].rank;
+    if (s.rank_ids.empty() || s.rank_ids.back() != id) s.rank_ids.push_back(id);
+  }
+
+  for (std::int32_t oi = 0; oi < rank_count; ++oi) {
+    const RankEntry& entry = map.ranks[s.order[oi]];
+    RankInfo info;
+    info.entry = &entry;
+    if (entry.rank < 0) {
+      Error e = make_error(ErrorKind::format, fmt::format("rank {} has a negative rank id", entry.rank));
+      e.rank = entry.rank;
+      e.path = rank_path(entry.rank);
+      note(std::move(e));
+    } else if (oi > 0 && map.ranks[s.order[oi - 1]].rank == entry.rank) {
+      Error e = make_error(ErrorKind::format, fmt::format("rank {} appears more than once", entry.rank));
+      e.rank = entry.rank;
+      e.path = rank_path(entry.rank);
+      note(std::move(e));
+    }
+    if (entry.shard_shape) {
+      const Extents& shard = *entry.shard_shape;
+      auto n = all_non_negative(shard) ? checked_numel(shard) : std::nullopt;
+      if (n) {
+        info.shard_sound = true;
+        info.shard_numel = *n;
+      } else {
+        Error e = make_error(ErrorKind::format,
+                             fmt::format("rank {} has shard_shape {}, which is negative or overflows 64 bits",
+                                         entry.rank, shape_text(shard)));
+        e.rank = entry.rank;
+        e.path = rank_path(entry.rank) + ".shard_shape";
+        note(std::move(e));
+      }
+    } else if (entry.pieces.empty()) {
+      info.shard_sound = true;  // a rank without pieces may omit its shard: it holds nothing
+    } else {
+      Error e = make_error(ErrorKind::format,
+                           fmt::format("rank {} lists pieces but has no shard_shape", entry.rank));
+      e.rank = entry.rank;
+      e.path = rank_path(entry.rank) + ".shard_shape";
+      note(std::move(e));
+    }
+
+    info.first = static_cast<std::int32_t>(s.pieces.size());
+    const auto piece_count = static_cast<std::int32_t>(entry.pieces.size());
+    const std::size_t sort_from = s.order.size();
+    for (std::int32_t k = 0; k < piece_count; ++k) s.order.push_back(k);
+    auto begin = s.order.begin() + static_cast<std::ptrdiff_t>(sort_from);
+    std::sort(begin, s.order.end(), [&](std::int32_t a, std::int32_t b) {
+      if (content_less(entry.pieces[a], entry.pieces[b])) return true;
+      if (content_less(entry.pieces[b], entry.pieces[a])) return false;
+      return a < b;
+    });
+    auto slot = std::lower_bound(s.rank_ids.begin(), s.rank_ids.end(), entry.rank) - s.rank_ids.begin();
+    for (auto it = begin; it != s.order.end(); ++it) {
+      PieceInfo p;
+      p.piece = &entry.pieces[*it];
+      p.rank = entry.rank;
+      p.written = *it;
+      p.rank_slot = static_cast<std::int32_t>(slot);
+      p.owner = static_cast<std::int32_t>(s.ranks.size());
+      s.pieces.push_back(p);
+    }
+    s.order.resize(sort_from);
+    info.last = static_cast<std::int32_t>(s.pieces.size());
+
+    for (std::int32_t g = info.first; g < info.last; ++g) {
+      PieceInfo& p = s.pieces[g];
+      auto err = piece_structure(p, !first.has_value());
+      // A piece on a broken shard is not sound either: its dest cannot be checked.
+      p.sound = p.sound && info.shard_sound;
+      if (err) note(std::move(*err));
+    }
+    s.ranks.push_back(info);
+  }
+  return first;
+}
+
+// ---- conditions 2 and 3 -----------------------------------------------------------
+
+Status check_bounds(const Scratch& s, Index numel_f) {
+  for (const PieceInfo& p : s.pieces) {
+    if (!p.sound || p.empty) continue;
+    const Index shard_numel = s.ranks[p.owner].shard_numel;
+    if (p.src.required_span_size > numel_f) {
+      Index last = p.src.required_span_size - 1;
+      return at(piece_error(ErrorKind::bounds, p,
+                            fmt::format("{} reads element {} of F, which has only {} elements",
+                                        label(p), last, numel_f)),
+                last, Side::full);
+    }
+    if (p.dst.required_span_size > shard_numel) {
+      Index last = p.dst.required_span_size - 1;
+      return at(piece_error(ErrorKind::bounds, p,
+                            fmt::format("{} writes shard address {}, but the shard {} has only {} elements",
+                                        label(p), last, shape_text(*s.ranks[p.owner].entry->shard_shape),
+                                        shard_numel)),
+                last, Side::shard);
+    }
+  }
+  return std::nullopt;
+}
+
+// ---- address runs ------------------------------------------------------------------
+
+Layout make_layout(const Extents& shape, const Strides& strides, std::vector<Axis>& axes) {
+  std::array<Axis, 64> raw;
+  int n = 0;
+  for (std::size_t k = 0; k < shape.size(); ++k) {
+    if (shape[k] > 1 && n < 64) raw[n++] = Axis{strides[k], shape[k]};
+  }
+  std::sort(raw.begin(), raw.begin() + n, [](const Axis& a, const Axis& b) { return a.stride < b.stride; });
+  Layout out;
+  // Same rule as is_unique(), applied here to avoid its allocation on the hot path.
+  Index reach = 0;
+  for (int k = 0; k < n && out.unique; ++k) {
+    auto step = checked_mul(raw[k].extent - 1, raw[k].stride);
+    auto next = step ? checked_add(reach, *step) : std::nullopt;
+    out.unique = raw[k].stride > reach && next.has_value();
+    if (next) reach = *next;
+  }
+  int merged = 0;
+  for (int k = 0; k < n; ++k) {
+    if (merged > 0) {
+      Axis& inner = raw[merged - 1];
+      auto span = checked_mul(inner.stride, inner.extent);
+      if (span && *span == raw[k].stride) {
+        inner.extent *= raw[k].extent;  // bounded by the view's numel
+        continue;
+      }
+    }
+    raw[merged++] = raw[k];
+  }
+  int first = 0;
+  if (merged > 0 && raw[0].stride == 1) {
+    out.run_len = raw[0].extent;
+    first = 1;
+  }
+  out.axes_begin = static_cast<std::int32_t>(axes.size());
+  for (int k = first; k < merged; ++k) {
+    axes.push_back(raw[k]);
+    out.runs *= raw[k].extent;  // <= numel
+  }
+  out.axes_count = merged - first;
+  return out;
+}
+
+void emit_runs(const Layout& layout, const Axis* axes, Index offset, std::int32_t piece, std::vector<Run>& out) {
+  std::array<Index, 64> idx;
+  std::fill_n(idx.begin(), layout.axes_count, Index{0});
+  Index address = offset;
+  while (true) {
+    out.push_back(Run{address, layout.run_len, piece});
+    int k = 0;
+    for (; k < layout.axes_count; ++k) {
+      const Axis& axis = axes[k];
+      if (idx[k] + 1 < axis.extent) {
+        ++idx[k];
+        address += axis.stride;
+        break;
+      }
+      // Step back rather than one past the end: the past-the-end address may overflow.
+      address -= axis.stride * (axis.extent - 1);
+      idx[k] = 0;
+    }
+    if (k == layout.axes_count) return;
+  }
+}
+
+void emit_source_runs(const Scratch& s, std::int32_t g, std::vector<Run>& out) {
+  const PieceInfo& p = s.pieces[g];
+  emit_runs(p.src_layout, s.axes.data() + p.src_layout.axes_begin, p.piece->source.offset, g, out);
+}
+
+void emit_dest_runs(const Scratch& s, std::int32_t g, std::vector<Run>& out) {
+  const PieceInfo& p = s.pieces[g];
+  emit_runs(p.dst_layout, s.axes.data() + p.dst_layout.axes_begin, p.piece->dest.offset, g, out);
+}
+
+void build_layouts(Scratch& s) {
+  s.axes.clear();
+  for (PieceInfo& p : s.pieces) {
+    if (!p.sound || p.empty) continue;
+    p.src_layout = make_layout(p.piece->shape, p.piece->source.strides, s.axes);
+    p.dst_layout = make_layout(p.piece->shape, p.piece->dest.strides, s.axes);
+  }
+}
+
+// Total runs the sweeps will build, or nullopt when it exceeds `limit`.
+std::optional<Index> total_runs(const Scratch& s, bool with_dest, Index limit) {
+  Index total = 0;
+  for (const PieceInfo& p : s.pieces) {
+    if (!p.sound || p.empty) continue;
+    auto add = checked_add(total, p.src_layout.runs);
+    if (add && with_dest) add = checked_add(*add, p.dst_layout.runs);
+    if (!add || *add > limit) return std::nullopt;
+    total = *add;
+  }
+  return total;
+}
+
+Status check_itself(const Scratch& s) {
+  for (const PieceInfo& p : s.pieces) {
+    if (!p.sound || p.empty) continue;
+    const bool src_ok = p.src_layout.unique;
+    if (src_ok && p.dst_layout.unique) continue;
+    Error e = piece_error(ErrorKind::itself, p,
+                          fmt::format("{} has a {} view that may touch one address twice (a zero stride, "
+                                      "or strides that are not nested; the rule is conservative)",
+                                      label(p), src_ok ? "dest" : "source"));
+    e.side = src_ok ? Side::shard : Side::full;
+    return e;
+  }
+  return std::nullopt;
+}
+
+// ---- condition 4 -------------------------------------------------------------------
+
+Status check_rank_tiling(Scratch& s, const RankInfo& r) {
+  Index written = 0;
+  bool overflow = false;
+  for (std::int32_t g = r.first; g < r.last; ++g) {
+    if (!s.pieces[g].sound) continue;
+    auto sum = checked_add(written, s.pieces[g].numel);
+    if (!sum) {
+      overflow = true;
+      break;
+    }
+    written = *sum;
+  }
+  const Rank id = r.entry->rank;
+  if (overflow || written != r.shard_numel) {
+    Error e = make_error(ErrorKind::count,
+                         fmt::format("rank {} pieces hold {} elements but its shard {} has {}", id,
+                                     overflow ? std::string("more than 2^63") : std::to_string(written),
+                                     r.entry->shard_shape ? shape_text(*r.entry->shard_shape) : "()",
+                                     r.shard_numel));
+    e.rank = id;
+    return e;
+  }
+
+  auto& runs = s.runs;
+  runs.clear();
+  for (std::int32_t g = r.first; g < r.last; ++g) {
+    const PieceInfo& p = s.pieces[g];
+    if (p.sound && !p.empty) emit_dest_runs(s, g, runs);
+  }
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) {
+    return a.start != b.start ? a.start < b.start : a.piece < b.piece;
+  });
+
+  // Sorted by start, the first run that begins before the furthest end so far begins
+  // at the lowest address written twice.
+  Index reach = 0;
+  for (const Run& run : runs) {
+    if (run.start < reach) {
+      const Index address = run.start;
+      std::int32_t a = -1, b = -1;  // the two lowest pieces writing `address`
+      for (const Run& other : runs) {
+        if (other.start > address) break;
+        if (address - other.start >= other.len) continue;
+        const std::int32_t g = other.piece;
+        if (a < 0 || g < a) {
+          b = a;
+          a = g;
+        } else if (g != a && (b < 0 || g < b)) {
+          b = g;
+        }
+      }
+      if (b < 0) b = a;  // only possible when a view overlaps itself (condition 3 planted off)
+      const PieceInfo& first = s.pieces[a];
+      std::string other = b == a ? std::string("itself")
+                                 : fmt::format("piece {} ({})", s.pieces[b].written, describe(*s.pieces[b].piece));
+      return at(piece_error(ErrorKind::twice, first,
+                            fmt::format("{} writes shard address {} that {} also writes", label(first), address, other)),
+                address, Side::shard);
+    }
+    reach = std::max(reach, run.start + run.len);
+  }
+  Index cursor = 0;
+  for (const Run& run : runs) {
+    if (run.start > cursor) break;
+    cursor = std::max(cursor, run.start + run.len);
+  }
+  if (cursor < r.shard_numel) {
+    Error e = make_error(ErrorKind::uncovered,
+                         fmt::format("rank {} has shard address {} that none of its pieces writes", id, cursor));
+    e.rank = id;
+    return at(std::move(e), cursor, Side::shard);
+  }
+  return std::nullopt;
+}
+
+// ---- conditions 5 and 6 -------------------------------------------------------------
+
+void assign_classes(Scratch& s) {
+  auto& order = s.order;
+  order.clear();
+  for (std::int32_t g = 0; g < static_cast<std::int32_t>(s.pieces.size()); ++g) {
+    if (s.pieces[g].sound) order.push_back(g);
+  }
+  std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    return s.pieces[a].piece->locations < s.pieces[b].piece->locations;
+  });
+  s.class_size.clear();
+  const std::vector<Rank>* previous = nullptr;
+  for (std::int32_t g : order) {
+    const auto& loc = s.pieces[g].piece->locations;
+    if (!previous || *previous != loc) {
+      s.class_size.push_back(static_cast<std::int32_t>(loc.size()));
+      previous = &loc;
+    }
+    s.pieces[g].loc_class = static_cast<std::int32_t>(s.class_size.size()) - 1;
+  }
+  for (PieceInfo& p : s.pieces) {
+    const auto& loc = p.piece->locations;
+    p.own_ok = std::find(loc.begin(), loc.end(), p.rank) != loc.end();
+  }
+}
+
+// Counters over the pieces covering the current segment of F, kept so that a valid
+// segment is recognised in O(1): all covering pieces share one locations set L, each
+// names its own rank, the distinct covering ranks number |L|, and a lone piece or
+// replicas (|L| >= 2) only.
+struct Cover {
+  std::int32_t pieces = 0;
+  std::int32_t classes = 0;
+  std::int32_t ranks = 0;
+  std::int32_t bad_own = 0;
+  std::int32_t singles = 0;
+};
+
+struct Violation {
+  std::int32_t piece = std::numeric_limits<std::int32_t>::max();
+  Index address = kNoAddress;
+  ErrorKind kind = ErrorKind::holders;
+};
+
+std::string holders_text(const std::vector<Rank>& ranks) { return fmt::format("{{{}}}", fmt::join(ranks, ",")); }
+
+Error homogeneity_error(Scratch& s, const Violation& v) {
+  const PieceInfo& p = s.pieces[v.piece];
+  if (v.address == kNoAddress) {
+    return piece_error(ErrorKind::holders, p, fmt::format("{} does not name its own rank in its locations", label(p)));
+  }
+  // Recover who covers the address; only done once, for the reported error.
+  s.holders.clear();
+  std::int32_t other = -1;
+  for (const Run& run : s.runs) {
+    if (run.start > v.address || v.address - run.start >= run.len) continue;
+    const PieceInfo& q = s.pieces[run.piece];
+    s.holders.push_back(q.rank);
+    if (run.piece != v.piece && q.piece->locations.size() == 1 && (other < 0 || run.piece < other)) {
+      other = run.piece;
+    }
+  }
+  std::sort(s.holders.begin(), s.holders.end());
+  s.holders.erase(std::unique(s.holders.begin(), s.holders.end()), s.holders.end());
+  Error e;
+  if (v.kind == ErrorKind::twice && other >= 0) {
+    e = piece_error(ErrorKind::twice, p,
+                    fmt::format("{} and {} both claim element {} of F as its only holder", label(p),
+                                label(s.pieces[other]), v.address));
+  } else {
+    e = piece_error(v.kind, p,
+                    fmt::format("{} says element {} of F is held by {{{}}} but ranks {} list pieces covering it",
+                                label(p), v.address, fmt::join(p.piece->locations, ","),
+                                holders_text(s.holders)));
+  }
+  return at(std::move(e), v.address, Side::full);
+}
+
+// Sweeps the source runs of all pieces in address order. Between consecutive run
+// boundaries the set of covering pieces is constant, so coverage and holders are
+// decided per segment with interval arithmetic only.
+Status check_full_side(Scratch& s, Index numel_f, const PlantedBugs& bugs) {
+  auto& runs = s.runs;
+  runs.clear();
+  for (std::int32_t g = 0; g < static_cast<std::int32_t>(s.pieces.size()); ++g) {
+    const PieceInfo& p = s.pieces[g];
+    if (p.sound && !p.empty) emit_source_runs(s, g, runs);
+  }
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) {
+    return a.start != b.start ? a.start < b.start : a.piece < b.piece;
+  });
+
+  assign_classes(s);
+  const std::size_t piece_count = s.pieces.size();
+  s.piece_active.assign(piece_count, 0);
+  s.stamp.assign(piece_count, 0);
+  s.class_active.assign(s.class_size.size(), 0);
+  s.rank_active.assign(s.rank_ids.size(), 0);
+  auto& heap = s.heap;
+  heap.clear();
+  auto heap_greater = [](const auto& a, const auto& b) { return a.first > b.first; };
+
+  Cover cover;
+  auto enter = [&](std::int32_t g, int delta) {
+    const PieceInfo& p = s.pieces[g];
+    std::int32_t& count = s.piece_active[g];
+    const bool was = count > 0;
+    count += delta;
+    const bool is = count > 0;
+    if (was == is) return;  // a self-overlapping view (condition 3 planted off)
+    const int d = is ? 1 : -1;
+    cover.pieces += d;
+    std::int32_t& c = s.class_active[p.loc_class];
+    if ((c == 0) != (c + d == 0)) cover.classes += d;
+    c += d;
+    std::int32_t& r = s.rank_active[p.rank_slot];
+    if ((r == 0) != (r + d == 0)) cover.ranks += d;
+    r += d;
+    if (!p.own_ok) cover.bad_own += d;
+    if (p.piece->locations.size() == 1) cover.singles += d;
+  };
+
+  Violation best;
+  for (std::int32_t g = 0; g < static_cast<std::int32_t>(piece_count); ++g) {
+    const PieceInfo& p = s.pieces[g];
+    if (p.sound && p.empty && !p.own_ok) {
+      best.piece = g;
+      break;
+    }
+  }
+  std::uint32_t segment = 0;
+  auto judge = [&](Index pos) {
+    const auto lsize = s.class_size[s.pieces[runs[heap.front().second].piece].loc_class];
+    if (cover.classes == 1 && cover.bad_own == 0 && cover.ranks == lsize && (cover.pieces == 1 || lsize >= 2)) {
+      return;
+    }
+    ++segment;
+    s.holders.clear();
+    for (const auto& [end, run] : heap) s.holders.push_back(s.pieces[runs[run].piece].rank);
+    std::sort(s.holders.begin(), s.holders.end());
+    s.holders.erase(std::unique(s.holders.begin(), s.holders.end()), s.holders.end());
+    const bool pair_bad = cover.pieces >= 2 && !(cover.classes == 1 && lsize >= 2);
+    const ErrorKind kind = cover.pieces >= 2 && cover.singles >= 2 ? ErrorKind::twice : ErrorKind::holders;
+    for (const auto& [end, run] : heap) {
+      const std::int32_t g = runs[run].piece;
+      if (g >= best.piece || s.stamp[g] == segment) continue;
+      s.stamp[g] = segment;
+      if (pair_bad || s.pieces[g].piece->locations != s.holders) best = Violation{g, pos, kind};
+    }
+  };
+
+  const bool judge_holders = !bugs.skip_homogeneity;
+  Status gap;
+  auto note_gap = [&](Index pos) {
+    if (!gap && pos < numel_f) {
+      Error e = make_error(ErrorKind::uncovered, fmt::format("element {} of F is covered by no piece", pos));
+      gap = at(std::move(e), pos, Side::full);
+    }
+  };
+  Index pos = 0;
+  std::size_t next = 0;
+  while (true) {
+    if (heap.empty()) {
+      if (next == runs.size()) break;
+      if (runs[next].start > pos) note_gap(pos);
+      pos = runs[next].start;
+    }
+    if (gap && !bugs.skip_coverage) return gap;
+    while (next < runs.size() && runs[next].start == pos) {
+      heap.emplace_back(pos + runs[next].len, static_cast<std::int32_t>(next));
+      std::push_heap(heap.begin(), heap.end(), heap_greater);
+      enter(runs[next].piece, 1);
+      ++next;
+    }
+    Index boundary = heap.front().first;
+    if (next < runs.size()) boundary = std::min(boundary, runs[next].start);
+    if (judge_holders) judge(pos);
+    pos = boundary;
+    while (!heap.empty() && heap.front().first == pos) {
+      enter(runs[heap.front().second].piece, -1);
+      std::pop_heap(heap.begin(), heap.end(), heap_greater);
+      heap.pop_back();
+    }
+  }
+  note_gap(pos);
+  if (gap && !bugs.skip_coverage) return gap;
+  if (judge_holders && best.piece < static_cast<std::int32_t>(piece_count)) return homogeneity_error(s, best);
+  return std::nullopt;
+}
+
+
+// Keeps the scratch small between calls: one huge map must not pin its run buffers
+// for the life of the thread.
+struct TrimScratch {
+  Scratch& s;
+  ~TrimScratch() {
+    constexpr std::size_t kKeep = std::size_t{1} << 16;
+    if (s.runs.capacity() > kKeep) std::vector<Run>().swap(s.runs);
+    if (s.heap.capacity() > kKeep) std::vector<std::pair<Index, std::int32_t>>().swap(s.heap);
+  }
+};
+
+}  // namespace
+
+Status check_structure(const Map& map) {
+  Index numel_f = 0;
+  bool logical_ok = false;
+  return prepare(map, scratch(), numel_f, logical_ok);
+}
+
+Status check_map(const Map& map, const CheckOptions& options) {
+  const PlantedBugs& bugs = options.bugs;
+  Scratch& s = scratch();
+  TrimScratch trim{s};
+  Index numel_f = 0;
+  bool logical_ok = false;
+  if (auto err = prepare(map, s, numel_f, logical_ok); err && !bugs.skip_structure) return err;
+  if (!logical_ok) return std::nullopt;  // nothing later can be judged without F's size
+  build_layouts(s);
+
+  if (!bugs.skip_bounds) {
+    if (auto err = check_bounds(s, numel_f)) return err;
+  }
+  if (!bugs.skip_itself) {
+    if (auto err = check_itself(s)) return err;
+  }
+  const bool tiling = !bugs.skip_dest_tiling;
+  if (!tiling && bugs.skip_coverage && bugs.skip_homogeneity) return std::nullopt;
+
+  if (!total_runs(s, tiling, options.limits.max_walked_addresses)) {
+    return make_error(ErrorKind::format,
+                      fmt::format("the map is too large to verify: it needs more than {} address runs",
+                                  options.limits.max_walked_addresses));
+  }
+  if (tiling) {
+    for (const RankInfo& r : s.ranks) {
+      if (!r.shard_sound) continue;
+      if (auto err = check_rank_tiling(s, r)) return err;
+    }
+  }
+  if (bugs.skip_coverage && bugs.skip_homogeneity) return std::nullopt;
+  return check_full_side(s, numel_f, bugs);
+}
+
+}  // namespace shardcheck
