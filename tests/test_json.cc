@@ -1,0 +1,549 @@
+// The JSON codec (spec section 2): decoding DeepSpeed's format, refusing what cannot
+// be represented with a located `format` error, and keeping everything else so the
+// core checks see it.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include "shardcheck/json.h"
+
+namespace shardcheck {
+namespace {
+
+constexpr const char* kSpecExample = R"({"logical_shape": [4, 6],
+ "ranks": {
+   "0": {"shard_shape": [4, 4],
+         "pieces": [{"shape": [4, 4], "source": [0, [6, 1]], "dest": [0, [4, 1]], "locations": [0]}]},
+   "1": {"shard_shape": [4, 2],
+         "pieces": [{"shape": [4, 2], "source": [4, [6, 1]], "dest": [0, [2, 1]], "locations": [1]}]}}})";
+
+Piece piece(Extents shape, Index src, Strides src_strides, Index dst, Strides dst_strides,
+            std::vector<Rank> locations, double scale = 1.0) {
+  return Piece{std::move(shape), StridedView{src, std::move(src_strides)},
+               StridedView{dst, std::move(dst_strides)}, std::move(locations), scale};
+}
+
+Map spec_example_map() {
+  Map map;
+  map.logical_shape = {4, 6};
+  map.ranks.push_back(RankEntry{0, Extents{4, 4}, {piece({4, 4}, 0, {6, 1}, 0, {4, 1}, {0})}});
+  map.ranks.push_back(RankEntry{1, Extents{4, 2}, {piece({4, 2}, 4, {6, 1}, 0, {2, 1}, {1})}});
+  return map;
+}
+
+Json parse_ok(const std::string& text) {
+  auto json = parse_json(text);
+  EXPECT_TRUE(json.ok()) << json.error().to_string();
+  return json.ok() ? json.value() : Json();
+}
+
+Map decode_ok(const std::string& text) {
+  auto map = decode_map(parse_ok(text));
+  EXPECT_TRUE(map.ok()) << map.error().to_string();
+  return map.ok() ? map.value() : Map{};
+}
+
+// The first error anywhere on the way from text to maps, or nullopt if all decode.
+std::optional<Error> first_error(const std::string& text) {
+  auto json = parse_json(text);
+  if (!json) return json.error();
+  auto doc = decode_document(json.value());
+  if (!doc) return doc.error();
+  for (const NamedMap& named : doc.value()) {
+    if (!named.map) return named.map.error();
+  }
+  return std::nullopt;
+}
+
+TEST(JsonDecode, SpecExampleDecodesAndReencodesToTheSameValue) {
+  const Json json = parse_ok(kSpecExample);
+  auto map = decode_map(json);
+  ASSERT_TRUE(map.ok()) << map.error().to_string();
+  EXPECT_EQ(map.value(), spec_example_map());
+  // ordered_json compares key order too, so this pins DeepSpeed's field order.
+  EXPECT_EQ(encode_map(map.value()), json);
+  EXPECT_EQ(encode_map_text(map.value()), json.dump());
+  EXPECT_EQ(encode_map_text(map.value()).find('\n'), std::string::npos);
+}
+
+TEST(JsonDecode, ArrayFormRanksDecodeLikeStringKeys) {
+  const Map from_keys = decode_ok(kSpecExample);
+  const Map from_array = decode_ok(R"({"logical_shape": [4, 6], "ranks": [
+    {"rank": 0, "shard_shape": [4, 4],
+     "pieces": [{"shape": [4, 4], "source": [0, [6, 1]], "dest": [0, [4, 1]], "locations": [0]}]},
+    {"rank": 1, "shard_shape": [4, 2],
+     "pieces": [{"shape": [4, 2], "source": [4, [6, 1]], "dest": [0, [2, 1]], "locations": [1]}]}]})");
+  EXPECT_EQ(from_array, from_keys);
+}
+
+TEST(JsonDecode, LeadingZeroKeyNamesTheSameRank) {
+  const Map map = decode_ok(R"({"logical_shape": [0], "ranks": {"007": {"shard_shape": [0]}}})");
+  ASSERT_EQ(map.ranks.size(), 1u);
+  EXPECT_EQ(map.ranks[0].rank, 7);
+}
+
+TEST(JsonDecode, NonContiguousRanksAndEmptyShards) {
+  const Map map = decode_ok(R"({"logical_shape": [2], "ranks": {
+    "3": {"shard_shape": [2], "pieces": [{"shape": [2], "source": [0, [1]], "dest": [0, [1]], "locations": [3, 9]}]},
+    "9": {"shard_shape": [2], "pieces": [{"shape": [2], "source": [0, [1]], "dest": [0, [1]], "locations": [3, 9]}]},
+    "12": {"shard_shape": [0, 4]},
+    "20": {}}})");
+  ASSERT_EQ(map.ranks.size(), 4u);
+  EXPECT_EQ(map.ranks[0].rank, 3);
+  EXPECT_EQ(map.ranks[1].rank, 9);
+  EXPECT_EQ(map.ranks[1].pieces[0].locations, (std::vector<Rank>{3, 9}));
+  EXPECT_EQ(map.ranks[2].shard_shape, (Extents{0, 4}));
+  EXPECT_TRUE(map.ranks[2].pieces.empty());
+  EXPECT_EQ(map.ranks[3].shard_shape, std::nullopt);
+  EXPECT_EQ(map.find_rank(9), &map.ranks[1]);
+}
+
+TEST(JsonDecode, RankAndPieceOrderAreKeptAsWritten) {
+  const Map map = decode_ok(R"({"logical_shape": [4], "ranks": {
+    "9": {"shard_shape": [4], "pieces": [
+      {"shape": [2], "source": [2, [1]], "dest": [2, [1]], "locations": [9]},
+      {"shape": [2], "source": [0, [1]], "dest": [0, [1]], "locations": [9]}]},
+    "3": {"shard_shape": [0]}}})");
+  ASSERT_EQ(map.ranks.size(), 2u);
+  EXPECT_EQ(map.ranks[0].rank, 9);
+  EXPECT_EQ(map.ranks[1].rank, 3);
+  EXPECT_EQ(map.ranks[0].pieces[0].source.offset, 2);
+  EXPECT_EQ(map.ranks[0].pieces[1].source.offset, 0);
+
+  const Json sorted = encode_map(map);
+  const Json given = encode_map(map, RankOrder::as_given);
+  EXPECT_EQ(sorted["ranks"].begin().key(), "3");
+  EXPECT_EQ(given["ranks"].begin().key(), "9");
+  EXPECT_EQ(decode_map(given).value(), map);
+  // Pieces keep their order in both modes.
+  EXPECT_EQ(sorted["ranks"]["9"]["pieces"][0]["source"][0], 2);
+}
+
+TEST(JsonDecode, UnknownKeysAreIgnored) {
+  const Map map = decode_ok(R"({"logical_shape": [1], "producer": "x", "ranks": {"0": {"shard_shape": [1],
+    "note": [1, 2], "pieces": [{"shape": [], "source": [0, []], "dest": [0, []], "locations": [0], "dtype": "f32"}]}}})");
+  ASSERT_EQ(map.ranks.size(), 1u);
+  EXPECT_TRUE(map.ranks[0].pieces[0].shape.empty());
+}
+
+TEST(JsonEnvelope, EachParameterDecodesIndependently) {
+  auto doc = decode_document(parse_ok(R"({"version": 1, "params": {
+    "h.0.attn.weight": {"logical_shape": [2], "ranks": {"0": {"shard_shape": [2],
+      "pieces": [{"shape": [2], "source": [0, [1]], "dest": [0, [1]], "locations": [0]}]}}},
+    "h.0.mlp.weight": {"logical_shape": [2], "ranks": {"0": {"pieces": [{"shape": [2.5]}]}}}}})"));
+  ASSERT_TRUE(doc.ok()) << doc.error().to_string();
+  ASSERT_EQ(doc.value().size(), 2u);
+  EXPECT_EQ(doc.value()[0].name, "h.0.attn.weight");
+  ASSERT_TRUE(doc.value()[0].map.ok());
+  EXPECT_EQ(doc.value()[0].map.value().logical_shape, (Extents{2}));
+  EXPECT_EQ(doc.value()[1].name, "h.0.mlp.weight");
+  ASSERT_FALSE(doc.value()[1].map.ok());
+  const Error& error = doc.value()[1].map.error();
+  EXPECT_EQ(error.kind, ErrorKind::format);
+  EXPECT_EQ(error.path, R"($.params["h.0.mlp.weight"].ranks.0.pieces[0].shape[0])");
+  EXPECT_EQ(error.rank, 0);
+  EXPECT_EQ(error.piece, 0);
+}
+
+TEST(JsonEnvelope, SimpleParameterNamesUseDottedPaths) {
+  auto doc = decode_document(parse_ok(R"({"version": 1, "params": {"wte": {"ranks": {}}}})"));
+  ASSERT_TRUE(doc.ok());
+  ASSERT_FALSE(doc.value()[0].map.ok());
+  EXPECT_EQ(doc.value()[0].map.error().path, "$.params.wte.logical_shape");
+}
+
+TEST(JsonEnvelope, BareMapIsOneUnnamedEntry) {
+  auto doc = decode_document(parse_ok(kSpecExample));
+  ASSERT_TRUE(doc.ok());
+  ASSERT_EQ(doc.value().size(), 1u);
+  EXPECT_EQ(doc.value()[0].name, "");
+  EXPECT_EQ(doc.value()[0].map.value(), spec_example_map());
+}
+
+TEST(JsonEnvelope, NewerOrUnknownVersionsAreRefused) {
+  auto newer = decode_document(parse_ok(R"({"version": 2, "params": {}})"));
+  ASSERT_FALSE(newer.ok());
+  EXPECT_EQ(newer.error().kind, ErrorKind::format);
+  EXPECT_EQ(newer.error().path, "$.version");
+  EXPECT_NE(newer.error().message.find("newer"), std::string::npos) << newer.error().message;
+
+  for (const char* text : {R"({"version": 0, "params": {}})", R"({"version": "1", "params": {}})",
+                           R"({"version": 1.0, "params": {}})", R"({"params": {}})"}) {
+    auto doc = decode_document(parse_ok(text));
+    ASSERT_FALSE(doc.ok()) << text;
+    EXPECT_EQ(doc.error().path, "$.version") << text;
+  }
+  auto empty = decode_document(parse_ok(R"({"version": 1, "params": {}})"));
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty.value().empty());
+}
+
+TEST(JsonScale, OmittedAtOneKeptOtherwise) {
+  Map map = spec_example_map();
+  EXPECT_FALSE(encode_map(map)["ranks"]["0"]["pieces"][0].contains("scale"));
+  for (double scale : {0.5, 2.0, 0.0, -1.0, 0.1, 1e-300, 1.0000000000000002}) {
+    map.ranks[0].pieces[0].scale = scale;
+    const Json json = encode_map(map);
+    ASSERT_TRUE(json["ranks"]["0"]["pieces"][0].contains("scale")) << scale;
+    auto back = decode_map(parse_ok(encode_map_text(map)));
+    ASSERT_TRUE(back.ok()) << back.error().to_string();
+    EXPECT_EQ(back.value().ranks[0].pieces[0].scale, scale);  // exact, not approximate
+  }
+  const Map integer_scale = decode_ok(R"({"logical_shape": [1], "ranks": {"0": {"shard_shape": [1],
+    "pieces": [{"shape": [1], "source": [0, [1]], "dest": [0, [1]], "locations": [0], "scale": 4}]}}})");
+  EXPECT_EQ(integer_scale.ranks[0].pieces[0].scale, 4.0);
+}
+
+struct Malformed {
+  const char* name;
+  std::string text;
+  const char* path;  // exact expected path, or nullptr to require only a non-empty one
+};
+
+std::string nested(std::size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+
+// A valid piece with one field replaced, to aim at one location at a time.
+std::string with_piece(const std::string& fields) {
+  return R"({"logical_shape": [4], "ranks": {"1": {"shard_shape": [4], "pieces": [{)" + fields + "}]}}}";
+}
+const std::string kShape = R"("shape": [4])";
+const std::string kSource = R"("source": [0, [1]])";
+const std::string kDest = R"("dest": [0, [1]])";
+const std::string kLoc = R"("locations": [1])";
+std::string piece_without(const std::string& replaced, const std::string& by) {
+  std::string out;
+  for (const std::string* field : {&kShape, &kSource, &kDest, &kLoc}) {
+    const std::string& text = (*field == replaced) ? by : *field;
+    if (text.empty()) continue;
+    if (!out.empty()) out += ", ";
+    out += text;
+  }
+  return with_piece(out);
+}
+
+std::vector<Malformed> malformed_inputs() {
+  return {
+      {"empty input", "", "$"},
+      {"whitespace only", "  \n ", "$"},
+      {"truncated", R"({"logical_shape": [4], "ranks": {"0": )", "$"},
+      {"syntax error", R"({"logical_shape": [4],, "ranks": {}})", "$"},
+      {"trailing garbage", R"({"logical_shape": [], "ranks": {}} x)", "$"},
+      {"NaN token", R"({"logical_shape": [NaN], "ranks": {}})", "$"},
+      {"Infinity token", R"({"logical_shape": [Infinity], "ranks": {}})", "$"},
+      {"number overflowing a double", R"({"logical_shape": [1e400], "ranks": {}})", "$"},
+      {"nesting depth 100000", nested(100000), "$"},
+      {"unterminated string", R"({"logical_shape": [1], "ranks": {"0)", "$"},
+      {"invalid utf-8", "{\"logical_shape\": [1], \"ranks\": {\"\xff\": {}}}", "$"},
+      {"duplicate literal key", R"({"logical_shape": [1], "ranks": {"1": {}, "1": {}}})", "$.ranks.1"},
+      {"top level array", "[1, 2]", "$"},
+      {"top level number", "3", "$"},
+      {"object that is neither map nor envelope", R"({"shape": [4]})", "$"},
+      {"logical_shape missing with ranks", R"({"version": 1, "params": {"w": {"ranks": {}}}})",
+       "$.params.w.logical_shape"},
+      {"logical_shape not an array", R"({"logical_shape": 4, "ranks": {}})", "$.logical_shape"},
+      {"logical_shape element a string", R"({"logical_shape": ["4"], "ranks": {}})", "$.logical_shape[0]"},
+      {"logical_shape element true", R"({"logical_shape": [4, true], "ranks": {}})", "$.logical_shape[1]"},
+      {"logical_shape element null", R"({"logical_shape": [null], "ranks": {}})", "$.logical_shape[0]"},
+      {"float extent", R"({"logical_shape": [2.5], "ranks": {}})", "$.logical_shape[0]"},
+      {"integral float extent", R"({"logical_shape": [4.0], "ranks": {}})", "$.logical_shape[0]"},
+      {"1e30 extent", R"({"logical_shape": [1e30], "ranks": {}})", "$.logical_shape[0]"},
+      {"2^63 extent", R"({"logical_shape": [9223372036854775808], "ranks": {}})", "$.logical_shape[0]"},
+      {"2^64-1 extent", R"({"logical_shape": [18446744073709551615], "ranks": {}})", "$.logical_shape[0]"},
+      {"ranks missing", R"({"logical_shape": [4]})", "$.ranks"},
+      {"ranks a string", R"({"logical_shape": [4], "ranks": "0"})", "$.ranks"},
+      {"rank key not a number", R"({"logical_shape": [4], "ranks": {"r0": {}}})", "$.ranks.r0"},
+      {"rank key empty", R"({"logical_shape": [4], "ranks": {"": {}}})", R"($.ranks[""])"},
+      {"rank key negative", R"({"logical_shape": [4], "ranks": {"-1": {}}})", "$.ranks.-1"},
+      {"rank key with sign", R"({"logical_shape": [4], "ranks": {"+1": {}}})", R"($.ranks["+1"])"},
+      {"rank key with space", R"({"logical_shape": [4], "ranks": {" 1": {}}})", R"($.ranks[" 1"])"},
+      {"rank key over 64 bits", R"({"logical_shape": [4], "ranks": {"99999999999999999999": {}}})",
+       "$.ranks.99999999999999999999"},
+      {"duplicate rank 1 and 01", R"({"logical_shape": [4], "ranks": {"1": {}, "01": {}}})", "$.ranks.01"},
+      {"rank entry not an object", R"({"logical_shape": [4], "ranks": {"0": [1]}})", "$.ranks.0"},
+      {"array rank missing rank field", R"({"logical_shape": [4], "ranks": [{"shard_shape": [4]}]})",
+       "$.ranks[0].rank"},
+      {"array rank negative", R"({"logical_shape": [4], "ranks": [{"rank": -1}]})", "$.ranks[0].rank"},
+      {"array rank a string", R"({"logical_shape": [4], "ranks": [{"rank": "0"}]})", "$.ranks[0].rank"},
+      {"array rank duplicate", R"({"logical_shape": [4], "ranks": [{"rank": 2}, {"rank": 2}]})", "$.ranks[1]"},
+      {"array rank element a number", R"({"logical_shape": [4], "ranks": [0]})", "$.ranks[0]"},
+      {"shard_shape not an array", R"({"logical_shape": [4], "ranks": {"0": {"shard_shape": {}}}})",
+       "$.ranks.0.shard_shape"},
+      {"shard_shape null", R"({"logical_shape": [4], "ranks": {"0": {"shard_shape": null}}})",
+       "$.ranks.0.shard_shape"},
+      {"pieces an object", R"({"logical_shape": [4], "ranks": {"0": {"pieces": {}}}})", "$.ranks.0.pieces"},
+      {"piece not an object", R"({"logical_shape": [4], "ranks": {"0": {"pieces": [[4]]}}})",
+       "$.ranks.0.pieces[0]"},
+      {"shape missing", piece_without(kShape, ""), "$.ranks.1.pieces[0].shape"},
+      {"source missing", piece_without(kSource, ""), "$.ranks.1.pieces[0].source"},
+      {"dest missing", piece_without(kDest, ""), "$.ranks.1.pieces[0].dest"},
+      {"locations missing", piece_without(kLoc, ""), "$.ranks.1.pieces[0].locations"},
+      {"source with 3 elements", piece_without(kSource, R"("source": [0, [1], 0])"), "$.ranks.1.pieces[0].source"},
+      {"source with 1 element", piece_without(kSource, R"("source": [0])"), "$.ranks.1.pieces[0].source"},
+      {"source an object", piece_without(kSource, R"("source": {"offset": 0})"), "$.ranks.1.pieces[0].source"},
+      {"source strides not an array", piece_without(kSource, R"("source": [0, 1])"),
+       "$.ranks.1.pieces[0].source[1]"},
+      {"source float stride", piece_without(kSource, R"("source": [0, [1, 2, 2.5]])"),
+       "$.ranks.1.pieces[0].source[1][2]"},
+      {"dest offset a string", piece_without(kDest, R"("dest": ["0", [1]])"), "$.ranks.1.pieces[0].dest[0]"},
+      {"dest offset 1e30", piece_without(kDest, R"("dest": [1e30, [1]])"), "$.ranks.1.pieces[0].dest[0]"},
+      {"locations a number", piece_without(kLoc, R"("locations": 1)"), "$.ranks.1.pieces[0].locations"},
+      {"locations element bool", piece_without(kLoc, R"("locations": [false])"),
+       "$.ranks.1.pieces[0].locations[0]"},
+      {"shape element float", piece_without(kShape, R"("shape": [4e0])"), "$.ranks.1.pieces[0].shape[0]"},
+      {"scale a string", with_piece(kShape + "," + kSource + "," + kDest + "," + kLoc + R"(, "scale": "2")"),
+       "$.ranks.1.pieces[0].scale"},
+      {"scale null", with_piece(kShape + "," + kSource + "," + kDest + "," + kLoc + R"(, "scale": null)"),
+       "$.ranks.1.pieces[0].scale"},
+      {"scale a bool", with_piece(kShape + "," + kSource + "," + kDest + "," + kLoc + R"(, "scale": true)"),
+       "$.ranks.1.pieces[0].scale"},
+      {"params not an object", R"({"version": 1, "params": [1]})", "$.params"},
+      {"params missing", R"({"version": 1})", "$.params"},
+      {"param map not an object", R"({"version": 1, "params": {"w": 3}})", "$.params.w"},
+  };
+}
+
+TEST(JsonMalformed, EveryInputGivesALocatedFormatError) {
+  const auto cases = malformed_inputs();
+  ASSERT_GE(cases.size(), 30u);
+  for (const Malformed& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto error = first_error(c.text);
+    ASSERT_TRUE(error.has_value()) << "accepted: " << c.text.substr(0, 200);
+    EXPECT_EQ(error->kind, ErrorKind::format);
+    EXPECT_FALSE(error->path.empty());
+    if (c.path) {
+      EXPECT_EQ(error->path, c.path) << error->message;
+    }
+    // The message names the location so a user can find it in the file.
+    EXPECT_NE(error->message.find(error->path), std::string::npos) << error->message;
+    EXPECT_LT(error->message.size(), 400u) << error->message;
+    if (std::getenv("SHARDCHECK_SHOW_MESSAGES")) std::printf("%-40s %s\n", c.name, error->message.c_str());
+  }
+}
+
+TEST(JsonMalformed, ErrorsNameRankPieceAndWhatWasExpected) {
+  auto error = first_error(piece_without(kSource, R"("source": [0, [1, 2, 2.5]])"));
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->rank, 1);
+  EXPECT_EQ(error->piece, 0);
+  EXPECT_NE(error->message.find("integer"), std::string::npos) << error->message;
+  EXPECT_NE(error->message.find("2.5"), std::string::npos) << error->message;
+
+  auto duplicate = first_error(R"({"logical_shape": [4], "ranks": {"1": {}, "01": {}}})");
+  ASSERT_TRUE(duplicate);
+  EXPECT_EQ(duplicate->rank, 1);
+  EXPECT_NE(duplicate->message.find(R"("1")"), std::string::npos) << duplicate->message;
+  EXPECT_NE(duplicate->message.find(R"("01")"), std::string::npos) << duplicate->message;
+
+  auto syntax = first_error(R"({"logical_shape": [4],, "ranks": {}})");
+  ASSERT_TRUE(syntax);
+  EXPECT_NE(syntax->message.find("byte 23"), std::string::npos) << syntax->message;
+}
+
+TEST(JsonParse, NestingLimitIsExactlyTheDocumentedDepth) {
+  EXPECT_TRUE(parse_json(nested(256)).ok());
+  EXPECT_FALSE(parse_json(nested(257)).ok());
+  // Brackets inside strings (escaped quotes included) do not count.
+  const std::string in_string = "[\"\\\"" + std::string(1000, '[') + "\"]";
+  EXPECT_TRUE(parse_json(in_string).ok()) << parse_json(in_string).error().to_string();
+}
+
+TEST(JsonParse, OversizedInputIsRefusedBeforeParsing) {
+  // A leading 'x' makes the parser stop at byte 1, so the size check alone decides
+  // which error comes back, without parsing 64 MiB.
+  std::string big(std::size_t{64} << 20, ' ');
+  big[0] = 'x';
+  auto at_limit = parse_json(big);
+  ASSERT_FALSE(at_limit.ok());
+  EXPECT_NE(at_limit.error().message.find("at byte 1"), std::string::npos) << at_limit.error().message;
+  big.push_back(' ');
+  auto refused = parse_json(big);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::format);
+  EXPECT_NE(refused.error().message.find("67108865 bytes"), std::string::npos) << refused.error().message;
+}
+
+TEST(JsonDecode, RepresentableButInvalidValuesAreKept) {
+  const Map map = decode_ok(R"({"logical_shape": [-4, 9223372036854775807], "ranks": {"0": {"shard_shape": [-1],
+    "pieces": [{"shape": [-2, 3], "source": [-5, [-1, 0]], "dest": [9223372036854775807, [1]],
+                "locations": [], "scale": 0},
+               {"shape": [1], "source": [-9223372036854775808, [1]], "dest": [0, [1, 2, 3]],
+                "locations": [5, 0, -3], "scale": -1}]}}})");
+  ASSERT_EQ(map.ranks.size(), 1u);
+  const Piece& a = map.ranks[0].pieces[0];
+  EXPECT_EQ(map.logical_shape, (Extents{-4, std::numeric_limits<Index>::max()}));
+  EXPECT_EQ(map.ranks[0].shard_shape, (Extents{-1}));
+  EXPECT_EQ(a.shape, (Extents{-2, 3}));
+  EXPECT_EQ(a.source.offset, -5);
+  EXPECT_EQ(a.source.strides, (Strides{-1, 0}));
+  EXPECT_TRUE(a.locations.empty());
+  EXPECT_EQ(a.scale, 0.0);
+  const Piece& b = map.ranks[0].pieces[1];
+  EXPECT_EQ(b.source.offset, std::numeric_limits<Index>::min());
+  EXPECT_EQ(b.dest.strides.size(), 3u);
+  EXPECT_EQ(b.locations, (std::vector<Rank>{5, 0, -3}));
+  EXPECT_EQ(b.scale, -1.0);
+}
+
+std::vector<Map> hand_built_maps() {
+  std::vector<Map> maps;
+  maps.push_back(spec_example_map());
+  maps.push_back(Map{{}, {}});  // 0-d, no ranks
+  Map odd;
+  odd.logical_shape = {8};
+  odd.ranks.push_back(RankEntry{0, Extents{4}, {piece({4}, -1, {1}, 0, {1}, {})}});  // negative offset, no holders
+  odd.ranks.push_back(RankEntry{3, std::nullopt, {piece({2, 2}, 4, {1}, 0, {2, 1, 7}, {3, 0}, 0.25)}});
+  odd.ranks.push_back(RankEntry{9, Extents{0, 4}, {}});
+  maps.push_back(odd);
+  Map replicated;
+  replicated.logical_shape = {4};
+  for (Rank r : {0, 1}) {
+    replicated.ranks.push_back(RankEntry{r, Extents{4}, {piece({4}, 0, {1}, 0, {1}, {0, 1}, 2.0)}});
+  }
+  maps.push_back(replicated);
+  return maps;
+}
+
+TEST(JsonRoundTrip, HandBuiltMapsIncludingInvalidOnes) {
+  for (const Map& map : hand_built_maps()) {
+    SCOPED_TRACE(describe(map));
+    auto via_value = decode_map(encode_map(map));
+    ASSERT_TRUE(via_value.ok()) << via_value.error().to_string();
+    EXPECT_EQ(via_value.value(), map);
+    auto via_text = decode_map(parse_ok(encode_map_text(map)));
+    ASSERT_TRUE(via_text.ok()) << via_text.error().to_string();
+    EXPECT_EQ(via_text.value(), map);
+  }
+}
+
+TEST(JsonEncode, ShardShapeOmittedOnlyWhenAbsent) {
+  const Json json = encode_map(hand_built_maps()[2]);
+  EXPECT_TRUE(json["ranks"]["0"].contains("shard_shape"));
+  EXPECT_FALSE(json["ranks"]["3"].contains("shard_shape"));
+  EXPECT_EQ(json["ranks"]["9"]["shard_shape"], Json::parse("[0, 4]"));
+  EXPECT_EQ(json["ranks"]["9"]["pieces"], Json::array());
+}
+
+TEST(JsonEncode, UnrepresentableRankIdsAreNotDroppedSilently) {
+  Map twice;
+  twice.logical_shape = {4};
+  twice.ranks.push_back(RankEntry{1, Extents{4}, {}});
+  twice.ranks.push_back(RankEntry{1, Extents{2}, {}});
+  const Json json = encode_map(twice);
+  ASSERT_TRUE(json["ranks"].is_array());
+  EXPECT_EQ(json["ranks"].size(), 2u);
+  auto back = decode_map(json);
+  ASSERT_FALSE(back.ok());
+  EXPECT_EQ(back.error().kind, ErrorKind::format);
+  EXPECT_EQ(back.error().path, "$.ranks[1]");
+
+  Map negative;
+  negative.ranks.push_back(RankEntry{-2, std::nullopt, {}});
+  auto refused = decode_map(encode_map(negative));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().path, "$.ranks[0].rank");
+}
+
+// Random numbers that stress the codec: small ones, the int64 extremes, anything.
+rc::Gen<Index> any_index() {
+  return rc::gen::oneOf(rc::gen::inRange<Index>(-3, 10),
+                        rc::gen::element(std::numeric_limits<Index>::min(), std::numeric_limits<Index>::max(),
+                                         Index{1} << 53, -(Index{1} << 53) - 1),
+                        rc::gen::arbitrary<Index>());
+}
+
+// Only valid inside a property: the length is drawn when the generator is made.
+rc::Gen<std::vector<Index>> small_vector() {
+  return rc::gen::container<std::vector<Index>>(*rc::gen::inRange<std::size_t>(0, 4), any_index());
+}
+
+rc::Gen<double> any_scale() {
+  return rc::gen::oneOf(rc::gen::element(1.0, 1.0, 0.0, -1.0, 0.5, 2.0, -0.0),
+                        rc::gen::suchThat(rc::gen::arbitrary<double>(), [](double d) { return std::isfinite(d); }));
+}
+
+Map random_map(bool sorted_ranks) {
+  Map map;
+  map.logical_shape = *small_vector();
+  const auto id = rc::gen::oneOf(rc::gen::inRange<Rank>(0, 16),
+                                 rc::gen::inRange<Rank>(0, std::numeric_limits<Rank>::max()));
+  auto ids = *rc::gen::resize(6, rc::gen::unique<std::vector<Rank>>(id));
+  if (sorted_ranks) std::sort(ids.begin(), ids.end());
+  for (Rank id : ids) {
+    RankEntry entry;
+    entry.rank = id;
+    if (*rc::gen::inRange(0, 4) != 0) entry.shard_shape = *small_vector();
+    const int pieces = *rc::gen::inRange(0, 4);
+    for (int i = 0; i < pieces; ++i) {
+      Piece p;
+      p.shape = *small_vector();
+      p.source = StridedView{*any_index(), *small_vector()};
+      p.dest = StridedView{*any_index(), *small_vector()};
+      p.locations = *small_vector();
+      p.scale = *any_scale();
+      entry.pieces.push_back(std::move(p));
+    }
+    map.ranks.push_back(std::move(entry));
+  }
+  return map;
+}
+
+RC_GTEST_PROP(JsonProperty, SortedMapsRoundTripThroughText, ()) {
+  const Map map = random_map(true);
+  auto json = parse_json(encode_map_text(map));
+  RC_ASSERT(json.ok());
+  auto back = decode_map(json.value());
+  RC_ASSERT(back.ok());
+  RC_ASSERT(back.value() == map);
+  RC_ASSERT(encode_map(back.value()) == json.value());
+}
+
+RC_GTEST_PROP(JsonProperty, AnyRankOrderRoundTripsAsGiven, ()) {
+  const Map map = random_map(false);
+  auto json = parse_json(encode_map_text(map, RankOrder::as_given));
+  RC_ASSERT(json.ok());
+  auto back = decode_map(json.value());
+  RC_ASSERT(back.ok());
+  RC_ASSERT(back.value() == map);
+  // Sorted output decodes to the same ranks, in id order.
+  auto sorted = decode_map(encode_map(map));
+  RC_ASSERT(sorted.ok());
+  RC_ASSERT(canonical(sorted.value()) == canonical(map));
+  RC_ASSERT(std::is_sorted(sorted.value().ranks.begin(), sorted.value().ranks.end(),
+                           [](const RankEntry& a, const RankEntry& b) { return a.rank < b.rank; }));
+}
+
+// Byte-level damage to real encoder output: whatever survives must either decode or
+// come back as a located format error; nothing may crash or throw.
+RC_GTEST_PROP(JsonProperty, DamagedTextDecodesOrGivesALocatedFormatError, ()) {
+  std::string text = encode_map_text(random_map(true));
+  const int edits = *rc::gen::inRange(1, 4);
+  for (int i = 0; i < edits && !text.empty(); ++i) {
+    const auto at = *rc::gen::inRange<std::size_t>(0, text.size());
+    const char byte = *rc::gen::oneOf(rc::gen::element('[', ']', '{', '}', '"', ',', ':', '-', '.', 'e', '1', '\\'),
+                                      rc::gen::arbitrary<char>());
+    switch (*rc::gen::inRange(0, 3)) {
+      case 0: text[at] = byte; break;
+      case 1: text.insert(text.begin() + static_cast<std::ptrdiff_t>(at), byte); break;
+      default: text.erase(at, 1); break;
+    }
+  }
+  if (auto error = first_error(text)) {
+    RC_ASSERT(error->kind == ErrorKind::format);
+    RC_ASSERT(!error->path.empty());
+    RC_ASSERT(error->message.find(error->path) != std::string::npos);
+    RC_ASSERT(Json(error->message).dump().size() > 0);  // valid UTF-8, or dump would throw
+  }
+}
+
+}  // namespace
+}  // namespace shardcheck
