@@ -43,6 +43,7 @@ struct CaseOutcome {
   // Whether the outcome matches the case's expectations for this policy.
   bool matches_expectation = true;
   std::string expectation_message;  // why not, when it does not
+  Policy policy = Policy::strict;  // the policy the case ran under (for outcome_to_json)
 };
 
 // Runs a case. Errors in the case itself (an invalid truth map, values of the wrong

@@ -1,0 +1,60 @@
+// `shardcheck check MAP.json`: runs the spec 3 map checks (conditions 1-6) on a bare
+// map or on every parameter of an envelope.
+#include <cstdio>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "shardcheck/checks.h"
+#include "shardcheck/json.h"
+
+namespace shardcheck::cli {
+
+namespace {
+
+struct CheckArgs {
+  std::string path;
+};
+
+int run_check(const CheckArgs& args) {
+  FileText file = read_file(args.path);
+  if (!file.text) {
+    fmt::print(stderr, "shardcheck: {}\n", file.error);
+    return kExitUsage;
+  }
+  auto json = parse_json(*file.text);
+  if (!json) {
+    fmt::print(stderr, "shardcheck: {}: {}\n", args.path, json.error().to_string());
+    return kExitUsage;
+  }
+  auto document = decode_document(json.value());
+  if (!document) {
+    fmt::print(stderr, "shardcheck: {}: {}\n", args.path, document.error().to_string());
+    return kExitUsage;
+  }
+  const auto& params = document.value();
+  // A bare map comes back as one unnamed entry; only envelope lines carry a name.
+  bool bare = params.size() == 1 && params.front().name.empty() && !json.value().contains("params");
+  int exit_code = kExitOk;
+  for (const auto& param : params) {
+    Status error = param.map ? check_map(param.map.value()) : Status(param.map.error());
+    std::string verdict = error ? "refused " + error->to_string() : "valid";
+    if (error) exit_code = kExitFound;
+    if (bare) fmt::print("{}\n", verdict);
+    else fmt::print("{}: {}\n", param.name, verdict);
+  }
+  return exit_code;
+}
+
+}  // namespace
+
+void register_check(CLI::App& app, RunState& state) {
+  auto args = std::make_shared<CheckArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "check", "Check a map or an envelope of maps against spec section 3 (conditions 1-6)");
+  sub->add_option("map", args->path, "map or envelope JSON file")->required();
+  sub->callback([args, &state] { state.exit_code = run_check(*args); });
+}
+
+}  // namespace shardcheck::cli

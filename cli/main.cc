@@ -1,0 +1,56 @@
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <sstream>
+
+#include "commands.h"
+
+namespace shardcheck::cli {
+
+FileText read_file(const std::string& path) {
+  FileText out;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    out.error = "cannot read " + path + ": " + std::strerror(errno);
+    return out;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    out.error = "cannot read " + path;
+    return out;
+  }
+  out.text = std::move(text).str();
+  return out;
+}
+
+}  // namespace shardcheck::cli
+
+namespace {
+constexpr const char* kVersion = "shardcheck 0.1.0 (affine map format 1)";
+}
+
+int main(int argc, char** argv) {
+  using namespace shardcheck::cli;
+  CLI::App app{"shardcheck: verify DeepSpeed affine shard maps and replay conversion cases"};
+  app.set_version_flag("--version", kVersion);
+  app.require_subcommand(1);
+  RunState state;
+  register_check(app, state);
+  register_repro(app, state);
+#ifdef SHARDCHECK_WITH_GEN
+  register_campaign(app, state);
+#endif
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11's own exit codes would collide with ours: only help and version succeed.
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shardcheck: %s\n", e.what());
+    return kExitUsage;
+  }
+  return state.exit_code;
+}

@@ -1,0 +1,74 @@
+// `shardcheck repro CASE.json`: replays a case file through one policy and one oracle
+// and says whether the conversion refused, was exact, or was silently wrong.
+#include <cstdio>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "shardcheck/case.h"
+#include "shardcheck/convert.h"
+#include "shardcheck/oracles/truth.h"
+
+namespace shardcheck::cli {
+
+namespace {
+
+struct ReproArgs {
+  std::string path;
+  std::string policy_name = "strict";
+  std::string oracle_name = "truth";
+  bool json = false;
+};
+
+int run_repro(const ReproArgs& args) {
+  FileText file = read_file(args.path);
+  if (!file.text) {
+    fmt::print(stderr, "shardcheck: {}\n", file.error);
+    return kExitUsage;
+  }
+  auto c = decode_case_text(*file.text);
+  if (!c) {
+    fmt::print(stderr, "shardcheck: {}: {}\n", args.path, c.error().to_string());
+    return kExitUsage;
+  }
+  ConvertOptions options;
+  options.policy = parse_policy(args.policy_name).value_or(Policy::strict);
+  auto oracle = args.oracle_name == "same-map" ? oracles::OracleKind::same_map
+                                               : oracles::OracleKind::truth;
+  auto outcome = oracles::run_case(c.value(), options, oracle);
+  if (!outcome) {
+    fmt::print(stderr, "shardcheck: {}: the case cannot be run: {}\n", args.path,
+               outcome.error().to_string());
+    return kExitUsage;
+  }
+  const oracles::CaseOutcome& o = outcome.value();
+  if (args.json) {
+    fmt::print("{}\n", oracles::outcome_to_json(c.value(), o).dump());
+  } else {
+    fmt::print("{}\n", o.message);
+    if (o.verdict == oracles::Verdict::wrong && o.valid_layout) {
+      fmt::print("the map passes every check of spec 3: a valid but different layout\n");
+    }
+    if (!o.matches_expectation) fmt::print("expectation not met: {}\n", o.expectation_message);
+  }
+  bool silently_wrong = o.verdict == oracles::Verdict::wrong;
+  return silently_wrong || !o.matches_expectation ? kExitFound : kExitOk;
+}
+
+}  // namespace
+
+void register_repro(CLI::App& app, RunState& state) {
+  auto args = std::make_shared<ReproArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "repro", "Replay a case file: refused, exact, or silently wrong (with the difference)");
+  sub->add_option("case", args->path, "case file (JSON)")->required();
+  sub->add_option("--policy", args->policy_name, "conversion policy: strict (default) or legacy")
+      ->check(CLI::IsMember({"strict", "legacy"}));
+  sub->add_option("--oracle", args->oracle_name, "truth (default) or same-map")
+      ->check(CLI::IsMember({"truth", "same-map"}));
+  sub->add_flag("--json", args->json, "print the outcome as one JSON object");
+  sub->callback([args, &state] { state.exit_code = run_repro(*args); });
+}
+
+}  // namespace shardcheck::cli

@@ -1,0 +1,402 @@
+#include "shardcheck/case.h"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace shardcheck {
+
+std::string_view op_name(Op op) {
+  switch (op) {
+    case Op::rebuild: return "rebuild";
+    case Op::extract: return "extract";
+    case Op::both: return "both";
+  }
+  return "rebuild";
+}
+
+namespace {
+
+constexpr int kCaseVersion = 1;
+
+Error format_error(const std::string& path, std::string message) {
+  Error error = make_error(ErrorKind::format, fmt::format("{} at {}", message, path));
+  error.path = path;
+  return error;
+}
+
+std::string_view expectation_name(Expectation e) {
+  switch (e) {
+    case Expectation::refused: return "refused";
+    case Expectation::exact: return "exact";
+    case Expectation::wrong_valid_layout: return "wrong_valid_layout";
+  }
+  return "refused";
+}
+
+std::optional<Expectation> parse_expectation(std::string_view name) {
+  for (auto e : {Expectation::refused, Expectation::exact, Expectation::wrong_valid_layout}) {
+    if (expectation_name(e) == name) return e;
+  }
+  return std::nullopt;
+}
+
+std::optional<Op> parse_op(std::string_view name) {
+  for (auto op : {Op::rebuild, Op::extract, Op::both}) {
+    if (op_name(op) == name) return op;
+  }
+  return std::nullopt;
+}
+
+unsigned width_bits(DType dtype) { return static_cast<unsigned>(element_size(dtype) * 8); }
+
+std::string hex_bits(DType dtype, std::uint64_t bits) {
+  return fmt::format("0x{:0{}x}", bits, element_size(dtype) * 2);
+}
+
+Result<std::uint64_t> decode_hex(DType dtype, const std::string& text, const std::string& path) {
+  if (text.size() < 3 || text[0] != '0' || (text[1] != 'x' && text[1] != 'X')) {
+    return format_error(path, fmt::format("value \"{}\" is neither a number nor \"0x...\" bits",
+                                          text));
+  }
+  std::uint64_t bits = 0;
+  const char* first = text.data() + 2;
+  const char* last = text.data() + text.size();
+  auto [end, ec] = std::from_chars(first, last, bits, 16);
+  if (ec == std::errc::result_out_of_range) {
+    return format_error(path, fmt::format("bits \"{}\" do not fit 64 bits", text));
+  }
+  if (ec != std::errc() || end != last) {
+    return format_error(path, fmt::format("bits \"{}\" are not hexadecimal", text));
+  }
+  unsigned width = width_bits(dtype);
+  if (width < 64 && (bits >> width) != 0) {
+    return format_error(path, fmt::format("bits \"{}\" do not fit the {}-bit dtype {}", text,
+                                          width, dtype_name(dtype)));
+  }
+  return bits;
+}
+
+Result<std::uint64_t> decode_number(DType dtype, const Json& json, const std::string& path) {
+  std::optional<std::uint64_t> bits;
+  if (is_floating(dtype)) {
+    bits = bits_from_double(dtype, json.get<double>());
+  } else if (json.is_number_unsigned()) {
+    // nlohmann counts unsigned as integer too; above int64's range nothing we have fits.
+    auto value = json.get<std::uint64_t>();
+    if (value <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      bits = bits_from_integer(dtype, static_cast<std::int64_t>(value));
+    }
+  } else if (json.is_number_integer()) {
+    bits = bits_from_integer(dtype, json.get<std::int64_t>());
+  } else {
+    double value = json.get<double>();
+    // 2^63 is exactly representable; anything at or beyond it cannot be an int64.
+    constexpr double kLimit = 9223372036854775808.0;
+    if (std::isfinite(value) && std::trunc(value) == value && value >= -kLimit && value < kLimit) {
+      bits = bits_from_integer(dtype, static_cast<std::int64_t>(value));
+    } else if (std::isfinite(value) && std::trunc(value) != value) {
+      return format_error(path, fmt::format("value {} is not an integer, as dtype {} needs",
+                                            json.dump(), dtype_name(dtype)));
+    }
+  }
+  if (!bits) {
+    return format_error(path, fmt::format("value {} does not fit dtype {}", json.dump(),
+                                          dtype_name(dtype)));
+  }
+  return *bits;
+}
+
+Result<std::uint64_t> decode_value(DType dtype, const Json& json, const std::string& path) {
+  if (json.is_number()) return decode_number(dtype, json, path);
+  if (json.is_string()) return decode_hex(dtype, json.get<std::string>(), path);
+  return format_error(path, "a value must be a JSON number or a \"0x...\" bits string");
+}
+
+Result<std::vector<std::uint64_t>> decode_values(DType dtype, const Json& json,
+                                                 const std::string& path) {
+  if (!json.is_array()) return format_error(path, "values must be a JSON array");
+  std::vector<std::uint64_t> out;
+  out.reserve(json.size());  // bounded by the parsed document, not by a number in it
+  for (std::size_t i = 0; i < json.size(); ++i) {
+    auto bits = decode_value(dtype, json[i], fmt::format("{}[{}]", path, i));
+    if (!bits) return bits.error();
+    out.push_back(bits.value());
+  }
+  return out;
+}
+
+// Rank keys are canonical decimal ids so that "1" and "01" cannot both name rank 1.
+std::optional<Rank> parse_rank_key(const std::string& key) {
+  if (key.empty() || (key.size() > 1 && key[0] == '0')) return std::nullopt;
+  Rank rank = 0;
+  auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), rank, 10);
+  if (ec != std::errc() || end != key.data() + key.size() || rank < 0) return std::nullopt;
+  return rank;
+}
+
+Result<std::map<Rank, std::vector<std::uint64_t>>> decode_shards(DType dtype, const Json& json,
+                                                                const std::string& path) {
+  if (!json.is_object()) return format_error(path, "shards must be an object keyed by rank");
+  std::map<Rank, std::vector<std::uint64_t>> out;
+  for (const auto& [key, values] : json.items()) {
+    auto rank = parse_rank_key(key);
+    std::string item_path = fmt::format("{}.{}", path, key);
+    if (!rank) {
+      return format_error(item_path, fmt::format("shard key \"{}\" is not a rank id", key));
+    }
+    auto decoded = decode_values(dtype, values, item_path);
+    if (!decoded) return decoded.error();
+    if (!out.emplace(*rank, std::move(decoded.value())).second) {
+      return format_error(item_path, fmt::format("rank {} has two shards", *rank));
+    }
+  }
+  return out;
+}
+
+Result<std::string> get_string(const Json& json, const std::string& path) {
+  if (!json.is_string()) return format_error(path, "expected a string");
+  return json.get<std::string>();
+}
+
+Result<std::int64_t> get_integer(const Json& json, const std::string& path) {
+  if (json.is_number_unsigned() &&
+      json.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    return format_error(path, "expected an integer that fits 64 bits");
+  }
+  if (json.is_number_integer()) return json.get<std::int64_t>();
+  return format_error(path, "expected an integer that fits 64 bits");
+}
+
+Result<ErrorKind> get_kind(const Json& json, const std::string& path) {
+  auto name = get_string(json, path);
+  if (!name) return name.error();
+  auto kind = parse_kind(name.value());
+  if (!kind) return format_error(path, fmt::format("\"{}\" is not an error kind", name.value()));
+  return *kind;
+}
+
+// Corruption old/new values are informational; numbers are kept as their JSON text.
+std::string text_of(const Json& json) {
+  return json.is_string() ? json.get<std::string>() : json.dump();
+}
+
+Result<CorruptionRecord> decode_corruption(const Json& json, const std::string& path) {
+  if (!json.is_object()) return format_error(path, "corruption must be an object");
+  CorruptionRecord record;
+  if (json.contains("kind")) {
+    auto kind = get_string(json["kind"], path + ".kind");
+    if (!kind) return kind.error();
+    record.kind = kind.value();
+  }
+  for (const char* key : {"rank", "piece"}) {
+    if (!json.contains(key) || json[key].is_null()) continue;
+    auto value = get_integer(json[key], path + "." + key);
+    if (!value) return value.error();
+    if (std::string_view(key) == "rank") record.rank = value.value();
+    else record.piece = value.value();
+  }
+  if (json.contains("field")) {
+    auto field = get_string(json["field"], path + ".field");
+    if (!field) return field.error();
+    record.field = field.value();
+  }
+  if (json.contains("old")) record.old_value = text_of(json["old"]);
+  if (json.contains("new")) record.new_value = text_of(json["new"]);
+  return record;
+}
+
+Status decode_legacy(const Json& json, DType dtype, Case& c) {
+  const std::string path = "$.legacy";
+  if (!json.is_object()) return format_error(path, "legacy must be an object");
+  if (json.contains("expect")) {
+    auto expect = get_string(json["expect"], path + ".expect");
+    if (!expect) return expect.error();
+    const std::string& e = expect.value();
+    if (e != "refused" && e != "exact" && e != "wrong") {
+      return format_error(path + ".expect",
+                          fmt::format("legacy expect \"{}\" is not refused, exact or wrong", e));
+    }
+    c.legacy_expect = e;
+  }
+  if (json.contains("output")) {
+    auto output = decode_values(dtype, json["output"], path + ".output");
+    if (!output) return output.error();
+    c.legacy_output = std::move(output.value());
+  }
+  return std::nullopt;
+}
+
+Status decode_expectations(const Json& json, Case& c) {
+  if (json.contains("expect")) {
+    auto name = get_string(json["expect"], "$.expect");
+    if (!name) return name.error();
+    c.expect = parse_expectation(name.value());
+    if (!c.expect) {
+      return format_error("$.expect", fmt::format("\"{}\" is not refused, exact or "
+                                                  "wrong_valid_layout", name.value()));
+    }
+  }
+  if (json.contains("expect_error")) {
+    auto kind = get_kind(json["expect_error"], "$.expect_error");
+    if (!kind) return kind.error();
+    c.expect_error = kind.value();
+  }
+  if (json.contains("accept_errors")) {
+    const Json& list = json["accept_errors"];
+    if (!list.is_array()) return format_error("$.accept_errors", "expected an array of kinds");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      auto kind = get_kind(list[i], fmt::format("$.accept_errors[{}]", i));
+      if (!kind) return kind.error();
+      c.accept_errors.push_back(kind.value());
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<Case> decode_case(const Json& json) {
+  if (!json.is_object()) return format_error("$", "a case file must be a JSON object");
+  if (!json.contains("shardcheck_case")) {
+    return format_error("$", "not a case file: \"shardcheck_case\" is missing");
+  }
+  const Json& version = json["shardcheck_case"];
+  if (!version.is_number_integer() || version.dump() != std::to_string(kCaseVersion)) {
+    return format_error("$.shardcheck_case",
+                        fmt::format("case format {} is not supported (this reader knows {})",
+                                    version.dump(), kCaseVersion));
+  }
+  Case c;
+  if (json.contains("name")) {
+    auto name = get_string(json["name"], "$.name");
+    if (!name) return name.error();
+    c.name = name.value();
+  }
+  if (!json.contains("map")) return format_error("$", "the case has no \"map\"");
+  auto map = decode_map(json["map"], "$.map");
+  if (!map) return map.error();
+  c.map = std::move(map.value());
+  if (json.contains("truth")) {
+    auto truth = decode_map(json["truth"], "$.truth");
+    if (!truth) return truth.error();
+    c.truth = std::move(truth.value());
+  }
+  if (json.contains("dtype")) {
+    auto name = get_string(json["dtype"], "$.dtype");
+    if (!name) return name.error();
+    auto dtype = parse_dtype(name.value());
+    if (!dtype) {
+      return format_error("$.dtype", fmt::format("\"{}\" is not a dtype", name.value()));
+    }
+    c.dtype = *dtype;
+  }
+  if (json.contains("full")) {
+    auto full = decode_values(c.dtype, json["full"], "$.full");
+    if (!full) return full.error();
+    c.full = std::move(full.value());
+  }
+  if (json.contains("shards")) {
+    auto shards = decode_shards(c.dtype, json["shards"], "$.shards");
+    if (!shards) return shards.error();
+    c.shards = std::move(shards.value());
+  }
+  if (json.contains("scale_power")) {
+    auto power = get_integer(json["scale_power"], "$.scale_power");
+    if (!power) return power.error();
+    if (power.value() < std::numeric_limits<int>::min() ||
+        power.value() > std::numeric_limits<int>::max()) {
+      return format_error("$.scale_power", "scale_power does not fit an int");
+    }
+    c.scale_power = static_cast<int>(power.value());
+  }
+  if (json.contains("op")) {
+    auto name = get_string(json["op"], "$.op");
+    if (!name) return name.error();
+    auto op = parse_op(name.value());
+    if (!op) {
+      return format_error("$.op", fmt::format("\"{}\" is not rebuild, extract or both",
+                                              name.value()));
+    }
+    c.op = *op;
+  }
+  if (auto status = decode_expectations(json, c)) return *status;
+  if (json.contains("legacy")) {
+    if (auto status = decode_legacy(json["legacy"], c.dtype, c)) return *status;
+  }
+  if (json.contains("constructor")) {
+    auto constructor = get_string(json["constructor"], "$.constructor");
+    if (!constructor) return constructor.error();
+    c.constructor = constructor.value();
+  }
+  if (json.contains("corruption")) {
+    auto corruption = decode_corruption(json["corruption"], "$.corruption");
+    if (!corruption) return corruption.error();
+    c.corruption = std::move(corruption.value());
+  }
+  return c;
+}
+
+Result<Case> decode_case_text(std::string_view text) {
+  auto json = parse_json(text);
+  if (!json) return json.error();
+  return decode_case(json.value());
+}
+
+namespace {
+Json encode_values(DType dtype, const std::vector<std::uint64_t>& values) {
+  Json out = Json::array();
+  for (auto bits : values) out.push_back(hex_bits(dtype, bits));
+  return out;
+}
+}  // namespace
+
+Json encode_case(const Case& c) {
+  Json out = Json::object();
+  out["shardcheck_case"] = kCaseVersion;
+  out["name"] = c.name;
+  out["map"] = encode_map(c.map, RankOrder::as_given);
+  if (c.truth) out["truth"] = encode_map(*c.truth, RankOrder::as_given);
+  out["dtype"] = std::string(dtype_name(c.dtype));
+  if (c.full) out["full"] = encode_values(c.dtype, *c.full);
+  if (c.shards) {
+    Json shards = Json::object();
+    for (const auto& [rank, values] : *c.shards) {
+      shards[std::to_string(rank)] = encode_values(c.dtype, values);
+    }
+    out["shards"] = std::move(shards);
+  }
+  out["scale_power"] = c.scale_power;
+  out["op"] = std::string(op_name(c.op));
+  if (c.expect) out["expect"] = std::string(expectation_name(*c.expect));
+  if (c.expect_error) out["expect_error"] = std::string(kind_name(*c.expect_error));
+  if (!c.accept_errors.empty()) {
+    Json kinds = Json::array();
+    for (auto kind : c.accept_errors) kinds.push_back(std::string(kind_name(kind)));
+    out["accept_errors"] = std::move(kinds);
+  }
+  if (c.legacy_expect || c.legacy_output) {
+    Json legacy = Json::object();
+    if (c.legacy_expect) legacy["expect"] = *c.legacy_expect;
+    if (c.legacy_output) legacy["output"] = encode_values(c.dtype, *c.legacy_output);
+    out["legacy"] = std::move(legacy);
+  }
+  if (!c.constructor.empty()) out["constructor"] = c.constructor;
+  if (c.corruption) {
+    Json record = Json::object();
+    record["kind"] = c.corruption->kind;
+    if (c.corruption->rank) record["rank"] = *c.corruption->rank;
+    if (c.corruption->piece) record["piece"] = *c.corruption->piece;
+    record["field"] = c.corruption->field;
+    record["old"] = c.corruption->old_value;
+    record["new"] = c.corruption->new_value;
+    out["corruption"] = std::move(record);
+  }
+  return out;
+}
+
+std::string encode_case_text(const Case& c) { return encode_case(c).dump(2) + "\n"; }
+
+}  // namespace shardcheck

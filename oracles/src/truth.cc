@@ -1,0 +1,443 @@
+#include "shardcheck/oracles/truth.h"
+
+#include <set>
+
+#include <fmt/format.h>
+
+namespace shardcheck::oracles {
+
+std::string_view verdict_name(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::refused: return "refused";
+    case Verdict::exact: return "exact";
+    case Verdict::wrong: return "wrong";
+  }
+  return "wrong";
+}
+
+namespace {
+
+// Marker tensors are allocated from a case file's logical shape, which is untrusted.
+constexpr Index kMaxCaseElements = Index{1} << 26;
+
+Result<Index> case_numel(const Map& map, std::string_view which) {
+  for (Index extent : map.logical_shape) {
+    if (extent < 0) {
+      return make_error(ErrorKind::format,
+                        fmt::format("the {} map's logical shape has a negative extent", which));
+    }
+  }
+  auto numel = checked_numel(map.logical_shape);
+  if (!numel) {
+    return make_error(ErrorKind::format,
+                      fmt::format("the {} map's logical shape overflows 64 bits", which));
+  }
+  if (*numel > kMaxCaseElements) {
+    return make_error(ErrorKind::format,
+                      fmt::format("the {} map's logical shape holds {} elements, more than the "
+                                  "{} a case may use",
+                                  which, *numel, kMaxCaseElements));
+  }
+  return *numel;
+}
+
+Buffer to_buffer(DType dtype, const std::vector<std::uint64_t>& values) {
+  Buffer buffer(dtype, static_cast<Index>(values.size()));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    buffer.set_bits(static_cast<Index>(i), values[i]);
+  }
+  return buffer;
+}
+
+// A numel mismatch counts the missing or extra elements as differing, and points at
+// the first element past the shorter buffer when the common part agrees.
+std::optional<Difference> compare(const Buffer& expected, const Buffer& actual) {
+  Index common = std::min(expected.numel(), actual.numel());
+  Difference d;
+  d.count = std::max(expected.numel(), actual.numel()) - common;
+  d.element = common;
+  bool found = false;
+  for (Index i = 0; i < common; ++i) {
+    if (expected.bits(i) == actual.bits(i)) continue;
+    if (!found) d.element = i;
+    found = true;
+    ++d.count;
+  }
+  if (d.count == 0) return std::nullopt;
+  d.expected_bits = d.element < expected.numel() ? expected.bits(d.element) : 0;
+  d.actual_bits = d.element < actual.numel() ? actual.bits(d.element) : 0;
+  return d;
+}
+
+std::string refused_message(const Error& error) { return "refused " + error.to_string(); }
+
+void set_refused(OpOutcome& out, Error error) {
+  out.verdict = Verdict::refused;
+  out.message = refused_message(error);
+  out.error = std::move(error);
+}
+
+void set_compared(OpOutcome& out, const std::string& what, const Buffer& expected,
+                  const Buffer& actual) {
+  auto diff = compare(expected, actual);
+  if (!diff) {
+    out.verdict = Verdict::exact;
+    out.message = "exact";
+    return;
+  }
+  out.verdict = Verdict::wrong;
+  out.difference = *diff;
+  DType dtype = expected.dtype();
+  if (expected.numel() != actual.numel()) {
+    out.message = fmt::format("WRONG: {} returned {} elements where {} are expected", what,
+                              actual.numel(), expected.numel());
+    return;
+  }
+  out.message = fmt::format("WRONG: {} element {} expected {} got {}; {} of {} elements differ",
+                            what, diff->element, format_element(dtype, diff->expected_bits),
+                            format_element(dtype, diff->actual_bits), diff->count,
+                            expected.numel());
+}
+
+struct Inputs {
+  std::optional<Buffer> full;      // F, when the case needs it
+  ShardSet shards;                 // what the map under test is converted from
+  std::optional<Buffer> expected;  // the correct rebuild output, when one exists
+  std::optional<Error> no_truth;   // why no correct output exists
+};
+
+bool needs_full(const Case& c, OracleKind oracle) {
+  return !c.shards || c.op != Op::rebuild || oracle == OracleKind::same_map;
+}
+
+Result<Buffer> make_full(const Case& c, const Map& map, std::string_view which) {
+  auto numel = case_numel(map, which);
+  if (!numel) return numel.error();
+  if (!c.full) return marker_buffer(c.dtype, numel.value());
+  if (static_cast<Index>(c.full->size()) != numel.value()) {
+    return make_error(ErrorKind::shape,
+                      fmt::format("the case's full tensor has {} values but the {} map's "
+                                  "logical shape holds {}",
+                                  c.full->size(), which, numel.value()));
+  }
+  return to_buffer(c.dtype, *c.full);
+}
+
+Result<Inputs> prepare_truth(const Case& c, const ConvertOptions& strict) {
+  Inputs in;
+  const Map& truth = c.truth_map();
+  if (needs_full(c, OracleKind::truth) || c.full) {
+    auto full = make_full(c, truth, "truth");
+    if (!full) return full.error();
+    in.full = std::move(full.value());
+  }
+  if (!c.shards) {
+    auto shards = extract_all(truth, *in.full, strict);
+    if (!shards) {
+      Error error = shards.error();
+      error.message = "the truth map is refused: " + error.to_string();
+      return error;
+    }
+    in.shards = std::move(shards.value());
+    in.expected = in.full;
+    return in;
+  }
+  for (const auto& [rank, values] : *c.shards) in.shards.emplace(rank, to_buffer(c.dtype, values));
+  if (c.full) {
+    in.expected = in.full;
+    return in;
+  }
+  auto rebuilt = rebuild(truth, in.shards, c.dtype, strict);
+  if (rebuilt) in.expected = std::move(rebuilt.value());
+  else in.no_truth = rebuilt.error();
+  return in;
+}
+
+OpOutcome run_rebuild(const Case& c, const Inputs& in, const ConvertOptions& options) {
+  OpOutcome out;
+  out.op = Op::rebuild;
+  auto result = rebuild(c.map, in.shards, c.dtype, options);
+  if (!result) {
+    set_refused(out, result.error());
+    return out;
+  }
+  out.output = std::move(result.value());
+  if (!in.expected) {
+    out.verdict = Verdict::wrong;
+    out.message = "WRONG: rebuild returned a tensor where no correct tensor exists: " +
+                  (in.no_truth ? in.no_truth->to_string() : std::string("no ground truth"));
+    return out;
+  }
+  set_compared(out, "rebuild", *in.expected, *out.output);
+  return out;
+}
+
+bool has_shard(const Map& map, Rank rank) {
+  const RankEntry* entry = map.find_rank(rank);
+  return entry != nullptr && entry->shard_shape.has_value();
+}
+
+OpOutcome extract_one(const Case& c, const Buffer& full, Rank rank, const ConvertOptions& options,
+                      const ConvertOptions& strict) {
+  OpOutcome out;
+  out.op = Op::extract;
+  out.rank = rank;
+  auto got = extract(c.map, full, rank, options);
+  if (!got) {
+    set_refused(out, got.error());
+    return out;
+  }
+  const Map& truth = c.truth_map();
+  if (!has_shard(truth, rank)) {
+    out.verdict = Verdict::wrong;
+    out.message = fmt::format("WRONG: extract returned a shard for rank {}, which the truth map "
+                              "does not have",
+                              rank);
+    return out;
+  }
+  auto want = extract(truth, full, rank, strict);
+  if (!want) {
+    out.verdict = Verdict::wrong;
+    out.message = fmt::format("WRONG: extract rank {} returned a shard where no correct shard "
+                              "exists: {}",
+                              rank, want.error().to_string());
+    return out;
+  }
+  set_compared(out, fmt::format("extract rank {}", rank), want.value(), got.value());
+  return out;
+}
+
+OpOutcome run_extract(const Case& c, const Buffer& full, const ConvertOptions& options,
+                      const ConvertOptions& strict) {
+  std::set<Rank> ranks;
+  for (const Map* map : {&c.map, &c.truth_map()}) {
+    for (const auto& entry : map->ranks) {
+      if (entry.shard_shape) ranks.insert(entry.rank);
+    }
+  }
+  std::optional<OpOutcome> refused;
+  for (Rank rank : ranks) {
+    OpOutcome out = extract_one(c, full, rank, options, strict);
+    if (out.verdict == Verdict::wrong) return out;
+    if (out.verdict == Verdict::refused && !refused) refused = std::move(out);
+  }
+  if (refused) return *refused;
+  OpOutcome out;
+  out.op = Op::extract;
+  out.message = "exact";
+  return out;
+}
+
+// Spec 3 validity, judged by the clean strict policy whatever policy is under test:
+// the map passes conditions 1-6 and, where data is converted, condition 7.
+bool valid_layout(const Case& c, const ShardSet* shards) {
+  if (check_map(c.map)) return false;
+  if (shards == nullptr || c.op == Op::extract) return true;
+  ConvertOptions strict;
+  strict.scale_power = c.scale_power;
+  auto result = rebuild(c.map, *shards, c.dtype, strict);
+  return result || result.error().kind != ErrorKind::different_data;
+}
+
+void summarize(CaseOutcome& outcome) {
+  const OpOutcome* refused = nullptr;
+  for (const auto& op : outcome.ops) {
+    if (op.verdict == Verdict::wrong) {
+      outcome.verdict = Verdict::wrong;
+      outcome.message = op.message;
+      return;
+    }
+    if (op.verdict == Verdict::refused && refused == nullptr) refused = &op;
+  }
+  if (refused != nullptr) {
+    outcome.verdict = Verdict::refused;
+    outcome.error = refused->error;
+    outcome.message = refused->message;
+    return;
+  }
+  outcome.verdict = Verdict::exact;
+  outcome.message = "exact";
+}
+
+std::string kinds_text(const Case& c) {
+  std::vector<std::string> names;
+  if (c.expect_error) names.emplace_back(kind_name(*c.expect_error));
+  for (auto kind : c.accept_errors) names.emplace_back(kind_name(kind));
+  return fmt::format("{}", fmt::join(names, " or "));
+}
+
+std::string judge_strict(const Case& c, const CaseOutcome& outcome) {
+  bool kinds_given = c.expect_error || !c.accept_errors.empty();
+  if (!c.expect && !kinds_given) return {};
+  Expectation expect = c.expect.value_or(Expectation::refused);
+  switch (expect) {
+    case Expectation::refused: {
+      if (outcome.verdict != Verdict::refused) {
+        return fmt::format("expected refused{}, got {}",
+                           kinds_given ? " " + kinds_text(c) : std::string(),
+                           verdict_name(outcome.verdict));
+      }
+      if (!kinds_given) return {};
+      ErrorKind kind = outcome.error->kind;
+      bool accepted = c.expect_error == kind;
+      for (auto k : c.accept_errors) accepted = accepted || k == kind;
+      if (accepted) return {};
+      return fmt::format("expected refused {}, got refused {}", kinds_text(c), kind_name(kind));
+    }
+    case Expectation::exact:
+      if (outcome.verdict == Verdict::exact) return {};
+      return fmt::format("expected exact, got {}", verdict_name(outcome.verdict));
+    case Expectation::wrong_valid_layout:
+      if (outcome.verdict == Verdict::wrong && outcome.valid_layout) return {};
+      return fmt::format("expected wrong on a valid layout, got {} (valid_layout {})",
+                         verdict_name(outcome.verdict), outcome.valid_layout);
+  }
+  return {};
+}
+
+std::string judge_legacy(const Case& c, const CaseOutcome& outcome) {
+  if (c.legacy_expect && *c.legacy_expect != verdict_name(outcome.verdict)) {
+    return fmt::format("legacy expected {}, got {}", *c.legacy_expect,
+                       verdict_name(outcome.verdict));
+  }
+  if (!c.legacy_output) return {};
+  const Buffer* output = nullptr;
+  for (const auto& op : outcome.ops) {
+    if (op.op == Op::rebuild && op.output) output = &*op.output;
+  }
+  if (output == nullptr) return "legacy expected a rebuild output, but rebuild returned none";
+  auto diff = compare(to_buffer(c.dtype, *c.legacy_output), *output);
+  if (!diff) return {};
+  return fmt::format("legacy output differs at element {}: expected {} got {}; {} elements differ",
+                     diff->element, format_element(c.dtype, diff->expected_bits),
+                     format_element(c.dtype, diff->actual_bits), diff->count);
+}
+
+void judge(const Case& c, Policy policy, CaseOutcome& outcome) {
+  outcome.expectation_message =
+      policy == Policy::legacy ? judge_legacy(c, outcome) : judge_strict(c, outcome);
+  outcome.matches_expectation = outcome.expectation_message.empty();
+}
+
+Result<CaseOutcome> run_truth(const Case& c, const ConvertOptions& options,
+                              const ConvertOptions& strict) {
+  auto inputs = prepare_truth(c, strict);
+  if (!inputs) return inputs.error();
+  const Inputs& in = inputs.value();
+  CaseOutcome outcome;
+  if (c.op != Op::extract) outcome.ops.push_back(run_rebuild(c, in, options));
+  if (c.op != Op::rebuild) outcome.ops.push_back(run_extract(c, *in.full, options, strict));
+  outcome.valid_layout = valid_layout(c, &in.shards);
+  return outcome;
+}
+
+Result<CaseOutcome> run_same_map(const Case& c, const ConvertOptions& options) {
+  CaseOutcome outcome;
+  OpOutcome op;
+  op.op = Op::rebuild;
+  auto full = make_full(c, c.map, "tested");
+  if (!full) {
+    // A shape no conversion could accept is the map's fault, not the case's.
+    if (auto error = check_structure(c.map)) {
+      set_refused(op, *error);
+      outcome.ops.push_back(std::move(op));
+      outcome.valid_layout = false;
+      return outcome;
+    }
+    return full.error();
+  }
+  auto shards = extract_all(c.map, full.value(), options);
+  if (!shards) {
+    set_refused(op, shards.error());
+    outcome.valid_layout = valid_layout(c, nullptr);
+  } else {
+    Inputs in;
+    in.shards = std::move(shards.value());
+    in.expected = full.value();
+    op = run_rebuild(c, in, options);
+    outcome.valid_layout = valid_layout(c, &in.shards);
+  }
+  outcome.ops.push_back(std::move(op));
+  return outcome;
+}
+
+std::string hex(DType dtype, std::uint64_t bits) {
+  return fmt::format("0x{:0{}x}", bits, element_size(dtype) * 2);
+}
+
+Json error_to_json(const Error& error) {
+  Json out = Json::object();
+  out["kind"] = std::string(kind_name(error.kind));
+  if (error.rank) out["rank"] = *error.rank;
+  if (error.piece) out["piece"] = *error.piece;
+  if (error.address) {
+    out["address"] = *error.address;
+    out["side"] = error.side == Side::full ? "full" : error.side == Side::shard ? "shard" : "none";
+  }
+  if (!error.path.empty()) out["path"] = error.path;
+  out["message"] = error.message;
+  return out;
+}
+
+// Small outputs are worth showing whole: a reproduction is read by a person.
+constexpr Index kMaxOutputInJson = 64;
+
+Json op_to_json(DType dtype, const OpOutcome& op) {
+  Json out = Json::object();
+  out["op"] = std::string(op_name(op.op));
+  out["verdict"] = std::string(verdict_name(op.verdict));
+  if (op.error) out["kind"] = std::string(kind_name(op.error->kind));
+  if (op.rank) out["rank"] = *op.rank;
+  out["message"] = op.message;
+  if (op.error) out["error"] = error_to_json(*op.error);
+  if (op.difference) {
+    const Difference& d = *op.difference;
+    out["difference"] = {{"element", d.element},
+                         {"expected", hex(dtype, d.expected_bits)},
+                         {"actual", hex(dtype, d.actual_bits)},
+                         {"expected_value", bits_to_double(dtype, d.expected_bits)},
+                         {"actual_value", bits_to_double(dtype, d.actual_bits)},
+                         {"count", d.count}};
+  }
+  if (op.output && op.output->numel() <= kMaxOutputInJson) {
+    Json values = Json::array();
+    for (Index i = 0; i < op.output->numel(); ++i) values.push_back(hex(dtype, op.output->bits(i)));
+    out["output"] = std::move(values);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options, OracleKind oracle) {
+  ConvertOptions tested = options;
+  tested.scale_power = c.scale_power;
+  ConvertOptions strict;
+  strict.scale_power = c.scale_power;
+  auto outcome = oracle == OracleKind::same_map ? run_same_map(c, tested)
+                                                : run_truth(c, tested, strict);
+  if (!outcome) return outcome;
+  CaseOutcome& result = outcome.value();
+  result.policy = options.policy;
+  summarize(result);
+  judge(c, options.policy, result);
+  return outcome;
+}
+
+Json outcome_to_json(const Case& c, const CaseOutcome& outcome) {
+  Json out = Json::object();
+  out["name"] = c.name;
+  out["policy"] = std::string(policy_name(outcome.policy));
+  out["verdict"] = std::string(verdict_name(outcome.verdict));
+  if (outcome.error) out["kind"] = std::string(kind_name(outcome.error->kind));
+  out["message"] = outcome.message;
+  out["valid_layout"] = outcome.valid_layout;
+  out["matches_expectation"] = outcome.matches_expectation;
+  if (!outcome.matches_expectation) out["expectation_message"] = outcome.expectation_message;
+  Json ops = Json::array();
+  for (const auto& op : outcome.ops) ops.push_back(op_to_json(c.dtype, op));
+  out["ops"] = std::move(ops);
+  return out;
+}
+
+}  // namespace shardcheck::oracles

@@ -1,0 +1,219 @@
+// The case file codec: defaults, round trips, value forms, and malformed input.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "shardcheck/case.h"
+
+namespace shardcheck {
+namespace {
+
+const char* kSplitMap = R"({"logical_shape": [4],
+  "ranks": {"0": {"shard_shape": [2], "pieces": [{"shape": [2], "source": [0, [1]], "dest": [0, [1]], "locations": [0]}]},
+            "1": {"shard_shape": [2], "pieces": [{"shape": [2], "source": [2, [1]], "dest": [0, [1]], "locations": [1]}]}}})";
+
+std::string case_with(const std::string& extra) {
+  return std::string(R"({"shardcheck_case": 1, "name": "t", "map": )") + kSplitMap + extra + "}";
+}
+
+Case decoded(const std::string& text) {
+  auto c = decode_case_text(text);
+  EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().to_string());
+  return c.ok() ? c.value() : Case{};
+}
+
+ErrorKind error_kind(const std::string& text) {
+  auto c = decode_case_text(text);
+  EXPECT_FALSE(c.ok()) << text;
+  return c.ok() ? ErrorKind::count : c.error().kind;
+}
+
+TEST(CaseCodec, DefaultsWhenOptionalFieldsAreAbsent) {
+  Case c = decoded(case_with(""));
+  EXPECT_EQ(c.name, "t");
+  EXPECT_EQ(c.dtype, DType::float32);
+  EXPECT_EQ(c.scale_power, 1);
+  EXPECT_EQ(c.op, Op::rebuild);
+  EXPECT_FALSE(c.truth.has_value());
+  EXPECT_FALSE(c.full.has_value());
+  EXPECT_FALSE(c.shards.has_value());
+  EXPECT_FALSE(c.expect.has_value());
+  EXPECT_FALSE(c.expect_error.has_value());
+  EXPECT_TRUE(c.accept_errors.empty());
+  EXPECT_FALSE(c.legacy_expect.has_value());
+  EXPECT_FALSE(c.corruption.has_value());
+  EXPECT_EQ(&c.truth_map(), &c.map);
+  ASSERT_EQ(c.map.ranks.size(), 2u);
+  EXPECT_EQ(c.map.ranks[1].pieces[0].source.offset, 2);
+}
+
+TEST(CaseCodec, UnknownFieldsAreIgnored) {
+  Case plain = decoded(case_with(""));
+  Case commented = decoded(case_with(R"(, "comment": "spec 6.1", "section": {"n": 6}, "x": [1])"));
+  EXPECT_EQ(plain, commented);
+}
+
+TEST(CaseCodec, NumbersAndBitStringsGiveTheSameBits) {
+  Case c = decoded(case_with(R"(, "full": [1.5, "0x3fc00000", -0.0, "0x7fc00001"])"));
+  ASSERT_TRUE(c.full.has_value());
+  ASSERT_EQ(c.full->size(), 4u);
+  EXPECT_EQ((*c.full)[0], 0x3fc00000u);
+  EXPECT_EQ((*c.full)[1], 0x3fc00000u);
+  EXPECT_EQ((*c.full)[2], 0x80000000u);
+  EXPECT_EQ((*c.full)[3], 0x7fc00001u);
+}
+
+TEST(CaseCodec, HalfWidthBitStrings) {
+  Case c = decoded(case_with(R"(, "dtype": "bfloat16", "full": ["0x3f80", 1.0, "0xffff"])"));
+  EXPECT_EQ(c.dtype, DType::bfloat16);
+  ASSERT_TRUE(c.full.has_value());
+  EXPECT_EQ((*c.full)[0], 0x3f80u);
+  EXPECT_EQ((*c.full)[1], 0x3f80u);
+  EXPECT_EQ((*c.full)[2], 0xffffu);
+}
+
+TEST(CaseCodec, IntegerDTypeValues) {
+  Case c = decoded(case_with(R"(, "dtype": "int8", "full": [-128, 127, 3.0, "0xff"])"));
+  ASSERT_TRUE(c.full.has_value());
+  EXPECT_EQ((*c.full)[0], 0x80u);
+  EXPECT_EQ((*c.full)[1], 0x7fu);
+  EXPECT_EQ((*c.full)[2], 3u);
+  EXPECT_EQ((*c.full)[3], 0xffu);
+}
+
+TEST(CaseCodec, ShardsAreKeyedByRank) {
+  Case c = decoded(case_with(R"(, "shards": {"1": [3, 4], "0": [1, 2]})"));
+  ASSERT_TRUE(c.shards.has_value());
+  ASSERT_EQ(c.shards->size(), 2u);
+  EXPECT_EQ(c.shards->at(0)[1], 0x40000000u);  // 2.0f
+  EXPECT_EQ(c.shards->at(1)[0], 0x40400000u);  // 3.0f
+}
+
+TEST(CaseCodec, BadValuesAreFormatErrors) {
+  EXPECT_EQ(error_kind(case_with(R"(, "dtype": "int8", "full": [128])")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "dtype": "int8", "full": [-129])")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "dtype": "int32", "full": [1.5])")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "dtype": "uint8", "full": [-1])")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "dtype": "int64", "full": [18446744073709551615])")),
+            ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "dtype": "bfloat16", "full": ["0x10000"])")),
+            ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "full": ["0x1ffffffff"])")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "full": ["0x"])")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "full": ["0xzz"])")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "full": ["12"])")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "full": [true])")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "full": [[1]])")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "full": {"0": 1})")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "shards": {"-1": [1]})")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "shards": {"01": [1]})")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "shards": [[1]])")), ErrorKind::format);
+}
+
+TEST(CaseCodec, BadFieldsAreFormatErrors) {
+  EXPECT_EQ(error_kind(case_with(R"(, "dtype": "float128")")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "op": "scatter")")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "expect": "maybe")")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "expect_error": "oops")")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "accept_errors": "twice")")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "scale_power": 1.5)")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "scale_power": 4294967296)")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "legacy": {"expect": "fine"})")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "corruption": {"rank": "zero"})")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "truth": {"logical_shape": "x"})")), ErrorKind::format);
+}
+
+TEST(CaseCodec, VersionMustBeOne) {
+  std::string body = std::string(R"("name": "t", "map": )") + kSplitMap;
+  EXPECT_EQ(error_kind("{" + body + "}"), ErrorKind::format);
+  EXPECT_EQ(error_kind(R"({"shardcheck_case": 2, )" + body + "}"), ErrorKind::format);
+  EXPECT_EQ(error_kind(R"({"shardcheck_case": "1", )" + body + "}"), ErrorKind::format);
+  EXPECT_EQ(error_kind(R"({"shardcheck_case": 1.0, )" + body + "}"), ErrorKind::format);
+  EXPECT_TRUE(decode_case_text(R"({"shardcheck_case": 1, )" + body + "}").ok());
+}
+
+TEST(CaseCodec, MalformedDocumentsAreFormatErrors) {
+  EXPECT_EQ(error_kind("[]"), ErrorKind::format);
+  EXPECT_EQ(error_kind("{\"shardcheck_case\": 1,"), ErrorKind::format);
+  EXPECT_EQ(error_kind(R"({"shardcheck_case": 1, "name": "no map"})"), ErrorKind::format);
+  EXPECT_EQ(error_kind(R"({"shardcheck_case": 1, "name": 3, "map": )" + std::string(kSplitMap) +
+                       "}"),
+            ErrorKind::format);
+}
+
+TEST(CaseCodec, MapErrorPathsNameTheCaseField) {
+  auto c = decode_case_text(case_with(R"(, "truth": {"logical_shape": "x"})"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().path.rfind("$.truth", 0), 0u) << c.error().path;
+}
+
+Case full_case() {
+  Case c = decoded(case_with(""));
+  // Rank order as given must survive: put rank 1 first.
+  std::swap(c.map.ranks[0], c.map.ranks[1]);
+  c.name = "everything";
+  c.truth = c.map;
+  c.truth->ranks[0].pieces[0].locations = {1};
+  c.map.ranks[0].pieces[0].scale = 2.0;
+  c.dtype = DType::float16;
+  c.full = std::vector<std::uint64_t>{0x3c00, 0x8000, 0x7e01, 0xffff};
+  c.shards = std::map<Rank, std::vector<std::uint64_t>>{{0, {0x1, 0x2}}, {7, {0x3}}};
+  c.scale_power = -2;
+  c.op = Op::both;
+  c.expect = Expectation::refused;
+  c.expect_error = ErrorKind::twice;
+  c.accept_errors = {ErrorKind::uncovered, ErrorKind::holders};
+  c.legacy_expect = "wrong";
+  c.legacy_output = std::vector<std::uint64_t>{0x0, 0x7c00, 0xfc00, 0x1};
+  c.constructor = "contiguous_split_map((4,),[2,2],0)";
+  c.corruption = CorruptionRecord{"dest_offset", 1, 0, "dest_offset", "2", "0"};
+  return c;
+}
+
+TEST(CaseCodec, RoundTripKeepsEveryField) {
+  Case c = full_case();
+  auto back = decode_case(encode_case(c));
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(back.value(), c);
+  EXPECT_EQ(back.value().map.ranks[0].rank, 1);
+  auto text_back = decode_case_text(encode_case_text(c));
+  ASSERT_TRUE(text_back.ok()) << text_back.error().to_string();
+  EXPECT_EQ(text_back.value(), c);
+}
+
+TEST(CaseCodec, RoundTripOfAMinimalCase) {
+  Case c = decoded(case_with(""));
+  auto back = decode_case(encode_case(c));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back.value(), c);
+  c.expect = Expectation::wrong_valid_layout;
+  c.corruption = CorruptionRecord{"none", std::nullopt, std::nullopt, "", "", ""};
+  c.legacy_output = std::vector<std::uint64_t>{};
+  back = decode_case(encode_case(c));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back.value(), c);
+}
+
+TEST(CaseCodec, EncodingWritesBitsAsPaddedHex) {
+  Case c = full_case();
+  Json json = encode_case(c);
+  EXPECT_EQ(json["shardcheck_case"], 1);
+  EXPECT_EQ(json["full"][0], "0x3c00");
+  EXPECT_EQ(json["shards"]["7"][0], "0x0003");
+  EXPECT_EQ(json["dtype"], "float16");
+  EXPECT_EQ(json["op"], "both");
+  EXPECT_EQ(json["expect_error"], "twice");
+  EXPECT_EQ(json["legacy"]["expect"], "wrong");
+  EXPECT_EQ(json["map"]["ranks"].begin().key(), "1");
+  std::string text = encode_case_text(c);
+  EXPECT_NE(text.find("\n  \"name\": \"everything\""), std::string::npos) << text;
+}
+
+TEST(CaseCodec, OpNames) {
+  EXPECT_EQ(op_name(Op::rebuild), "rebuild");
+  EXPECT_EQ(op_name(Op::extract), "extract");
+  EXPECT_EQ(op_name(Op::both), "both");
+}
+
+}  // namespace
+}  // namespace shardcheck

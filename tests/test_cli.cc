@@ -1,0 +1,269 @@
+// Runs the shardcheck executable on temp files and corpus files and checks what it
+// prints and how it exits: 0 nothing found, 1 refused / silently wrong / not as
+// expected, 2 unreadable input or bad usage.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Ran {
+  int exit_code = -1;
+  std::string out;
+};
+
+std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (char ch : s) {
+    if (ch == '\'') q += "'\\''";
+    else q += ch;
+  }
+  return q + "'";
+}
+
+// stderr is dropped, unless asked for, so that stdout assertions see only what a script
+// would parse.
+Ran shardcheck(const std::string& args, bool with_stderr = false) {
+  std::string command =
+      quoted(SHARDCHECK_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  Ran run;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return run;
+  char buffer[4096];
+  std::size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) run.out.append(buffer, n);
+  int status = pclose(pipe);
+  if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
+  return run;
+}
+
+std::string corpus(const std::string& name) {
+  return quoted(std::string(SHARDCHECK_SOURCE_DIR) + "/corpus/regressions/" + name);
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("shardcheck-cli-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string write(const std::string& name, const std::string& text) {
+    fs::path path = dir_ / name;
+    std::ofstream(path) << text;
+    return quoted(path.string());
+  }
+  fs::path dir_;
+};
+
+const std::string kValidMap = R"({"logical_shape": [4, 6],
+ "ranks": {
+   "0": {"shard_shape": [4, 4],
+         "pieces": [{"shape": [4, 4], "source": [0, [6, 1]], "dest": [0, [4, 1]], "locations": [0]}]},
+   "1": {"shard_shape": [4, 2],
+         "pieces": [{"shape": [4, 2], "source": [4, [6, 1]], "dest": [0, [2, 1]], "locations": [1]}]}}})";
+
+// Spec 6.5: two pieces write shard address 0.
+const std::string kCollidingMap = R"({"logical_shape": [4], "ranks": {"0": {"shard_shape": [4],
+  "pieces": [{"shape": [2], "source": [0, [1]], "dest": [0, [1]], "locations": [0]},
+             {"shape": [2], "source": [2, [1]], "dest": [0, [1]], "locations": [0]}]}}})";
+
+TEST_F(CliTest, CheckValidMapExitsZero) {
+  Ran run = shardcheck("check " + write("valid.json", kValidMap));
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_EQ(run.out, "valid\n");
+}
+
+TEST_F(CliTest, CheckRefusedMapExitsOne) {
+  Ran run = shardcheck("check " + write("bad.json", kCollidingMap));
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.out.rfind("refused twice: ", 0), 0u) << run.out;
+  EXPECT_EQ(run.out.find('\n'), run.out.size() - 1) << "one line per parameter";
+}
+
+TEST_F(CliTest, CheckMalformedBareMapIsRefusedFormat) {
+  Ran run = shardcheck("check " + write("m.json", R"({"logical_shape": "x", "ranks": {}})"));
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.out.rfind("refused format: ", 0), 0u) << run.out;
+}
+
+TEST_F(CliTest, CheckEnvelopeReportsEveryParameter) {
+  std::string envelope = R"({"version": 1, "params": {"a.weight": )" + kValidMap +
+                         R"(, "b.bias": {"logical_shape": [4], "ranks": 7}, "c.weight": )" +
+                         kCollidingMap + "}}";
+  Ran run = shardcheck("check " + write("env.json", envelope));
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.out.find("a.weight: valid\n"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("b.bias: refused format: "), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("c.weight: refused twice: "), std::string::npos) << run.out;
+}
+
+TEST_F(CliTest, CheckEnvelopeAllValidExitsZero) {
+  std::string envelope = R"({"version": 1, "params": {"x": )" + kValidMap + "}}";
+  Ran run = shardcheck("check " + write("env.json", envelope));
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_EQ(run.out, "x: valid\n");
+}
+
+TEST_F(CliTest, CheckUnreadableInputExitsTwo) {
+  EXPECT_EQ(shardcheck("check " + quoted((dir_ / "missing.json").string())).exit_code, 2);
+  EXPECT_EQ(shardcheck("check " + write("syntax.json", R"({"logical_shape": [4],)")).exit_code, 2);
+  EXPECT_EQ(shardcheck("check " + write("array.json", "[1, 2]")).exit_code, 2);
+  Ran newer = shardcheck("check " + write("v2.json", R"({"version": 2, "params": {}})"));
+  EXPECT_EQ(newer.exit_code, 2);
+  EXPECT_EQ(newer.out, "");
+}
+
+TEST_F(CliTest, BadUsageExitsTwo) {
+  EXPECT_EQ(shardcheck("").exit_code, 2);
+  EXPECT_EQ(shardcheck("check").exit_code, 2);
+  EXPECT_EQ(shardcheck("frobnicate").exit_code, 2);
+  EXPECT_EQ(shardcheck("check --nope " + write("v.json", kValidMap)).exit_code, 2);
+  EXPECT_EQ(shardcheck("repro " + corpus("spec6-1-two-ranks-one-block.json") + " --policy lax")
+                .exit_code,
+            2);
+  EXPECT_EQ(shardcheck("repro " + corpus("spec6-1-two-ranks-one-block.json") + " --oracle x")
+                .exit_code,
+            2);
+}
+
+TEST_F(CliTest, HelpAndVersionExitZero) {
+  Ran help = shardcheck("--help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("check"), std::string::npos);
+  EXPECT_NE(help.out.find("repro"), std::string::npos);
+  Ran version = shardcheck("--version");
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.out.rfind("shardcheck ", 0), 0u) << version.out;
+}
+
+TEST_F(CliTest, ReproStrictRefusalExitsZero) {
+  Ran run = shardcheck("repro " + corpus("spec6-6-column-split-collision.json"));
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_EQ(run.out.rfind("refused twice: ", 0), 0u) << run.out;
+  EXPECT_EQ(run.out.find("expectation not met"), std::string::npos);
+}
+
+TEST_F(CliTest, ReproLegacySilentlyWrongExitsOneAndShowsTheDifference) {
+  Ran run = shardcheck("repro " + corpus("spec6-5-two-pieces-one-address.json") +
+                       " --policy legacy");
+  EXPECT_EQ(run.exit_code, 1);
+  // F is markers; legacy writes rank 0's addresses 0,1 into elements 2,3 as well.
+  EXPECT_EQ(run.out.rfind("WRONG: rebuild element 2 expected ", 0), 0u) << run.out;
+  EXPECT_NE(run.out.find("(0x"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find(" got "), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("2 of 4 elements differ"), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find("expectation not met"), std::string::npos) << run.out;
+}
+
+TEST_F(CliTest, ReproJsonIsOneObject) {
+  Ran run = shardcheck("repro " + corpus("spec6-4-different-data.json") + " --json");
+  EXPECT_EQ(run.exit_code, 0);
+  auto json = nlohmann::json::parse(run.out, nullptr, false);
+  ASSERT_FALSE(json.is_discarded()) << run.out;
+  EXPECT_EQ(json["verdict"], "refused");
+  EXPECT_EQ(json["kind"], "different_data");
+  EXPECT_EQ(json["policy"], "strict");
+  EXPECT_EQ(json["valid_layout"], false);
+  EXPECT_EQ(json["matches_expectation"], true);
+  EXPECT_EQ(json["message"].template get<std::string>().rfind("refused different_data: ", 0), 0u);
+  ASSERT_EQ(json["ops"].size(), 1u);
+  EXPECT_EQ(json["ops"][0]["op"], "rebuild");
+}
+
+TEST_F(CliTest, ReproJsonShowsLegacyDifference) {
+  Ran run = shardcheck("repro " + corpus("spec6-7-dest-wraps-row.json") +
+                       " --policy legacy --json");
+  EXPECT_EQ(run.exit_code, 1);
+  auto json = nlohmann::json::parse(run.out, nullptr, false);
+  ASSERT_FALSE(json.is_discarded()) << run.out;
+  EXPECT_EQ(json["verdict"], "wrong");
+  EXPECT_FALSE(json.contains("kind"));
+  const auto& diff = json["ops"][0]["difference"];
+  EXPECT_EQ(diff["element"], 8);  // the element written through the colliding address
+  EXPECT_EQ(diff["count"], 1);
+  EXPECT_EQ(diff["expected"].template get<std::string>().rfind("0x", 0), 0u);
+  EXPECT_NE(diff["expected"], diff["actual"]);
+}
+
+TEST_F(CliTest, ReproValidCaseIsExact) {
+  Ran run = shardcheck("repro " + corpus("valid-spec5-sub-param.json"));
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_EQ(run.out, "exact\n");
+}
+
+TEST_F(CliTest, ReproExpectationMismatchExitsOne) {
+  const std::string truth = R"(, "truth": {"logical_shape": [4], "ranks": {"0": {"shard_shape": [4],
+    "pieces": [{"shape": [4], "source": [0, [1]], "dest": [0, [1]], "locations": [0]}]}}})";
+  std::string text = R"({"shardcheck_case": 1, "name": "mismatch", "map": )" + kCollidingMap +
+                     truth + R"(, "expect": "exact"})";
+  Ran run = shardcheck("repro " + write("case.json", text));
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.out.find("refused twice: "), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("\nexpectation not met: "), std::string::npos) << run.out;
+
+  std::string kind = R"({"shardcheck_case": 1, "name": "kind", "map": )" + kCollidingMap +
+                     truth + R"(, "expect": "refused", "expect_error": "holders"})";
+  Ran wrong_kind = shardcheck("repro " + write("kind.json", kind));
+  EXPECT_EQ(wrong_kind.exit_code, 1);
+  EXPECT_NE(wrong_kind.out.find("expectation not met: "), std::string::npos) << wrong_kind.out;
+}
+
+TEST_F(CliTest, ReproLegacyExpectationMismatchExitsOne) {
+  // spec 6.3 in order (r1, r0): legacy refuses, which this file claims it does not.
+  std::string text = R"({"shardcheck_case": 1, "name": "x", "map": {"logical_shape": [4], "ranks": {
+      "1": {"shard_shape": [4], "pieces": [{"shape": [4], "source": [0, [1]], "dest": [0, [1]], "locations": [1]}]},
+      "0": {"shard_shape": [4], "pieces": [{"shape": [4], "source": [0, [1]], "dest": [0, [1]], "locations": [0, 1]}]}}},
+    "shards": {"0": [1, 2, 3, 4], "1": [5, 6, 7, 8]}, "legacy": {"expect": "exact"}})";
+  Ran run = shardcheck("repro " + write("legacy.json", text) + " --policy legacy");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.out.rfind("refused ", 0), 0u) << run.out;
+  EXPECT_NE(run.out.find("expectation not met: legacy expected exact"), std::string::npos)
+      << run.out;
+}
+
+TEST_F(CliTest, ReproUnreadableOrUnusableCaseExitsTwo) {
+  // No truth map and no shards: the shards would be written by a refused map.
+  std::string refused_truth =
+      R"({"shardcheck_case": 1, "name": "x", "map": )" + kCollidingMap + "}";
+  Ran unusable = shardcheck("repro " + write("refused_truth.json", refused_truth));
+  EXPECT_EQ(unusable.exit_code, 2);
+  EXPECT_EQ(unusable.out, "");
+  Ran said = shardcheck("repro " + write("refused_truth.json", refused_truth), true);
+  EXPECT_NE(said.out.find("the truth map is refused: twice: "), std::string::npos) << said.out;
+  EXPECT_EQ(shardcheck("repro " + quoted((dir_ / "none.json").string())).exit_code, 2);
+  EXPECT_EQ(shardcheck("repro " + write("syntax.json", "{")).exit_code, 2);
+  EXPECT_EQ(shardcheck("repro " + write("notcase.json", kValidMap)).exit_code, 2);
+  // Six values for a 24-element F: the case itself is broken.
+  std::string text = R"({"shardcheck_case": 1, "name": "x", "map": )" + kValidMap +
+                     R"(, "full": [1, 2, 3, 4, 5, 6]})";
+  Ran run = shardcheck("repro " + write("count.json", text), true);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.out.find("shape: "), std::string::npos) << run.out;
+}
+
+TEST_F(CliTest, ReproSameMapOracleMissesCancellingErrors) {
+  // Swapped destinations round-trip through the same map: only the truth oracle sees it.
+  Ran truth = shardcheck("repro " + corpus("valid-layout-swapped-destinations.json"));
+  EXPECT_EQ(truth.exit_code, 1);
+  EXPECT_EQ(truth.out.rfind("WRONG: ", 0), 0u) << truth.out;
+  Ran same = shardcheck("repro " + corpus("valid-layout-swapped-destinations.json") +
+                        " --oracle same-map");
+  EXPECT_EQ(same.out.rfind("exact\n", 0), 0u) << same.out;
+}
+
+}  // namespace

@@ -1,0 +1,262 @@
+// Replays every case file in corpus/regressions: the strict policy must meet each
+// file's expectation and never be silently wrong (except where a file documents a
+// valid-but-different layout); the legacy model must reproduce the reported behaviour.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "shardcheck/case.h"
+#include "shardcheck/oracles/truth.h"
+
+namespace shardcheck {
+namespace {
+
+namespace fs = std::filesystem;
+using oracles::Verdict;
+
+const fs::path kCorpus = fs::path(SHARDCHECK_SOURCE_DIR) / "corpus" / "regressions";
+
+std::vector<std::string> corpus_files() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(kCorpus, ec)) {
+    if (entry.path().extension() == ".json") names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Result<Case> load(const std::string& name) {
+  std::ifstream in(kCorpus / name, std::ios::binary);
+  if (!in) return make_error(ErrorKind::format, "cannot open " + name);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return decode_case_text(text.str());
+}
+
+TEST(Corpus, HasTheRegressionCases) {
+  auto names = corpus_files();
+  EXPECT_GE(names.size(), 10u) << "corpus directory " << kCorpus;
+  // Every reproduction of spec section 6 has at least one file.
+  for (int n = 1; n <= 8; ++n) {
+    std::string prefix = "spec6-" + std::to_string(n) + "-";
+    bool found = std::any_of(names.begin(), names.end(),
+                             [&](const std::string& s) { return s.rfind(prefix, 0) == 0; });
+    EXPECT_TRUE(found) << "no corpus file for spec 6." << n;
+  }
+}
+
+// The corpus is also the proof that the harness can fail: the legacy model must be
+// caught silently wrong on the reported corruptions, strict on none of them.
+TEST(Corpus, LegacyIsCaughtSilentlyWrong) {
+  int legacy_wrong = 0;
+  int strict_wrong = 0;
+  for (const auto& name : corpus_files()) {
+    auto c = load(name);
+    ASSERT_TRUE(c.ok()) << name << ": " << c.error().to_string();
+    if (name.rfind("spec6-", 0) != 0) continue;
+    ConvertOptions legacy;
+    legacy.policy = Policy::legacy;
+    auto l = oracles::run_case(c.value(), legacy);
+    auto s = oracles::run_case(c.value(), ConvertOptions{});
+    ASSERT_TRUE(l.ok() && s.ok()) << name;
+    legacy_wrong += l.value().verdict == Verdict::wrong;
+    strict_wrong += s.value().verdict == Verdict::wrong;
+  }
+  EXPECT_GE(legacy_wrong, 7);
+  EXPECT_EQ(strict_wrong, 0);
+}
+
+// The truth oracle on hand-made variations of corpus cases.
+Case must_load(const std::string& name) {
+  auto c = load(name);
+  EXPECT_TRUE(c.ok()) << name;
+  return c.ok() ? c.value() : Case{};
+}
+
+TEST(TruthOracle, ExtractThroughSwappedDestinationsIsWrongOnAValidLayout) {
+  Case c = must_load("valid-layout-swapped-destinations.json");
+  c.op = Op::extract;
+  auto outcome = oracles::run_case(c, ConvertOptions{});
+  ASSERT_TRUE(outcome.ok());
+  const auto& o = outcome.value();
+  EXPECT_EQ(o.verdict, Verdict::wrong);
+  EXPECT_TRUE(o.valid_layout);
+  ASSERT_EQ(o.ops.size(), 1u);
+  EXPECT_EQ(o.ops[0].op, Op::extract);
+  EXPECT_EQ(o.ops[0].rank, Rank{0});
+  ASSERT_TRUE(o.ops[0].difference.has_value());
+  EXPECT_EQ(o.ops[0].difference->element, 0);
+  EXPECT_EQ(o.ops[0].difference->count, 4);
+  EXPECT_EQ(o.message.rfind("WRONG: extract rank 0 element 0 expected ", 0), 0u) << o.message;
+}
+
+TEST(TruthOracle, SameMapRoundTripMissesWhatTheTruthOracleSees) {
+  Case c = must_load("valid-layout-swapped-destinations.json");
+  auto same = oracles::run_case(c, ConvertOptions{}, oracles::OracleKind::same_map);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same.value().verdict, Verdict::exact);
+  EXPECT_FALSE(same.value().matches_expectation);
+  auto truth = oracles::run_case(c, ConvertOptions{}, oracles::OracleKind::truth);
+  ASSERT_TRUE(truth.ok());
+  EXPECT_EQ(truth.value().verdict, Verdict::wrong);
+}
+
+TEST(TruthOracle, BothOpsReportTheWorstVerdict) {
+  Case c = must_load("valid-layout-swapped-destinations.json");
+  c.op = Op::both;
+  auto outcome = oracles::run_case(c, ConvertOptions{});
+  ASSERT_TRUE(outcome.ok());
+  ASSERT_EQ(outcome.value().ops.size(), 2u);
+  EXPECT_EQ(outcome.value().ops[0].op, Op::rebuild);
+  EXPECT_EQ(outcome.value().ops[1].op, Op::extract);
+  EXPECT_EQ(outcome.value().verdict, Verdict::wrong);
+
+  Case refused = must_load("spec6-5-two-pieces-one-address.json");
+  refused.op = Op::both;
+  auto r = oracles::run_case(refused, ConvertOptions{});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value().verdict, Verdict::refused);
+  ASSERT_TRUE(r.value().error.has_value());
+  EXPECT_EQ(r.value().error->kind, ErrorKind::twice);
+  EXPECT_EQ(r.value().message.rfind("refused twice: ", 0), 0u);
+}
+
+TEST(TruthOracle, ExtractForARankTheTruthLacksIsWrong) {
+  Case c = must_load("valid-spec2-example.json");
+  c.truth = c.map;
+  // The map under test files rank 1's block under rank 5, a rank the truth lacks.
+  c.map.ranks[1].rank = 5;
+  c.map.ranks[1].pieces[0].locations = {5};
+  c.op = Op::extract;
+  auto outcome = oracles::run_case(c, ConvertOptions{});
+  ASSERT_TRUE(outcome.ok()) << outcome.error().to_string();
+  EXPECT_EQ(outcome.value().verdict, Verdict::wrong) << outcome.value().message;
+  EXPECT_TRUE(outcome.value().valid_layout);
+  EXPECT_EQ(outcome.value().ops[0].rank, Rank{5});
+  EXPECT_NE(outcome.value().message.find("rank 5, which the truth map does not have"),
+            std::string::npos)
+      << outcome.value().message;
+}
+
+TEST(TruthOracle, LegacyOutputIsCompared) {
+  Case c = must_load("spec6-2-source-overlaps-itself.json");
+  ASSERT_TRUE(c.legacy_output.has_value());
+  (*c.legacy_output)[1] = (*c.legacy_output)[0];  // claim 8 survived instead of 7
+  ConvertOptions legacy;
+  legacy.policy = Policy::legacy;
+  auto outcome = oracles::run_case(c, legacy);
+  ASSERT_TRUE(outcome.ok());
+  EXPECT_FALSE(outcome.value().matches_expectation);
+  EXPECT_NE(outcome.value().expectation_message.find("element 1"), std::string::npos)
+      << outcome.value().expectation_message;
+}
+
+TEST(TruthOracle, PlantedBugIsCaughtSilentlyWrong) {
+  Case c = must_load("spec6-5-two-pieces-one-address.json");
+  ConvertOptions planted;
+  planted.checks.bugs.skip_dest_tiling = true;
+  auto outcome = oracles::run_case(c, planted);
+  ASSERT_TRUE(outcome.ok());
+  // With the tiling check off, strict either still refuses through its read
+  // tracking, or is caught returning a wrong tensor; it must never look exact.
+  EXPECT_NE(outcome.value().verdict, Verdict::exact) << outcome.value().message;
+  EXPECT_FALSE(outcome.value().valid_layout);
+}
+
+TEST(TruthOracle, UnusableCasesAreErrors) {
+  Case c = must_load("spec6-5-two-pieces-one-address.json");
+  c.truth.reset();  // the shards would come from a refused map
+  auto refused_truth = oracles::run_case(c, ConvertOptions{});
+  ASSERT_FALSE(refused_truth.ok());
+  EXPECT_EQ(refused_truth.error().kind, ErrorKind::twice);
+  EXPECT_EQ(refused_truth.error().message.rfind("the truth map is refused: ", 0), 0u);
+
+  Case counted = must_load("valid-spec5-sub-param.json");
+  counted.full->pop_back();
+  auto short_full = oracles::run_case(counted, ConvertOptions{});
+  ASSERT_FALSE(short_full.ok());
+  EXPECT_EQ(short_full.error().kind, ErrorKind::shape);
+}
+
+TEST(TruthOracle, OutcomeJsonCarriesTheVerdict) {
+  Case c = must_load("spec6-7-dest-wraps-row.json");
+  ConvertOptions legacy;
+  legacy.policy = Policy::legacy;
+  auto outcome = oracles::run_case(c, legacy);
+  ASSERT_TRUE(outcome.ok());
+  Json json = oracles::outcome_to_json(c, outcome.value());
+  EXPECT_EQ(json["name"], "spec6-7-dest-wraps-row");
+  EXPECT_EQ(json["policy"], "legacy");
+  EXPECT_EQ(json["verdict"], "wrong");
+  EXPECT_EQ(json["valid_layout"], false);
+  EXPECT_EQ(json["ops"][0]["difference"]["element"], 8);
+  EXPECT_EQ(json["ops"][0]["difference"]["count"], 1);
+}
+
+class CorpusCase : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CorpusCase, ParsesAndNamesItself) {
+  auto c = load(GetParam());
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  EXPECT_EQ(c.value().name + ".json", GetParam());
+  EXPECT_TRUE(c.value().expect.has_value()) << "a regression case must state its expectation";
+}
+
+TEST_P(CorpusCase, StrictMeetsExpectation) {
+  auto c = load(GetParam());
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  auto outcome = oracles::run_case(c.value(), ConvertOptions{});
+  ASSERT_TRUE(outcome.ok()) << outcome.error().to_string();
+  const auto& o = outcome.value();
+  EXPECT_TRUE(o.matches_expectation) << o.expectation_message << "\n" << o.message;
+  if (c.value().expect != Expectation::wrong_valid_layout) {
+    EXPECT_NE(o.verdict, Verdict::wrong) << "strict is silently wrong: " << o.message;
+  }
+}
+
+TEST_P(CorpusCase, StrictIsIndependentOfRankOrder) {
+  auto c = load(GetParam());
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  Case reversed = c.value();
+  std::reverse(reversed.map.ranks.begin(), reversed.map.ranks.end());
+  for (auto& entry : reversed.map.ranks) std::reverse(entry.pieces.begin(), entry.pieces.end());
+  auto a = oracles::run_case(c.value(), ConvertOptions{});
+  auto b = oracles::run_case(reversed, ConvertOptions{});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a.value().verdict, b.value().verdict);
+  if (a.value().error && b.value().error) {
+    EXPECT_EQ(a.value().error->kind, b.value().error->kind);
+  }
+}
+
+TEST_P(CorpusCase, LegacyReproducesTheReport) {
+  auto c = load(GetParam());
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  if (!c.value().legacy_expect && !c.value().legacy_output) GTEST_SKIP() << "no legacy block";
+  ConvertOptions options;
+  options.policy = Policy::legacy;
+  auto outcome = oracles::run_case(c.value(), options);
+  ASSERT_TRUE(outcome.ok()) << outcome.error().to_string();
+  EXPECT_TRUE(outcome.value().matches_expectation)
+      << outcome.value().expectation_message << "\n" << outcome.value().message;
+}
+
+std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param.substr(0, info.param.size() - 5);  // drop ".json"
+  for (char& ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Regressions, CorpusCase, ::testing::ValuesIn(corpus_files()), test_name);
+
+}  // namespace
+}  // namespace shardcheck
