@@ -20,6 +20,8 @@ struct ReferenceVerdict {
   // is in fact unique (checked by walking its addresses) and conditions 1, 2, 4, 5, 6
   // hold. The fast checks may refuse such a map; they must accept no other refused map.
   bool refused_only_by_stride_rule = false;
+  // True when the map was beyond max_elements and not judged (kind is format then).
+  bool too_large = false;
   bool valid() const { return !kind.has_value(); }
 };
 
