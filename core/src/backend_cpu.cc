@@ -1,0 +1,262 @@
+#include <bit>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+
+#include <Eigen/Core>
+
+#include "shardcheck/backend.h"
+
+namespace shardcheck {
+
+namespace {
+
+// Elements are read and written as the low bytes of a uint64_t.
+static_assert(std::endian::native == std::endian::little);
+
+template <class S>
+using RowMat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using AnyStride = Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>;
+template <class S>
+using View2 = Eigen::Map<RowMat<S>, Eigen::Unaligned, AnyStride>;
+template <class S>
+using ConstView2 = Eigen::Map<const RowMat<S>, Eigen::Unaligned, AnyStride>;
+
+// One 2-D slab of a block: the innermost two axes at a fixed outer index.
+struct Slab {
+  Index from_offset, to_offset;
+  Index rows, cols;
+  Index from_row_stride, from_col_stride;
+  Index to_row_stride, to_col_stride;
+  Index first_index;  // row-major index within the block of the slab's first element
+};
+
+// Visits the slabs of a block in row-major order; stops early when `fn` returns true.
+// 0-d blocks are one 1x1 slab, 1-d blocks one row.
+template <class Fn>
+void for_each_slab(const Extents& shape, const StridedView& from, const StridedView& to, Fn&& fn) {
+  const std::size_t d = shape.size();
+  for (Index e : shape) {
+    if (e == 0) return;
+  }
+  Slab slab{from.offset, to.offset, 1, 1, 0, 0, 0, 0, 0};
+  if (d >= 1) {
+    slab.cols = shape[d - 1];
+    slab.from_col_stride = from.strides[d - 1];
+    slab.to_col_stride = to.strides[d - 1];
+  }
+  if (d >= 2) {
+    slab.rows = shape[d - 2];
+    slab.from_row_stride = from.strides[d - 2];
+    slab.to_row_stride = to.strides[d - 2];
+  }
+  const std::size_t outer = d >= 2 ? d - 2 : 0;
+  const Index slab_size = slab.rows * slab.cols;
+  std::vector<Index> counter(outer, 0);
+  Index from_base = from.offset;
+  Index to_base = to.offset;
+  for (Index first = 0;; first += slab_size) {
+    slab.from_offset = from_base;
+    slab.to_offset = to_base;
+    slab.first_index = first;
+    if (fn(slab)) return;
+    std::size_t k = outer;
+    while (k > 0) {
+      --k;
+      if (++counter[k] < shape[k]) {
+        from_base += from.strides[k];
+        to_base += to.strides[k];
+        break;
+      }
+      from_base -= (shape[k] - 1) * from.strides[k];
+      to_base -= (shape[k] - 1) * to.strides[k];
+      counter[k] = 0;
+      if (k == 0) return;
+    }
+    if (outer == 0) return;
+  }
+}
+
+template <class S>
+ConstView2<S> const_view(const std::byte* base, const Slab& s) {
+  return ConstView2<S>(reinterpret_cast<const S*>(base) + s.from_offset, s.rows, s.cols,
+                       AnyStride(s.from_row_stride, s.from_col_stride));
+}
+
+template <class S>
+View2<S> dest_view(std::byte* base, const Slab& s) {
+  return View2<S>(reinterpret_cast<S*>(base) + s.to_offset, s.rows, s.cols,
+                  AnyStride(s.to_row_stride, s.to_col_stride));
+}
+
+template <class S>
+ConstView2<S> const_dest_view(const std::byte* base, const Slab& s) {
+  return ConstView2<S>(reinterpret_cast<const S*>(base) + s.to_offset, s.rows, s.cols,
+                       AnyStride(s.to_row_stride, s.to_col_stride));
+}
+
+// The scaling a copy asks for, resolved once: multiply or divide by `factor`
+// (scale^|power| computed in the element type, as apply_scale does).
+struct Scaling {
+  bool active = false;
+  bool up = true;
+  std::uint64_t factor_bits = 0;
+};
+
+Scaling resolve_scaling(DType dtype, const BlockCopy& copy) {
+  Scaling out;
+  if (!is_floating(dtype) || copy.scale == 1.0 || copy.power == 0) return out;
+  out.active = true;
+  out.up = copy.multiply == (copy.power > 0);
+  const int steps = copy.power > 0 ? copy.power : -copy.power;
+  // 1 * s is exact, so this is s^steps in the element type, computed by apply_scale.
+  out.factor_bits = apply_scale(dtype, *bits_from_double(dtype, 1.0), copy.scale, steps, true);
+  return out;
+}
+
+template <class U, class T>
+T scalar_from_bits(std::uint64_t bits) {
+  return Eigen::numext::bit_cast<T>(static_cast<U>(bits));
+}
+
+template <class U, class T>
+void copy_slabs(const BlockCopy& copy, const Scaling& scaling) {
+  for_each_slab(*copy.shape, copy.from_view, copy.to_view, [&](const Slab& s) {
+    if (!scaling.active) {
+      dest_view<U>(copy.to, s) = const_view<U>(copy.from, s);
+    } else {
+      const T factor = scalar_from_bits<U, T>(scaling.factor_bits);
+      if (scaling.up) {
+        dest_view<T>(copy.to, s).array() = const_view<T>(copy.from, s).array() * factor;
+      } else {
+        dest_view<T>(copy.to, s).array() = const_view<T>(copy.from, s).array() / factor;
+      }
+    }
+    return false;
+  });
+}
+
+template <class U, class T>
+std::optional<Index> compare_slabs(const BlockCopy& copy, const Scaling& scaling) {
+  std::optional<Index> mismatch;
+  const T factor = scalar_from_bits<U, T>(scaling.factor_bits);
+  auto to_bits = [](const T& x) { return Eigen::numext::bit_cast<U>(x); };
+  auto first_in = [](const auto& differs) -> std::optional<Index> {
+    if (!differs.any()) return std::nullopt;
+    Index c = 0;
+    while (!differs(c)) ++c;
+    return c;
+  };
+  for_each_slab(*copy.shape, copy.from_view, copy.to_view, [&](const Slab& s) {
+    const auto from_bits = const_view<U>(copy.from, s);
+    const auto from_values = const_view<T>(copy.from, s);
+    const auto held = const_dest_view<U>(copy.to, s);
+    for (Index r = 0; r < s.rows; ++r) {
+      std::optional<Index> c;
+      if (!scaling.active) {
+        c = first_in(from_bits.row(r).array() != held.row(r).array());
+      } else if (scaling.up) {
+        c = first_in((from_values.row(r).array() * factor).unaryExpr(to_bits) != held.row(r).array());
+      } else {
+        c = first_in((from_values.row(r).array() / factor).unaryExpr(to_bits) != held.row(r).array());
+      }
+      if (c) {
+        mismatch = s.first_index + r * s.cols + *c;
+        return true;
+      }
+    }
+    return false;
+  });
+  return mismatch;
+}
+
+// A destination that overlaps itself must keep the value written last in row-major
+// order; Eigen promises no assignment order, so such blocks go element by element.
+void copy_ordered(DType dtype, const BlockCopy& copy) {
+  const std::size_t size = element_size(dtype);
+  const bool scaled = is_floating(dtype) && copy.scale != 1.0 && copy.power != 0;
+  for_each_slab(*copy.shape, copy.from_view, copy.to_view, [&](const Slab& s) {
+    for (Index r = 0; r < s.rows; ++r) {
+      for (Index c = 0; c < s.cols; ++c) {
+        const Index from_at = s.from_offset + r * s.from_row_stride + c * s.from_col_stride;
+        const Index to_at = s.to_offset + r * s.to_row_stride + c * s.to_col_stride;
+        std::uint64_t bits = 0;
+        std::memcpy(&bits, copy.from + from_at * static_cast<Index>(size), size);
+        if (scaled) bits = apply_scale(dtype, bits, copy.scale, copy.power, copy.multiply);
+        std::memcpy(copy.to + to_at * static_cast<Index>(size), &bits, size);
+      }
+    }
+    return false;
+  });
+}
+
+template <class Fn>
+auto dispatch(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::float64: return fn.template operator()<std::uint64_t, double>();
+    case DType::float32: return fn.template operator()<std::uint32_t, float>();
+    case DType::float16: return fn.template operator()<std::uint16_t, Eigen::half>();
+    case DType::bfloat16: return fn.template operator()<std::uint16_t, Eigen::bfloat16>();
+    case DType::int16: return fn.template operator()<std::uint16_t, std::uint16_t>();
+    case DType::int32: return fn.template operator()<std::uint32_t, std::uint32_t>();
+    case DType::int64: return fn.template operator()<std::uint64_t, std::uint64_t>();
+    default: return fn.template operator()<std::uint8_t, std::uint8_t>();
+  }
+}
+
+class CpuBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+
+  void copy_block(DType dtype, const BlockCopy& copy) override {
+    // INT_MIN has no positive counterpart for resolve_scaling; the ordered path
+    // goes through apply_scale, which handles every power.
+    if (!is_unique(*copy.shape, copy.to_view.strides) || copy.power == INT_MIN) {
+      copy_ordered(dtype, copy);
+      return;
+    }
+    const Scaling scaling = resolve_scaling(dtype, copy);
+    dispatch(dtype, [&]<class U, class T>() { copy_slabs<U, T>(copy, scaling); });
+  }
+
+  std::optional<Index> compare_block(DType dtype, const BlockCopy& copy) override {
+    if (copy.power == INT_MIN) return compare_ordered(dtype, copy);
+    const Scaling scaling = resolve_scaling(dtype, copy);
+    return dispatch(dtype, [&]<class U, class T>() { return compare_slabs<U, T>(copy, scaling); });
+  }
+
+ private:
+  static std::optional<Index> compare_ordered(DType dtype, const BlockCopy& copy) {
+    const std::size_t size = element_size(dtype);
+    std::optional<Index> mismatch;
+    for_each_slab(*copy.shape, copy.from_view, copy.to_view, [&](const Slab& s) {
+      for (Index r = 0; r < s.rows; ++r) {
+        for (Index c = 0; c < s.cols; ++c) {
+          std::uint64_t a = 0, b = 0;
+          std::memcpy(&a, copy.from + (s.from_offset + r * s.from_row_stride + c * s.from_col_stride) *
+                                          static_cast<Index>(size), size);
+          std::memcpy(&b, copy.to + (s.to_offset + r * s.to_row_stride + c * s.to_col_stride) *
+                                        static_cast<Index>(size), size);
+          if (is_floating(dtype) && copy.scale != 1.0 && copy.power != 0) a = apply_scale(dtype, a, copy.scale, copy.power, copy.multiply);
+          if (a != b) {
+            mismatch = s.first_index + r * s.cols + c;
+            return true;
+          }
+        }
+      }
+      return false;
+    });
+    return mismatch;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+#ifndef SHARDCHECK_WITH_CUDA
+std::unique_ptr<Backend> make_cuda_backend() { return nullptr; }
+bool cuda_compiled() { return false; }
+#endif
+
+}  // namespace shardcheck

@@ -1,0 +1,603 @@
+#include "shardcheck/convert.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace shardcheck {
+
+namespace {
+
+// One piece in the strict visiting order (ranks by id, pieces by content), so that
+// neither a verdict nor an output depends on the order the map was written in.
+struct Visit {
+  Rank rank = 0;
+  Index written = 0;  // index in the rank's list as written: what errors report
+  const Piece* piece = nullptr;
+  const Buffer* shard = nullptr;  // rebuild: the rank's supplied shard
+  Index numel = 0;
+  Index shard_numel = 0;
+  Index read_base = 0;  // rebuild: where the rank's shard starts in the read record
+};
+
+struct ShardSpan {
+  Rank rank;
+  Index base;
+  Index numel;
+};
+
+// Reused between calls: converting a small map should not allocate records afresh.
+struct Scratch {
+  std::vector<Visit> visits;
+  std::vector<const RankEntry*> ranks;
+  std::vector<std::uint32_t> writer;  // per element of F: 0 nobody, else visit + 1
+  std::vector<std::uint8_t> seen;     // per shard address: read (rebuild) / written (extract)
+  std::vector<Index> counter;
+  std::vector<ShardSpan> spans;       // rebuild: each supplied shard's part of `seen`
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+Backend& backend_of(const ConvertOptions& options) {
+  static const std::unique_ptr<Backend> cpu = make_cpu_backend();
+  return options.backend != nullptr ? *options.backend : *cpu;
+}
+
+bool is_replica(const Piece& piece) { return piece.locations.size() > 1; }
+
+// A total order on doubles, NaN included, so sorting stays well defined even when a
+// planted bug lets a NaN scale through.
+std::uint64_t scale_key(double scale) {
+  auto bits = std::bit_cast<std::uint64_t>(scale);
+  return (bits >> 63) ? ~bits : (bits | (std::uint64_t{1} << 63));
+}
+
+bool visit_less(const Visit& a, const Visit& b) {
+  if (a.rank != b.rank) return a.rank < b.rank;
+  const Piece& x = *a.piece;
+  const Piece& y = *b.piece;
+  if (x.source.offset != y.source.offset) return x.source.offset < y.source.offset;
+  if (x.source.strides != y.source.strides) return x.source.strides < y.source.strides;
+  if (x.shape != y.shape) return x.shape < y.shape;
+  if (x.dest.offset != y.dest.offset) return x.dest.offset < y.dest.offset;
+  if (x.dest.strides != y.dest.strides) return x.dest.strides < y.dest.strides;
+  if (x.locations != y.locations) return x.locations < y.locations;
+  if (scale_key(x.scale) != scale_key(y.scale)) return scale_key(x.scale) < scale_key(y.scale);
+  return a.written < b.written;
+}
+
+std::string label(const Visit& v) {
+  return fmt::format("rank {} piece {} ({})", v.rank, v.written, describe(*v.piece));
+}
+
+Error error_for(ErrorKind kind, const Visit* v, std::string message) {
+  Error e = make_error(kind, std::move(message));
+  if (v != nullptr) {
+    e.rank = v->rank;
+    e.piece = v->written;
+  }
+  return e;
+}
+
+Error at(Error e, Index address, Side side) {
+  e.address = address;
+  e.side = side;
+  return e;
+}
+
+// Calls fn(k, a, b) for every element k of the block in row-major order with its
+// addresses in views a and b; stops early (returning true) when fn returns true.
+template <class Fn>
+bool walk(const Extents& shape, const StridedView& a, const StridedView& b, std::vector<Index>& counter,
+          Fn&& fn) {
+  for (Index e : shape) {
+    if (e == 0) return false;
+  }
+  const std::size_t d = shape.size();
+  if (d == 0) return fn(Index{0}, a.offset, b.offset);
+  counter.assign(d - 1, 0);
+  const Index inner = shape[d - 1];
+  const Index a_step = a.strides[d - 1];
+  const Index b_step = b.strides[d - 1];
+  Index a_base = a.offset;
+  Index b_base = b.offset;
+  for (Index k = 0;;) {
+    Index ia = a_base;
+    Index ib = b_base;
+    for (Index j = 0; j < inner; ++j, ++k, ia += a_step, ib += b_step) {
+      if (fn(k, ia, ib)) return true;
+    }
+    std::size_t axis = d - 1;
+    while (true) {
+      if (axis == 0) return false;
+      --axis;
+      if (++counter[axis] < shape[axis]) {
+        a_base += a.strides[axis];
+        b_base += b.strides[axis];
+        break;
+      }
+      a_base -= (shape[axis] - 1) * a.strides[axis];
+      b_base -= (shape[axis] - 1) * b.strides[axis];
+      counter[axis] = 0;
+    }
+  }
+}
+
+// Address of row-major element k of a block seen through `view`.
+Index address_at(const Extents& shape, const StridedView& view, Index k) {
+  Index address = view.offset;
+  for (std::size_t axis = shape.size(); axis-- > 0;) {
+    address += (k % shape[axis]) * view.strides[axis];
+    k /= shape[axis];
+  }
+  return address;
+}
+
+// Memory safety behind check_map: only a planted bug can make these fire, and then
+// data must still never be addressed outside a buffer.
+Status guard_piece(const Visit& v, Index numel_f, Index shard_numel, Index& numel) {
+  const Piece& p = *v.piece;
+  const std::size_t n = p.shape.size();
+  auto negative = [](const std::vector<Index>& xs) {
+    return std::any_of(xs.begin(), xs.end(), [](Index x) { return x < 0; });
+  };
+  if (p.source.strides.size() != n || p.dest.strides.size() != n || negative(p.shape) ||
+      negative(p.source.strides) || negative(p.dest.strides) || p.source.offset < 0 || p.dest.offset < 0) {
+    return error_for(ErrorKind::format, &v,
+                     fmt::format("{} is malformed: mismatched lengths or a negative number.", label(v)));
+  }
+  auto src = span_facts(p.shape, p.source);
+  auto dst = span_facts(p.shape, p.dest);
+  if (!src || !dst) {
+    return error_for(ErrorKind::format, &v, fmt::format("{} has a view that overflows 64 bits.", label(v)));
+  }
+  numel = src->numel;
+  if (src->empty) return std::nullopt;
+  if (src->required_span_size > numel_f) {
+    return at(error_for(ErrorKind::bounds, &v,
+                        fmt::format("{} reaches element {} of F, which has {} elements.", label(v),
+                                    src->required_span_size - 1, numel_f)),
+              src->required_span_size - 1, Side::full);
+  }
+  if (dst->required_span_size > shard_numel) {
+    return at(error_for(ErrorKind::bounds, &v,
+                        fmt::format("{} reaches shard address {}, but the shard has {} elements.",
+                                    label(v), dst->required_span_size - 1, shard_numel)),
+              dst->required_span_size - 1, Side::shard);
+  }
+  return std::nullopt;
+}
+
+// Guards every visit and checks that each rank's pieces hold as many elements as its
+// shard, which also bounds the work of walking them.
+Status guard_visits(std::vector<Visit>& visits, Index numel_f) {
+  std::size_t begin = 0;
+  while (begin < visits.size()) {
+    std::size_t end = begin;
+    Index total = 0;
+    for (; end < visits.size() && visits[end].rank == visits[begin].rank; ++end) {
+      Visit& v = visits[end];
+      if (auto e = guard_piece(v, numel_f, v.shard_numel, v.numel)) return e;
+      auto sum = checked_add(total, v.numel);
+      if (!sum) return error_for(ErrorKind::format, &v, fmt::format("The pieces of rank {} overflow 64 bits.", v.rank));
+      total = *sum;
+    }
+    if (total != visits[begin].shard_numel) {
+      Error e = make_error(ErrorKind::count,
+                           fmt::format("Rank {}'s pieces hold {} elements but its shard has {}.",
+                                       visits[begin].rank, total, visits[begin].shard_numel));
+      e.rank = visits[begin].rank;
+      return e;
+    }
+    begin = end;
+  }
+  return std::nullopt;
+}
+
+// Integers cannot be scaled exactly, and a scaled map says nothing about how to
+// rescale an optimizer state (spec 1.2).
+Status check_scales(const std::vector<Visit>& visits, DType dtype, int scale_power) {
+  for (const Visit& v : visits) {
+    if (v.piece->scale == 1.0) continue;
+    if (scale_power != 1) {
+      return error_for(ErrorKind::scale, &v,
+                       fmt::format("{} has scale {} but scale_power is {}; a scaled map can only "
+                                   "convert a parameter (scale_power 1).",
+                                   label(v), v.piece->scale, scale_power));
+    }
+    if (!is_floating(dtype)) {
+      return error_for(ErrorKind::scale, &v,
+                       fmt::format("{} has scale {} but the dtype {} is not floating point and "
+                                   "cannot be scaled exactly.",
+                                   label(v), v.piece->scale, dtype_name(dtype)));
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Index> logical_numel(const Map& map) {
+  for (Index e : map.logical_shape) {
+    if (e < 0) return std::nullopt;
+  }
+  return checked_numel(map.logical_shape);
+}
+
+std::optional<Index> shard_numel_of(const RankEntry& entry) {
+  if (!entry.shard_shape) return std::nullopt;
+  for (Index e : *entry.shard_shape) {
+    if (e < 0) return std::nullopt;
+  }
+  return checked_numel(*entry.shard_shape);
+}
+
+Error malformed_map(std::string what) { return make_error(ErrorKind::format, std::move(what)); }
+
+// A buffer size the map asks for but nothing real backs: refused rather than allocated.
+Status allocation_guard(Index wanted, Index backed, const CheckOptions& checks, std::string_view what) {
+  if (wanted <= std::max(backed, checks.limits.max_walked_addresses)) return std::nullopt;
+  return make_error(ErrorKind::format,
+                    fmt::format("The map asks for {} of {} elements, more than the data supplied "
+                                "can account for; refusing to allocate it.",
+                                what, wanted));
+}
+
+BlockCopy rebuild_copy(const Visit& v, Buffer& full, int scale_power) {
+  BlockCopy copy;
+  copy.shape = &v.piece->shape;
+  copy.from = v.shard->data();
+  copy.from_view = v.piece->dest;
+  copy.to = full.data();
+  copy.to_view = v.piece->source;
+  copy.scale = v.piece->scale;
+  copy.power = scale_power;
+  copy.multiply = false;
+  return copy;
+}
+
+BlockCopy single_element(const BlockCopy& block, Index from_address, Index to_address) {
+  static const Extents kScalar{};
+  BlockCopy one = block;
+  one.shape = &kScalar;
+  one.from_view = StridedView{from_address, {}};
+  one.to_view = StridedView{to_address, {}};
+  return one;
+}
+
+Error replica_mismatch(const Visit& first, const Visit& v, const Buffer& full, DType dtype, Index element,
+                       Index shard_address, int scale_power) {
+  const std::uint64_t held = full.bits(element);
+  const std::uint64_t theirs =
+      apply_scale(dtype, v.shard->bits(shard_address), v.piece->scale, scale_power, false);
+  return at(error_for(ErrorKind::different_data, &v,
+                      fmt::format("Element {} of F differs between replicas: {} holds {}, but {} "
+                                  "holds {} at shard address {} (after unscaling).",
+                                  element, label(first), format_element(dtype, held), label(v),
+                                  format_element(dtype, theirs), shard_address)),
+            element, Side::full);
+}
+
+// Checks the supplied shards against the map: dtype, element count, none missing for a
+// rank with pieces, none for a rank the map does not list.
+Status check_shards(const std::vector<const RankEntry*>& ranks, const ShardSet& shards, DType dtype) {
+  for (const RankEntry* entry : ranks) {
+    auto it = shards.find(entry->rank);
+    if (it == shards.end()) {
+      if (entry->pieces.empty()) continue;
+      Error e = make_error(ErrorKind::shape, fmt::format("Rank {} lists {} pieces but no shard was "
+                                                         "supplied for it.",
+                                                         entry->rank, entry->pieces.size()));
+      e.rank = entry->rank;
+      return e;
+    }
+    const Buffer& shard = it->second;
+    auto expected = shard_numel_of(*entry);
+    std::string problem;
+    if (shard.dtype() != dtype) {
+      problem = fmt::format("has dtype {} but the conversion is for {}", dtype_name(shard.dtype()),
+                            dtype_name(dtype));
+    } else if (!expected) {
+      problem = "has no valid shard shape in the map to compare its size with";
+    } else if (shard.numel() != *expected) {
+      problem = fmt::format("has {} elements but the map's shard shape holds {}", shard.numel(), *expected);
+    }
+    if (!problem.empty()) {
+      Error e = make_error(ErrorKind::shape, fmt::format("The shard supplied for rank {} {}.", entry->rank, problem));
+      e.rank = entry->rank;
+      return e;
+    }
+  }
+  for (const auto& [rank, shard] : shards) {
+    if (std::none_of(ranks.begin(), ranks.end(), [&](const RankEntry* e) { return e->rank == rank; })) {
+      Error e = make_error(ErrorKind::shape,
+                           fmt::format("A shard was supplied for rank {}, which the map does not list.", rank));
+      e.rank = rank;
+      return e;
+    }
+  }
+  return std::nullopt;
+}
+
+void sorted_ranks(const Map& map, std::vector<const RankEntry*>& out) {
+  out.clear();
+  for (const auto& entry : map.ranks) out.push_back(&entry);
+  std::sort(out.begin(), out.end(), [](const RankEntry* a, const RankEntry* b) { return a->rank < b->rank; });
+}
+
+// Moves one piece into F under the writer record. `fresh` counts the elements no
+// earlier piece wrote; they were claimed for this visit during the record pass.
+Status move_piece(Scratch& s, std::size_t vi, Index fresh, Buffer& full, DType dtype,
+                  const ConvertOptions& options) {
+  const Visit& v = s.visits[vi];
+  Backend& backend = backend_of(options);
+  const BlockCopy block = rebuild_copy(v, full, options.scale_power);
+  if (fresh == v.numel) {
+    backend.copy_block(dtype, block);
+    return std::nullopt;
+  }
+  const bool compare = !options.checks.bugs.skip_replica_compare;
+  if (fresh == 0) {
+    if (!compare) return std::nullopt;
+    auto k = backend.compare_block(dtype, block);
+    if (!k) return std::nullopt;
+    const Index element = address_at(v.piece->shape, v.piece->source, *k);
+    const Index shard_address = address_at(v.piece->shape, v.piece->dest, *k);
+    const Visit& first = s.visits[s.writer[element] - 1];
+    return replica_mismatch(first, v, full, dtype, element, shard_address, options.scale_power);
+  }
+  // Replicas cut at different boundaries: part of this piece is new, part is a copy
+  // of what another piece wrote. Rare, so element by element.
+  const auto mine = static_cast<std::uint32_t>(vi + 1);
+  Status result;
+  walk(v.piece->shape, v.piece->source, v.piece->dest, s.counter, [&](Index, Index element, Index shard_address) {
+    const BlockCopy one = single_element(block, shard_address, element);
+    if (s.writer[element] == mine) {
+      backend.copy_block(dtype, one);
+      return false;
+    }
+    if (!compare || !backend.compare_block(dtype, one)) return false;
+    result = replica_mismatch(s.visits[s.writer[element] - 1], v, full, dtype, element, shard_address,
+                              options.scale_power);
+    return true;
+  });
+  return result;
+}
+
+// The writer and read records for one piece: claims unwritten elements, and refuses
+// a shard address read twice or an element written twice by anything but replicas.
+Status record_piece(Scratch& s, std::size_t vi, Index& fresh) {
+  const Visit& v = s.visits[vi];
+  const auto mine = static_cast<std::uint32_t>(vi + 1);
+  Status result;
+  fresh = 0;
+  walk(v.piece->shape, v.piece->source, v.piece->dest, s.counter, [&](Index, Index element, Index shard_address) {
+    auto& read = s.seen[static_cast<std::size_t>(v.read_base + shard_address)];
+    if (read != 0) {
+      result = at(error_for(ErrorKind::twice, &v,
+                            fmt::format("Shard address {} of rank {} is read twice ({}).", shard_address,
+                                        v.rank, label(v))),
+                  shard_address, Side::shard);
+      return true;
+    }
+    read = 1;
+    std::uint32_t& writer = s.writer[static_cast<std::size_t>(element)];
+    if (writer == 0) {
+      writer = mine;
+      ++fresh;
+      return false;
+    }
+    const Visit& prior = s.visits[writer - 1];
+    if (writer == mine || !is_replica(*prior.piece) || !is_replica(*v.piece)) {
+      result = at(error_for(ErrorKind::twice, &v,
+                            fmt::format("Element {} of F is written by {} and again by {}; only replicas "
+                                        "may write an element twice.",
+                                        element, label(prior), label(v))),
+                  element, Side::full);
+      return true;
+    }
+    return false;
+  });
+  return result;
+}
+
+Status find_unwritten(const Scratch& s, Index numel_f) {
+  // Shard addresses first: per-rank tiling (condition 4) comes before coverage (5).
+  for (const ShardSpan& span : s.spans) {
+    for (Index a = 0; a < span.numel; ++a) {
+      if (s.seen[static_cast<std::size_t>(span.base + a)] == 0) {
+        Error e = make_error(ErrorKind::uncovered,
+                             fmt::format("Shard address {} of rank {} is never read by any piece.", a, span.rank));
+        e.rank = span.rank;
+        return at(e, a, Side::shard);
+      }
+    }
+  }
+  for (Index element = 0; element < numel_f; ++element) {
+    if (s.writer[static_cast<std::size_t>(element)] == 0) {
+      return at(make_error(ErrorKind::uncovered, fmt::format("Element {} of F is written by no piece.", element)),
+                element, Side::full);
+    }
+  }
+  return std::nullopt;
+}
+
+Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtype, const ConvertOptions& options) {
+  if (auto e = check_map(map, options.checks)) return *e;
+  auto numel_f = logical_numel(map);
+  if (!numel_f) return malformed_map("The logical shape has a negative extent or overflows 64 bits.");
+  Scratch& s = scratch();
+  sorted_ranks(map, s.ranks);
+  if (auto e = check_shards(s.ranks, shards, dtype)) return *e;
+
+  s.visits.clear();
+  s.spans.clear();
+  Index read_total = 0;
+  for (const RankEntry* entry : s.ranks) {
+    auto it = shards.find(entry->rank);
+    if (it == shards.end()) continue;  // check_shards allowed it: the rank has no pieces
+    const Index shard_numel = it->second.numel();
+    for (std::size_t i = 0; i < entry->pieces.size(); ++i) {
+      s.visits.push_back(Visit{entry->rank, static_cast<Index>(i), &entry->pieces[i], &it->second, 0,
+                               shard_numel, read_total});
+    }
+    s.spans.push_back(ShardSpan{entry->rank, read_total, shard_numel});
+    read_total += shard_numel;  // real buffers: their total cannot overflow
+  }
+  std::sort(s.visits.begin(), s.visits.end(), visit_less);
+  if (auto e = guard_visits(s.visits, *numel_f)) return *e;
+  if (auto e = check_scales(s.visits, dtype, options.scale_power)) return *e;
+  if (auto e = allocation_guard(*numel_f, read_total, options.checks, "F")) return *e;
+  if (s.visits.size() >= std::numeric_limits<std::uint32_t>::max()) {
+    return malformed_map("The map has more pieces than a conversion can record.");
+  }
+
+  Buffer full(dtype, *numel_f);
+  if (options.checks.bugs.skip_writer_record) {
+    for (const Visit& v : s.visits) backend_of(options).copy_block(dtype, rebuild_copy(v, full, options.scale_power));
+    return full;
+  }
+  s.writer.assign(static_cast<std::size_t>(*numel_f), 0);
+  s.seen.assign(static_cast<std::size_t>(read_total), 0);
+  for (std::size_t vi = 0; vi < s.visits.size(); ++vi) {
+    if (s.visits[vi].numel == 0) continue;
+    Index fresh = 0;
+    if (auto e = record_piece(s, vi, fresh)) return *e;
+    if (auto e = move_piece(s, vi, fresh, full, dtype, options)) return *e;
+  }
+  if (auto e = find_unwritten(s, *numel_f)) return *e;
+  return full;
+}
+
+// Extract after check_map: fills every address of `rank`'s shard exactly once.
+Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank rank, Index numel_f,
+                                      const ConvertOptions& options) {
+  const RankEntry* entry = map.find_rank(rank);
+  if (entry == nullptr || !entry->shard_shape) {
+    Error e = make_error(ErrorKind::format,
+                         fmt::format("Rank {} is not listed in the map with a shard shape, so it has "
+                                     "no shard to extract.",
+                                     rank));
+    e.rank = rank;
+    return e;
+  }
+  if (full.numel() != numel_f) {
+    return make_error(ErrorKind::shape, fmt::format("The supplied F has {} elements but the map's logical "
+                                                    "shape holds {}.",
+                                                    full.numel(), numel_f));
+  }
+  auto shard_numel = shard_numel_of(*entry);
+  if (!shard_numel) {
+    Error e = malformed_map(fmt::format("Rank {}'s shard shape has a negative extent or overflows.", rank));
+    e.rank = rank;
+    return e;
+  }
+  const DType dtype = full.dtype();
+  Scratch& s = scratch();
+  s.visits.clear();
+  for (std::size_t i = 0; i < entry->pieces.size(); ++i) {
+    s.visits.push_back(Visit{rank, static_cast<Index>(i), &entry->pieces[i], nullptr, 0, *shard_numel, 0});
+  }
+  std::sort(s.visits.begin(), s.visits.end(), visit_less);
+  if (s.visits.empty() && *shard_numel != 0) {
+    Error e = make_error(ErrorKind::uncovered, fmt::format("Shard address 0 of rank {} is written by no piece.", rank));
+    e.rank = rank;
+    return at(e, 0, Side::shard);
+  }
+  if (auto e = guard_visits(s.visits, numel_f)) return *e;
+  if (auto e = check_scales(s.visits, dtype, options.scale_power)) return *e;
+  const Index backed =
+      checked_mul(numel_f, static_cast<Index>(s.visits.size())).value_or(std::numeric_limits<Index>::max());
+  if (auto e = allocation_guard(*shard_numel, backed, options.checks, "a shard")) return *e;
+
+  Buffer shard(dtype, *shard_numel);
+  s.seen.assign(static_cast<std::size_t>(*shard_numel), 0);
+  Backend& backend = backend_of(options);
+  for (const Visit& v : s.visits) {
+    if (v.numel == 0) continue;
+    Status twice;
+    walk(v.piece->shape, v.piece->source, v.piece->dest, s.counter, [&](Index, Index, Index address) {
+      auto& written = s.seen[static_cast<std::size_t>(address)];
+      if (written == 0) {
+        written = 1;
+        return false;
+      }
+      twice = at(error_for(ErrorKind::twice, &v,
+                           fmt::format("Shard address {} of rank {} is written twice ({}).", address, rank, label(v))),
+                 address, Side::shard);
+      return true;
+    });
+    if (twice) return *twice;
+    BlockCopy copy;
+    copy.shape = &v.piece->shape;
+    copy.from = full.data();
+    copy.from_view = v.piece->source;
+    copy.to = shard.data();
+    copy.to_view = v.piece->dest;
+    copy.scale = v.piece->scale;
+    copy.power = options.scale_power;
+    copy.multiply = true;
+    backend.copy_block(dtype, copy);
+  }
+  auto hole = std::find(s.seen.begin(), s.seen.end(), std::uint8_t{0});
+  if (hole != s.seen.end()) {
+    const Index address = hole - s.seen.begin();
+    Error e = make_error(ErrorKind::uncovered,
+                         fmt::format("Shard address {} of rank {} is written by no piece.", address, rank));
+    e.rank = rank;
+    return at(e, address, Side::shard);
+  }
+  return shard;
+}
+
+}  // namespace
+
+std::string_view policy_name(Policy policy) { return policy == Policy::legacy ? "legacy" : "strict"; }
+
+std::optional<Policy> parse_policy(std::string_view name) {
+  if (name == "strict") return Policy::strict;
+  if (name == "legacy") return Policy::legacy;
+  return std::nullopt;
+}
+
+Result<Buffer> rebuild(const Map& map, const ShardSet& shards, DType dtype, const ConvertOptions& options) {
+  if (options.policy == Policy::legacy) return legacy_rebuild(map, shards, dtype, options.scale_power);
+  return strict_rebuild(map, shards, dtype, options);
+}
+
+Result<Buffer> extract(const Map& map, const Buffer& full, Rank rank, const ConvertOptions& options) {
+  if (options.policy == Policy::legacy) return legacy_extract(map, full, rank, options.scale_power);
+  if (auto e = check_map(map, options.checks)) return *e;
+  auto numel_f = logical_numel(map);
+  if (!numel_f) return malformed_map("The logical shape has a negative extent or overflows 64 bits.");
+  return strict_extract_checked(map, full, rank, *numel_f, options);
+}
+
+Result<ShardSet> extract_all(const Map& map, const Buffer& full, const ConvertOptions& options) {
+  std::optional<Index> numel_f;
+  if (options.policy == Policy::strict) {
+    if (auto e = check_map(map, options.checks)) return *e;
+    numel_f = logical_numel(map);
+    if (!numel_f) return malformed_map("The logical shape has a negative extent or overflows 64 bits.");
+  }
+  std::vector<Rank> ranks;
+  for (const auto& entry : map.ranks) {
+    if (entry.shard_shape) ranks.push_back(entry.rank);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ShardSet out;
+  for (Rank rank : ranks) {
+    auto shard = options.policy == Policy::legacy
+                     ? legacy_extract(map, full, rank, options.scale_power)
+                     : strict_extract_checked(map, full, rank, *numel_f, options);
+    if (!shard) return shard.error();
+    out.insert_or_assign(rank, std::move(shard).value());
+  }
+  return out;
+}
+
+}  // namespace shardcheck

@@ -1,0 +1,239 @@
+// The legacy policy (spec 4.1) reproduces what DeepSpeed did before the fix: each
+// reported corruption of spec 6 gives the outcome the spec reports, deterministically.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "shardcheck/convert.h"
+
+namespace shardcheck {
+namespace {
+
+Piece P(Extents shape, Index src, Strides src_strides, Index dst, Strides dst_strides,
+        std::vector<Rank> loc, double scale = 1.0) {
+  Piece p;
+  p.shape = std::move(shape);
+  p.source = {src, std::move(src_strides)};
+  p.dest = {dst, std::move(dst_strides)};
+  p.locations = std::move(loc);
+  p.scale = scale;
+  return p;
+}
+
+RankEntry R(Rank rank, std::optional<Extents> shard, std::vector<Piece> pieces) {
+  return RankEntry{rank, std::move(shard), std::move(pieces)};
+}
+
+Map M(Extents logical, std::vector<RankEntry> ranks) { return Map{std::move(logical), std::move(ranks)}; }
+
+constexpr DType f32 = DType::float32;
+
+Buffer values(std::vector<double> xs, DType dtype = f32) {
+  Buffer b(dtype, static_cast<Index>(xs.size()));
+  for (std::size_t i = 0; i < xs.size(); ++i) b.set_bits(static_cast<Index>(i), *bits_from_double(dtype, xs[i]));
+  return b;
+}
+
+Map reversed(Map map) {
+  std::reverse(map.ranks.begin(), map.ranks.end());
+  return map;
+}
+
+Error refused(const Result<Buffer>& result) {
+  EXPECT_FALSE(result.ok());
+  if (result.ok()) return Error{};
+  EXPECT_FALSE(result.error().message.empty());
+  return result.error();
+}
+
+Buffer accepted(const Result<Buffer>& result) {
+  EXPECT_TRUE(result.ok()) << (result.ok() ? "" : result.error().to_string());
+  return result.ok() ? result.value() : Buffer{};
+}
+
+Map repro1() {
+  return M({8}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0})}), R(1, Extents{4}, {P({4}, 0, {1}, 0, {1}, {1})})});
+}
+Map repro2() {
+  return M({6}, {R(0, Extents{4}, {P({2, 2}, 0, {1, 1}, 0, {2, 1}, {0})}),
+                 R(1, Extents{3}, {P({3}, 3, {1}, 0, {1}, {1})})});
+}
+Map repro3() {
+  return M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0, 1})}), R(1, Extents{4}, {P({4}, 0, {1}, 0, {1}, {1})})});
+}
+Map repro4() {
+  return M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0, 1})}),
+                 R(1, Extents{4}, {P({2}, 0, {1}, 0, {1}, {0, 1}), P({2}, 2, {1}, 2, {1}, {0, 1})})});
+}
+Map repro5() {
+  return M({4}, {R(0, Extents{4}, {P({2}, 0, {1}, 0, {1}, {0}), P({2}, 2, {1}, 0, {1}, {0})})});
+}
+Map repro6() {
+  return M({2, 8}, {R(0, Extents{2, 4}, {P({2, 2}, 0, {8, 1}, 0, {4, 1}, {0}), P({2, 2}, 4, {8, 1}, 0, {4, 1}, {0})}),
+                    R(1, Extents{2, 4}, {P({2, 2}, 2, {8, 1}, 0, {4, 1}, {1}), P({2, 2}, 6, {8, 1}, 2, {4, 1}, {1})})});
+}
+Map repro7() {
+  return M({12}, {R(0, Extents{3, 4},
+                    {P({2, 3}, 0, {3, 1}, 2, {4, 1}, {0}), P({1, 2}, 6, {2, 1}, 0, {4, 1}, {0}),
+                     P({1, 1}, 8, {1, 1}, 4, {4, 1}, {0}), P({1, 3}, 9, {3, 1}, 9, {4, 1}, {0})})});
+}
+Map repro8() { return M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0, 1})})}); }
+
+TEST(LegacySpec6, Repro1GivesRank1ValuesThenPoison) {
+  ShardSet shards{{0, values({1, 2, 3, 4})}, {1, values({5, 6, 7, 8})}};
+  const Buffer full = accepted(legacy_rebuild(repro1(), shards, f32));
+  ASSERT_EQ(full.numel(), 8);
+  for (Index i = 0; i < 4; ++i) EXPECT_EQ(full.bits(i), shards.at(1).bits(i));
+  for (Index i = 4; i < 8; ++i) EXPECT_EQ(full.bits(i), poison_bits(f32));
+}
+
+TEST(LegacySpec6, Repro2DropsTheOverwrittenElement) {
+  ShardSet shards{{0, values({9, 8, 7, 6})}, {1, values({1, 2, 3})}};
+  EXPECT_EQ(accepted(legacy_rebuild(repro2(), shards, f32)), values({9, 7, 6, 1, 2, 3}));
+}
+
+TEST(LegacySpec6, Repro3DependsOnRankOrder) {
+  ShardSet shards{{0, values({1, 2, 3, 4})}, {1, values({5, 6, 7, 8})}};
+  EXPECT_EQ(accepted(legacy_rebuild(repro3(), shards, f32)), values({5, 6, 7, 8}));
+  const Error e = refused(legacy_rebuild(reversed(repro3()), shards, f32));
+  EXPECT_EQ(e.kind, ErrorKind::different_data);
+  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.address, 0);
+}
+
+TEST(LegacySpec6, Repro4AcceptsWrongDataInOneOrder) {
+  ShardSet shards{{0, values({1, 2, 3, 4})}, {1, values({1, 2, 7, 7})}};
+  EXPECT_EQ(accepted(legacy_rebuild(repro4(), shards, f32)), values({1, 2, 7, 7}));
+  const Error e = refused(legacy_rebuild(reversed(repro4()), shards, f32));
+  EXPECT_EQ(e.kind, ErrorKind::different_data);
+  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.address, 2);
+}
+
+TEST(LegacySpec6, Repro5To7SilentlyProduceATensor) {
+  ShardSet s5{{0, values({1, 2, 3, 4})}};
+  EXPECT_EQ(accepted(legacy_rebuild(repro5(), s5, f32)), values({1, 2, 1, 2}));
+
+  ShardSet s6{{0, marker_buffer(f32, 8, 0)}, {1, marker_buffer(f32, 8, 100)}};
+  const Buffer f6 = accepted(legacy_rebuild(repro6(), s6, f32));
+  ASSERT_EQ(f6.numel(), 16);
+  // Rank 0's second block reads shard columns 0,1 again instead of 2,3.
+  EXPECT_EQ(f6.bits(4), s6.at(0).bits(0));
+  EXPECT_EQ(f6.bits(0), s6.at(0).bits(0));
+  EXPECT_EQ(f6.bits(13), s6.at(0).bits(5));
+
+  ShardSet s7{{0, marker_buffer(f32, 12)}};
+  const Buffer f7 = accepted(legacy_rebuild(repro7(), s7, f32));
+  ASSERT_EQ(f7.numel(), 12);
+  // Shard address 4 is read twice (into F[2] and F[8]); address 5 never.
+  EXPECT_EQ(f7.bits(2), s7.at(0).bits(4));
+  EXPECT_EQ(f7.bits(8), s7.at(0).bits(4));
+  EXPECT_EQ(f7.bits(3), s7.at(0).bits(6));
+}
+
+TEST(LegacySpec6, Repro8Accepts) {
+  ShardSet shards{{0, values({1, 2, 3, 4})}};
+  EXPECT_EQ(accepted(legacy_rebuild(repro8(), shards, f32)), values({1, 2, 3, 4}));
+}
+
+TEST(Legacy, ZeroStrideWriteIsItself) {
+  const Map map = M({4}, {R(0, Extents{4}, {P({2, 2}, 0, {0, 1}, 0, {2, 1}, {0})})});
+  const Error e = refused(legacy_rebuild(map, {{0, values({1, 2, 3, 4})}}, f32));
+  EXPECT_EQ(e.kind, ErrorKind::itself);
+  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.piece, 0);
+  // Extract reads through that source view, which torch allows, and writes a dense dest.
+  auto shard = legacy_extract(map, values({1, 2, 3, 4}), 0);
+  EXPECT_EQ(accepted(shard), values({1, 2, 1, 2}));
+  // Extract writing through a zero dest stride is refused.
+  const Map dest_zero = M({4}, {R(0, Extents{4}, {P({2, 2}, 0, {2, 1}, 0, {0, 1}, {0})})});
+  EXPECT_EQ(refused(legacy_extract(dest_zero, values({1, 2, 3, 4}), 0)).kind, ErrorKind::itself);
+}
+
+TEST(Legacy, CountMismatchIsCount) {
+  const Map map = M({4}, {R(0, Extents{5}, {P({4}, 0, {1}, 0, {1}, {0})})});
+  const Error e = refused(legacy_rebuild(map, {{0, values({1, 2, 3, 4, 5})}}, f32));
+  EXPECT_EQ(e.kind, ErrorKind::count);
+  EXPECT_EQ(e.rank, 0);
+}
+
+TEST(Legacy, TorchLevelErrors) {
+  // Shard sizes, missing shards, views past their buffer, negative strides.
+  EXPECT_EQ(refused(legacy_rebuild(repro8(), {{0, values({1, 2, 3})}}, f32)).kind, ErrorKind::shape);
+  EXPECT_EQ(refused(legacy_rebuild(repro1(), {{0, values({1, 2, 3, 4})}}, f32)).kind, ErrorKind::shape);
+  const Map past = M({4}, {R(0, Extents{4}, {P({4}, 1, {1}, 0, {1}, {0})})});
+  Error e = refused(legacy_rebuild(past, {{0, values({1, 2, 3, 4})}}, f32));
+  EXPECT_EQ(e.kind, ErrorKind::bounds);
+  EXPECT_EQ(e.address, 4);
+  EXPECT_EQ(e.side, Side::full);
+  const Map negative = M({4}, {R(0, Extents{4}, {P({4}, 3, {-1}, 0, {1}, {0})})});
+  EXPECT_EQ(refused(legacy_rebuild(negative, {{0, values({1, 2, 3, 4})}}, f32)).kind, ErrorKind::format);
+  EXPECT_EQ(refused(legacy_extract(negative, values({1, 2, 3, 4}), 0)).kind, ErrorKind::format);
+  // An empty piece may point anywhere, and still marks its offset: a replica starting
+  // there is then compared against the poisoned F and refused, as DeepSpeed's was.
+  const Map far_empty = M({4}, {R(0, Extents{4}, {P({0}, 99, {1}, 99, {1}, {0}), P({4}, 0, {1}, 0, {1}, {0})})});
+  EXPECT_EQ(accepted(legacy_rebuild(far_empty, {{0, values({1, 2, 3, 4})}}, f32)), values({1, 2, 3, 4}));
+  const Map empty_marks = M({4}, {R(0, Extents{4}, {P({0}, 0, {1}, 0, {1}, {0}), P({4}, 0, {1}, 0, {1}, {0, 1})})});
+  e = refused(legacy_rebuild(empty_marks, {{0, values({1, 2, 3, 4})}}, f32));
+  EXPECT_EQ(e.kind, ErrorKind::different_data);
+  EXPECT_EQ(e.piece, 1);
+  EXPECT_NE(e.message.find("0x7fc0dead"), std::string::npos) << e.message;
+}
+
+TEST(Legacy, MalformedNumbersNeverCrash) {
+  const Index huge = Index{1} << 62;
+  const Map overflow = M({4}, {R(0, Extents{4}, {P({huge, 4}, 0, {1, 1}, 0, {1, 1}, {0})})});
+  EXPECT_EQ(refused(legacy_rebuild(overflow, {{0, values({1, 2, 3, 4})}}, f32)).kind, ErrorKind::format);
+  EXPECT_EQ(refused(legacy_extract(overflow, values({1, 2, 3, 4}), 0)).kind, ErrorKind::format);
+  const Map far = M({4}, {R(0, Extents{4}, {P({4}, std::numeric_limits<Index>::max(), {huge}, 0, {1}, {0})})});
+  EXPECT_EQ(refused(legacy_rebuild(far, {{0, values({1, 2, 3, 4})}}, f32)).kind, ErrorKind::format);
+  const Map mismatched = M({4}, {R(0, Extents{4}, {P({4}, 0, {1, 1}, 0, {1}, {0})})});
+  EXPECT_EQ(refused(legacy_rebuild(mismatched, {{0, values({1, 2, 3, 4})}}, f32)).kind, ErrorKind::format);
+  // A map asking for a huge F or shard backed by no data is refused, not allocated.
+  const Map giant = M({huge}, {R(0, Extents{huge}, {})});
+  EXPECT_EQ(refused(legacy_rebuild(giant, {}, f32)).kind, ErrorKind::format);
+  const Map giant_shard = M({4}, {R(0, Extents{huge}, {})});
+  EXPECT_EQ(refused(legacy_extract(giant_shard, values({1, 2, 3, 4}), 0)).kind, ErrorKind::format);
+  EXPECT_EQ(refused(legacy_extract(repro8(), values({1, 2, 3, 4}), 5)).kind, ErrorKind::format);
+}
+
+TEST(Legacy, ExtractStartsPoisonedAndWritesInOrder) {
+  const Buffer full = values({1, 2, 3, 4});
+  // Repro 5: dest 0,1 written twice (the later piece wins), 2,3 never.
+  const Buffer shard = accepted(legacy_extract(repro5(), full, 0));
+  ASSERT_EQ(shard.numel(), 4);
+  EXPECT_EQ(shard.bits(0), full.bits(2));
+  EXPECT_EQ(shard.bits(1), full.bits(3));
+  EXPECT_EQ(shard.bits(2), poison_bits(f32));
+  EXPECT_EQ(shard.bits(3), poison_bits(f32));
+}
+
+TEST(Legacy, ScaleAppliesWithoutRefusal) {
+  const Map map = M({3}, {R(0, Extents{3}, {P({3}, 0, {1}, 0, {1}, {0}, 2.0)})});
+  EXPECT_EQ(accepted(legacy_extract(map, values({1, 2, 3}), 0, -1)), values({0.5, 1, 1.5}));
+  EXPECT_EQ(accepted(legacy_rebuild(map, {{0, values({1, 2, 3})}}, f32, -2)), values({4, 8, 12}));
+  EXPECT_EQ(accepted(legacy_rebuild(map, {{0, values({1, 2, 3})}}, f32)), values({0.5, 1, 1.5}));
+}
+
+TEST(Legacy, PolicyDispatchAndNames) {
+  EXPECT_EQ(policy_name(Policy::legacy), "legacy");
+  EXPECT_EQ(policy_name(Policy::strict), "strict");
+  EXPECT_EQ(parse_policy("legacy"), Policy::legacy);
+  EXPECT_EQ(parse_policy("strict"), Policy::strict);
+  EXPECT_FALSE(parse_policy("lenient"));
+  ConvertOptions legacy;
+  legacy.policy = Policy::legacy;
+  ShardSet shards{{0, values({9, 8, 7, 6})}, {1, values({1, 2, 3})}};
+  EXPECT_EQ(accepted(rebuild(repro2(), shards, f32, legacy)), values({9, 7, 6, 1, 2, 3}));
+  EXPECT_EQ(refused(rebuild(repro2(), shards, f32)).kind, ErrorKind::itself);  // strict
+  auto all = extract_all(repro5(), values({1, 2, 3, 4}), legacy);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all.value().at(0).bits(3), poison_bits(f32));
+  // Deterministic: the same inputs give the same bits every time.
+  ShardSet s1{{0, values({1, 2, 3, 4})}, {1, values({5, 6, 7, 8})}};
+  EXPECT_EQ(accepted(legacy_rebuild(repro1(), s1, f32)), accepted(rebuild(repro1(), s1, f32, legacy)));
+}
+
+}  // namespace
+}  // namespace shardcheck
