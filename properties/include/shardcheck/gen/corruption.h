@@ -1,0 +1,38 @@
+// The corruption catalogue of spec section 7: one field of one piece, or one
+// structural edit, at a time. Values may be negative or out of range on purpose (the
+// checks must refuse them); the generator's own arithmetic never overflows.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "shardcheck/case.h"
+#include "shardcheck/gen/choice.h"
+#include "shardcheck/map.h"
+
+namespace shardcheck::gen {
+
+struct Corrupted {
+  Map map;
+  CorruptionRecord record;
+};
+
+// The record kind of an uncorrupted case; not one of corruption_kinds().
+inline constexpr std::string_view kNoCorruption = "none";
+
+// Every kind corrupt() can produce, in a stable order (table rows of the campaign).
+std::span<const std::string_view> corruption_kinds();
+
+// Applies one corruption to a copy of `map`, chosen by `choices`. Works on any map,
+// valid or not. A kind that cannot apply (no piece, no axis, one rank) falls back
+// deterministically to the next applicable kind in corruption_kinds() order; adding
+// an empty rank always applies, so this never fails. The record names the rank id and
+// the piece index as written after the edit (for delete_piece: where it was).
+Corrupted corrupt(const Map& map, ChoiceSource& choices);
+
+// The same with the kind fixed by name, falling back the same way when it cannot apply
+// (an unknown name starts the lap at the first kind). For tests and targeted campaigns.
+Corrupted corrupt_with(const Map& map, std::string_view kind, ChoiceSource& choices);
+
+}  // namespace shardcheck::gen

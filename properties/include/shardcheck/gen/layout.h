@@ -1,0 +1,40 @@
+// Random valid layouts from every in-tree constructor (spec section 5), post-processed
+// in ways that must not change any verdict: ranks relabelled to non-contiguous ids,
+// piece order and rank order shuffled.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "shardcheck/dtype.h"
+#include "shardcheck/gen/choice.h"
+#include "shardcheck/map.h"
+
+namespace shardcheck::gen {
+
+struct Layout {
+  std::string constructor;  // one of constructor_names()
+  Map map;
+  DType dtype = DType::float32;
+};
+
+// Bounds on what is generated. Out-of-range values are clamped to something sane
+// (max_elements >= 1, 0 <= max_dims <= 8, 0 <= max_extent <= 4096, 1 <= max_tp <= 64),
+// so a caller cannot make generation expensive by accident.
+struct LayoutOptions {
+  Index max_elements = 256;  // numel(F) <= max_elements
+  int max_dims = 4;
+  int max_extent = 16;
+  int max_tp = 8;
+};
+
+// "replicated", "contiguous_split", "sub_param", "segmented", "block_gather",
+// "expert_placement": stable names, used as table rows.
+std::span<const std::string_view> constructor_names();
+
+// Always a map the constructor accepted and that passes check_map. Scales (2, 0.5)
+// appear only on floating dtypes.
+Layout generate_layout(ChoiceSource& choices, const LayoutOptions& options);
+
+}  // namespace shardcheck::gen

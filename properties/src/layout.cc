@@ -1,0 +1,186 @@
+#include "shardcheck/gen/layout.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "draw.h"
+#include "layout_post.h"
+#include "shardcheck/constructors.h"
+
+namespace shardcheck::gen {
+
+namespace {
+
+constexpr std::string_view kNames[] = {"replicated", "contiguous_split", "sub_param",
+                                       "segmented",  "block_gather",     "expert_placement"};
+enum Ctor { kReplicated, kContiguous, kSubParam, kSegmented, kBlockGather, kExperts };
+
+struct Bounds {
+  Index max_elements;
+  int max_dims;
+  Index max_extent;
+  int max_tp;
+};
+
+Bounds clamp_options(const LayoutOptions& o) {
+  return {std::clamp<Index>(o.max_elements, 1, Index{1} << 24), std::clamp(o.max_dims, 0, 8),
+          std::clamp<Index>(o.max_extent, 0, 4096), std::clamp(o.max_tp, 1, 64)};
+}
+
+// The split axis comes first in draw_shape so it gets the largest extent.
+struct SplitShape {
+  Extents shape;
+  int dim = 0;
+};
+SplitShape draw_split_shape(ChoiceSource& c, const Bounds& b) {
+  int ndim = static_cast<int>(c.between(1, std::max(b.max_dims, 1)));
+  int dim = static_cast<int>(c.between(0, ndim - 1));
+  return {detail::draw_shape(c, ndim, dim, b.max_extent, b.max_elements), dim};
+}
+
+int draw_tp(ChoiceSource& c, const Bounds& b) { return static_cast<int>(c.between(1, b.max_tp)); }
+
+Result<Map> make_replicated(ChoiceSource& c, const Bounds& b, double scale) {
+  int ndim = static_cast<int>(c.between(0, b.max_dims));
+  Extents shape = detail::draw_shape(c, ndim, 0, b.max_extent, b.max_elements);
+  return replicated_map(shape, draw_tp(c, b), scale);
+}
+
+Result<Map> make_contiguous(ChoiceSource& c, const Bounds& b) {
+  auto [shape, dim] = draw_split_shape(c, b);
+  auto sizes = detail::draw_widths(c, shape[static_cast<std::size_t>(dim)], draw_tp(c, b));
+  return contiguous_split_map(shape, sizes, dim);
+}
+
+Result<Map> make_sub_param(ChoiceSource& c, const Bounds& b) {
+  auto [shape, dim] = draw_split_shape(c, b);
+  Index n = shape[static_cast<std::size_t>(dim)];
+  int tp = draw_tp(c, b);
+  int count = static_cast<int>(c.between(1, std::clamp<Index>(n, 1, 4)));
+  auto sub_sizes = detail::draw_positive_widths(c, n, count);
+  std::vector<std::vector<Index>> widths;
+  widths.reserve(sub_sizes.size());
+  for (Index size : sub_sizes) widths.push_back(detail::draw_widths(c, size, tp));
+  return sub_param_map(shape, sub_sizes, widths, dim);
+}
+
+Result<Map> make_segmented(ChoiceSource& c, const Bounds& b) {
+  auto [shape, dim] = draw_split_shape(c, b);
+  Index n = shape[static_cast<std::size_t>(dim)];
+  int tp = draw_tp(c, b);
+  int count = static_cast<int>(c.between(1, std::clamp<Index>(n, 1, 4)));
+  auto sizes = detail::draw_positive_widths(c, n, count);
+  std::vector<Segment> segments;
+  std::vector<std::vector<Index>> split_widths;
+  segments.reserve(sizes.size());
+  for (Index size : sizes) {
+    bool replicated = c.chance(1, 3);
+    segments.push_back({size, replicated});
+    if (!replicated) split_widths.push_back(detail::draw_widths(c, size, tp));
+  }
+  return segmented_map(shape, segments, dim, tp, split_widths);
+}
+
+Result<Map> make_block_gather(ChoiceSource& c, const Bounds& b) {
+  auto [shape, dim] = draw_split_shape(c, b);
+  Index n = shape[static_cast<std::size_t>(dim)];
+  int tp = draw_tp(c, b);
+  Index block_size = n > 0 ? detail::draw_divisor(c, n) : c.between(1, 4);
+  Index blocks = n / block_size;
+  std::vector<std::vector<Index>> ids(static_cast<std::size_t>(tp));
+  Index mode = c.between(0, 2);
+  if (mode == 1) {
+    // Interleaved: block b to rank (b + shift) % tp, Yuan-style.
+    Index shift = c.between(0, tp - 1);
+    for (Index blk = 0; blk < blocks; ++blk)
+      ids[static_cast<std::size_t>((blk + shift) % tp)].push_back(blk);
+    return block_gather_map(shape, ids, block_size, dim);
+  }
+  std::vector<Index> order(static_cast<std::size_t>(blocks));
+  for (Index blk = 0; blk < blocks; ++blk) order[static_cast<std::size_t>(blk)] = blk;
+  if (mode == 2) c.shuffle(order);  // unsorted ids: runs rarely merge
+  auto counts = detail::draw_widths(c, blocks, tp);
+  std::size_t next = 0;
+  for (std::size_t r = 0; r < ids.size(); ++r) {
+    ids[r].assign(
+        order.begin() + static_cast<std::ptrdiff_t>(next),
+        order.begin() + static_cast<std::ptrdiff_t>(next + static_cast<std::size_t>(counts[r])));
+    next += static_cast<std::size_t>(counts[r]);
+  }
+  return block_gather_map(shape, ids, block_size, dim);
+}
+
+Result<Map> make_experts(ChoiceSource& c, const Bounds& b) {
+  int ndim = static_cast<int>(c.between(1, std::max(b.max_dims, 1)));
+  Extents shape = detail::draw_shape(c, ndim, 0, b.max_extent, b.max_elements);
+  int tp = draw_tp(c, b);
+  // Primaries sometimes go to a prefix of the ranks, so some ranks hold nothing.
+  Index active = c.chance(1, 3) ? c.between(1, tp) : tp;
+  std::vector<std::vector<Index>> lists(static_cast<std::size_t>(tp));
+  std::vector<Index> others;
+  others.reserve(static_cast<std::size_t>(tp));
+  for (Index e = 0; e < shape[0]; ++e) {
+    Index primary = c.between(0, active - 1);
+    lists[static_cast<std::size_t>(primary)].push_back(e);
+    if (tp < 2 || !c.chance(1, 4)) continue;
+    // Extra holders: a partial Fisher-Yates over the other ranks.
+    others.clear();
+    for (Index r = 0; r < tp; ++r) {
+      if (r != primary) others.push_back(r);
+    }
+    Index extra = c.between(1, tp - 1);
+    for (Index i = 0; i < extra; ++i) {
+      auto j = static_cast<std::size_t>(c.between(i, static_cast<Index>(others.size()) - 1));
+      std::swap(others[static_cast<std::size_t>(i)], others[j]);
+      lists[static_cast<std::size_t>(others[static_cast<std::size_t>(i)])].push_back(e);
+    }
+  }
+  if (c.chance(1, 3)) {
+    for (auto& list : lists) c.shuffle(list);
+  }
+  return expert_placement_map(shape, lists);
+}
+
+}  // namespace
+
+std::span<const std::string_view> constructor_names() { return kNames; }
+
+Layout generate_layout(ChoiceSource& c, const LayoutOptions& options) {
+  Bounds b = clamp_options(options);
+  // Every constructor but replicated needs an axis to split.
+  int ctor = b.max_dims < 1 ? kReplicated : static_cast<int>(c.between(0, 5));
+  DType dtype = c.pick(kAllDTypes);
+  bool floating = is_floating(dtype);
+  double map_scale = 1.0;
+  if (ctor == kReplicated && floating && c.chance(1, 4)) map_scale = c.coin() ? 2.0 : 0.5;
+
+  Result<Map> built = [&]() -> Result<Map> {
+    switch (ctor) {
+      case kContiguous:
+        return make_contiguous(c, b);
+      case kSubParam:
+        return make_sub_param(c, b);
+      case kSegmented:
+        return make_segmented(c, b);
+      case kBlockGather:
+        return make_block_gather(c, b);
+      case kExperts:
+        return make_experts(c, b);
+      default:
+        return make_replicated(c, b, map_scale);
+    }
+  }();
+  if (!built) {
+    // The generator only builds arguments the contract allows, so this is a bug in the
+    // generator or the constructor; it must be loud, never a silently skipped case.
+    throw std::logic_error("generator bug: " + std::string(kNames[ctor]) +
+                           " refused generated arguments: " + built.error().to_string());
+  }
+  Layout out{std::string(kNames[ctor]), std::move(built).value(), dtype};
+  if (floating && ctor != kReplicated) detail::draw_scales(c, out.map);
+  detail::relabel_ranks(c, out.map);
+  detail::shuffle_order(c, out.map);
+  return out;
+}
+
+}  // namespace shardcheck::gen

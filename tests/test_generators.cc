@@ -1,0 +1,521 @@
+// The generators of layouts, corruptions and cases: determinism, coverage of every
+// constructor and corruption kind, validity of uncorrupted layouts, termination on
+// degenerate choice sources, and robustness of corrupt() on absurd maps.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <string>
+
+#include "shardcheck/checks.h"
+#include "shardcheck/gen/case_gen.h"
+#include "shardcheck/gen/corruption.h"
+#include "shardcheck/gen/layout.h"
+#include "shardcheck/gen/rapidcheck_choices.h"
+
+namespace shardcheck::gen {
+namespace {
+
+constexpr std::uint64_t kSeed = 0x6e6e5eed;
+constexpr Index kMax = std::numeric_limits<Index>::max();
+
+Index numel_of(const Extents& shape) { return checked_numel(shape).value_or(-1); }
+
+// Checks what every generated layout promises; returns a description on failure.
+void expect_valid_layout(const Layout& layout, const LayoutOptions& options) {
+  const auto names = constructor_names();
+  EXPECT_NE(std::find(names.begin(), names.end(), layout.constructor), names.end())
+      << layout.constructor;
+  Status status = check_map(layout.map);
+  EXPECT_FALSE(status.has_value()) << layout.constructor << " " << status->to_string() << "\n"
+                                   << describe(layout.map);
+  EXPECT_LE(numel_of(layout.map.logical_shape), options.max_elements);
+  EXPECT_GE(numel_of(layout.map.logical_shape), 0);
+  EXPECT_LE(static_cast<int>(layout.map.logical_shape.size()), options.max_dims);
+  for (Index e : layout.map.logical_shape) EXPECT_LE(e, options.max_extent);
+  EXPECT_LE(static_cast<int>(layout.map.ranks.size()), options.max_tp);
+  std::set<Rank> ids;
+  for (const auto& entry : layout.map.ranks) {
+    EXPECT_TRUE(ids.insert(entry.rank).second) << "rank " << entry.rank << " listed twice";
+    for (const auto& piece : entry.pieces) {
+      EXPECT_TRUE(std::is_sorted(piece.locations.begin(), piece.locations.end()))
+          << describe(piece);
+      if (!is_floating(layout.dtype)) {
+        EXPECT_EQ(piece.scale, 1.0) << describe(piece);
+      }
+      EXPECT_TRUE(piece.scale == 1.0 || piece.scale == 2.0 || piece.scale == 0.5);
+    }
+  }
+}
+
+// Wraps a source and counts the questions asked.
+class Counting final : public ChoiceSource {
+ public:
+  explicit Counting(ChoiceSource& inner) : inner_(inner) {}
+  Index int_in(Index lo, Index hi) override {
+    ++count;
+    return inner_.int_in(lo, hi);
+  }
+  long count = 0;
+
+ private:
+  ChoiceSource& inner_;
+};
+
+class AlwaysLo final : public ChoiceSource {
+ public:
+  Index int_in(Index lo, Index) override { return lo; }
+};
+class AlwaysHi final : public ChoiceSource {
+ public:
+  Index int_in(Index, Index hi) override { return hi; }
+};
+class Alternating final : public ChoiceSource {
+ public:
+  Index int_in(Index lo, Index hi) override { return (flip_ = !flip_) ? hi : lo; }
+
+ private:
+  bool flip_ = false;
+};
+// Like a fuzzer input: some answers, then lo forever.
+class Exhausting final : public ChoiceSource {
+ public:
+  Exhausting(std::uint64_t seed, int budget) : seeded_(seed), budget_(budget) {}
+  Index int_in(Index lo, Index hi) override { return budget_-- > 0 ? seeded_.int_in(lo, hi) : lo; }
+
+ private:
+  SeededChoices seeded_;
+  int budget_;
+};
+// A broken adapter: answers outside the range it was asked for.
+class OutOfRange final : public ChoiceSource {
+ public:
+  Index int_in(Index lo, Index hi) override {
+    ++n_;
+    return n_ % 3 == 0 ? hi + 7 : n_ % 3 == 1 ? lo - 5 : kMax;
+  }
+
+ private:
+  long n_ = 0;
+};
+
+TEST(Choices, SeededStaysInClosedRangeAndReachesBothEnds) {
+  SeededChoices c(kSeed);
+  bool saw_lo = false, saw_hi = false;
+  for (int i = 0; i < 2000; ++i) {
+    Index v = c.int_in(-3, 4);
+    ASSERT_GE(v, -3);
+    ASSERT_LE(v, 4);
+    saw_lo |= v == -3;
+    saw_hi |= v == 4;
+  }
+  EXPECT_TRUE(saw_lo && saw_hi);
+  Index full = c.int_in(std::numeric_limits<Index>::min(), kMax);  // must not trap
+  (void)full;
+  EXPECT_EQ(c.int_in(5, 5), 5);
+}
+
+TEST(Choices, HelpersClampMisbehavingSources) {
+  OutOfRange c;
+  for (int i = 0; i < 30; ++i) {
+    Index v = c.between(2, 9);
+    EXPECT_GE(v, 2);
+    EXPECT_LE(v, 9);
+    EXPECT_LT(c.below(4), 4u);
+  }
+  EXPECT_EQ(c.between(7, 3), 7);  // an empty range answers lo without asking
+  AlwaysLo lo;
+  EXPECT_FALSE(lo.chance(1, 4));  // rare features are off on the simplest answer
+  EXPECT_FALSE(lo.coin());
+  std::vector<int> items{4, 5, 6};
+  EXPECT_EQ(lo.pick(items), 4);
+  AlwaysHi hi;
+  EXPECT_EQ(hi.pick(items), 6);
+}
+
+TEST(Choices, SameSeedSameSequence) {
+  SeededChoices a(kSeed), b(kSeed), other(kSeed + 1);
+  bool differs = false;
+  for (int i = 0; i < 100; ++i) {
+    Index x = a.int_in(0, 1000);
+    EXPECT_EQ(x, b.int_in(0, 1000));
+    differs |= x != other.int_in(0, 1000);
+  }
+  EXPECT_TRUE(differs);
+}
+
+TEST(Generators, SameSeedSameCases) {
+  CaseOptions options;
+  int distinct = 0;
+  for (std::uint64_t seed = 0; seed < 300; ++seed) {
+    SeededChoices a(kSeed + seed), b(kSeed + seed), c(kSeed + seed + 1000);
+    Case first = generate_case(a, options);
+    Case again = generate_case(b, options);
+    EXPECT_EQ(first, again) << "seed " << seed << " " << first.name;
+    distinct += !(first == generate_case(c, options));
+  }
+  EXPECT_GT(distinct, 250);
+}
+
+TEST(Generators, UncorruptedLayoutsAreValidAndBounded) {
+  LayoutOptions options;
+  SeededChoices c(kSeed);
+  for (int i = 0; i < 20000; ++i) {
+    Layout layout;
+    ASSERT_NO_THROW(layout = generate_layout(c, options)) << "case " << i;
+    expect_valid_layout(layout, options);
+    if (HasFailure()) FAIL() << "case " << i;
+  }
+}
+
+TEST(Generators, SmallerOptionsAreRespected) {
+  LayoutOptions options;
+  options.max_elements = 24;
+  options.max_dims = 2;
+  options.max_extent = 6;
+  options.max_tp = 3;
+  SeededChoices c(kSeed ^ 0x55);
+  std::set<std::string> constructors;
+  for (int i = 0; i < 3000; ++i) {
+    Layout layout = generate_layout(c, options);
+    constructors.insert(layout.constructor);
+    expect_valid_layout(layout, options);
+    if (HasFailure()) FAIL() << "case " << i;
+  }
+  EXPECT_EQ(constructors.size(), constructor_names().size());
+}
+
+TEST(Generators, ZeroDimsOnlyReplicated) {
+  LayoutOptions options;
+  options.max_dims = 0;
+  SeededChoices c(kSeed);
+  for (int i = 0; i < 200; ++i) {
+    Layout layout = generate_layout(c, options);
+    EXPECT_EQ(layout.constructor, "replicated");
+    EXPECT_TRUE(layout.map.logical_shape.empty());
+    EXPECT_FALSE(check_map(layout.map).has_value());
+  }
+}
+
+TEST(Generators, EveryConstructorAndCorruptionKindOccurs) {
+  CaseOptions options;
+  SeededChoices c(kSeed);
+  std::set<std::string> constructors, kinds;
+  std::set<Rank> rank_ids;
+  bool empty_rank = false, unsorted_ranks = false, scaled = false, zero_extent = false;
+  bool replicated_piece = false, zero_d = false, four_d = false;
+  int corrupted = 0, extract = 0, both = 0, negative_power = 0;
+  const int n = 5000;
+  for (int i = 0; i < n; ++i) {
+    Case k = generate_case(c, options);
+    constructors.insert(k.constructor);
+    ASSERT_TRUE(k.corruption.has_value());
+    kinds.insert(k.corruption->kind);
+    EXPECT_EQ(k.name, "gen-" + k.constructor + "-" + k.corruption->kind);
+    EXPECT_EQ(k.truth.has_value(), k.corruption->kind != kNoCorruption) << k.name;
+    corrupted += k.truth.has_value();
+    extract += k.op == Op::extract;
+    both += k.op == Op::both;
+    negative_power += k.scale_power < 0;
+    const Map& truth = k.truth_map();
+    if (k.scale_power != 1) {
+      // The truth map must be able to write shards for this power: no scaled piece.
+      for (const auto& entry : truth.ranks) {
+        for (const auto& piece : entry.pieces) EXPECT_EQ(piece.scale, 1.0) << k.name;
+      }
+    }
+    zero_d |= truth.logical_shape.empty();
+    four_d |= truth.logical_shape.size() == 4;
+    for (Index e : truth.logical_shape) zero_extent |= e == 0;
+    for (std::size_t r = 0; r < truth.ranks.size(); ++r) {
+      const auto& entry = truth.ranks[r];
+      rank_ids.insert(entry.rank);
+      empty_rank |= entry.pieces.empty();
+      if (r > 0) unsorted_ranks |= entry.rank < truth.ranks[r - 1].rank;
+      for (const auto& piece : entry.pieces) {
+        scaled |= piece.scale != 1.0;
+        replicated_piece |= piece.locations.size() > 1;
+      }
+    }
+  }
+  for (auto name : constructor_names()) {
+    EXPECT_TRUE(constructors.count(std::string(name))) << "never generated: " << name;
+  }
+  for (auto name : corruption_kinds()) {
+    EXPECT_TRUE(kinds.count(std::string(name))) << "never generated: " << name;
+  }
+  EXPECT_TRUE(kinds.count(std::string(kNoCorruption)));
+  EXPECT_GT(corrupted, n * 8 / 10);
+  EXPECT_LT(corrupted, n * 97 / 100);
+  EXPECT_GT(extract, 0);
+  EXPECT_GT(both, 0);
+  EXPECT_GT(negative_power, 0);
+  EXPECT_TRUE(rank_ids.count(9) || rank_ids.count(11) || rank_ids.count(13));
+  EXPECT_TRUE(empty_rank && unsorted_ranks && scaled && zero_extent);
+  EXPECT_TRUE(replicated_piece && zero_d && four_d);
+}
+
+TEST(Generators, CaseOptionsAreHonoured) {
+  CaseOptions never;
+  never.corrupt_probability = 0.0;
+  never.allow_scale_power = false;
+  CaseOptions always;
+  always.corrupt_probability = 1.0;
+  SeededChoices c(kSeed);
+  for (int i = 0; i < 500; ++i) {
+    Case clean = generate_case(c, never);
+    EXPECT_FALSE(clean.truth.has_value());
+    EXPECT_EQ(clean.corruption->kind, kNoCorruption);
+    EXPECT_EQ(clean.scale_power, 1);
+    EXPECT_FALSE(check_map(clean.map).has_value()) << clean.name;
+    Case dirty = generate_case(c, always);
+    EXPECT_TRUE(dirty.truth.has_value());
+    EXPECT_NE(dirty.corruption->kind, kNoCorruption);
+    EXPECT_FALSE(check_map(*dirty.truth).has_value()) << dirty.name;
+  }
+}
+
+TEST(Generators, TerminateOnDegenerateSources) {
+  CaseOptions options;
+  AlwaysLo lo;
+  AlwaysHi hi;
+  Alternating alternating;
+  OutOfRange broken;
+  ChoiceSource* sources[] = {&lo, &hi, &alternating, &broken};
+  for (ChoiceSource* source : sources) {
+    for (int i = 0; i < 50; ++i) {
+      Counting counting(*source);
+      Layout layout = generate_layout(counting, options.layout);
+      expect_valid_layout(layout, options.layout);
+      Case k = generate_case(counting, options);
+      EXPECT_LT(counting.count, 5000);
+    }
+  }
+  for (int budget = 0; budget < 200; budget += 7) {
+    Exhausting source(kSeed + static_cast<std::uint64_t>(budget), budget);
+    Counting counting(source);
+    Case k = generate_case(counting, options);
+    EXPECT_FALSE(check_map(k.truth_map()).has_value()) << k.name;
+    EXPECT_LT(counting.count, 5000);
+  }
+}
+
+TEST(Generators, QuestionsGrowWithSizeNotMore) {
+  // A worst case from the largest options must still ask a bounded number of questions.
+  CaseOptions options;
+  SeededChoices seeded(kSeed);
+  long most = 0;
+  for (int i = 0; i < 2000; ++i) {
+    Counting counting(seeded);
+    generate_case(counting, options);
+    most = std::max(most, counting.count);
+  }
+  EXPECT_LT(most, 2000);
+  EXPECT_GT(most, 20);
+}
+
+// --- corruptions -----------------------------------------------------------------
+
+Piece make_piece(Extents shape, Index src, Strides src_strides, Index dst, Strides dst_strides,
+                 std::vector<Rank> locations) {
+  Piece piece;
+  piece.shape = std::move(shape);
+  piece.source = {src, std::move(src_strides)};
+  piece.dest = {dst, std::move(dst_strides)};
+  piece.locations = std::move(locations);
+  return piece;
+}
+
+// F (4,6) split by columns; rank 7 holds its half as two row blocks, so every kind,
+// including "another piece's dest offset", has something to change.
+Map two_rank_split() {
+  Map map;
+  map.logical_shape = {4, 6};
+  RankEntry r0{0, Extents{4, 3}, {make_piece({4, 3}, 0, {6, 1}, 0, {3, 1}, {0})}};
+  RankEntry r7{7,
+               Extents{4, 3},
+               {make_piece({2, 3}, 3, {6, 1}, 0, {3, 1}, {7}),
+                make_piece({2, 3}, 15, {6, 1}, 6, {3, 1}, {7})}};
+  map.ranks = {r0, r7};
+  return map;
+}
+
+TEST(Corruptions, BaseMapIsValid) { EXPECT_FALSE(check_map(two_rank_split()).has_value()); }
+
+TEST(Corruptions, KindsAreUniqueAndCoverTheCatalogue) {
+  auto kinds = corruption_kinds();
+  std::set<std::string_view> unique(kinds.begin(), kinds.end());
+  EXPECT_EQ(unique.size(), kinds.size());
+  for (std::string_view needed :
+       {"shape_swap", "source_offset_past_end", "dest_offset_other", "source_stride_copy",
+        "dest_stride_swap", "locations_empty", "scale_negative", "shard_shape_dec", "move_piece",
+        "split_piece", "add_copy_rank", "drop_rank"}) {
+    EXPECT_TRUE(unique.count(needed)) << needed;
+  }
+  EXPECT_FALSE(unique.count(kNoCorruption));
+}
+
+TEST(Corruptions, EachKindEditsWhatItSays) {
+  Map base = two_rank_split();
+  for (auto kind : corruption_kinds()) {
+    SeededChoices c(kSeed);
+    Corrupted out = corrupt_with(base, kind, c);
+    EXPECT_EQ(out.record.kind, kind) << "fell back on a map where every kind applies";
+    EXPECT_NE(out.map, base) << kind;
+    ASSERT_TRUE(out.record.rank.has_value()) << kind;
+    if (kind == "drop_rank") {
+      EXPECT_EQ(out.map.find_rank(*out.record.rank), nullptr);
+      continue;
+    }
+    const RankEntry* entry = out.map.find_rank(*out.record.rank);
+    ASSERT_NE(entry, nullptr) << kind;
+    if (out.record.piece && kind != "delete_piece") {
+      EXPECT_LT(static_cast<std::size_t>(*out.record.piece), entry->pieces.size()) << kind;
+    }
+    EXPECT_FALSE(out.record.field.empty()) << kind;
+    if (kind != "delete_piece" && kind != "drop_rank" && kind != "add_empty_rank") {
+      EXPECT_NE(out.record.old_value, out.record.new_value) << kind;
+    }
+  }
+}
+
+TEST(Corruptions, RecordNamesThePieceAsWrittenAfterTheEdit) {
+  Map base = two_rank_split();
+  for (std::uint64_t seed = 0; seed < 50; ++seed) {
+    SeededChoices c(seed);
+    Corrupted moved = corrupt_with(base, "move_piece", c);
+    const RankEntry* to = moved.map.find_rank(*moved.record.rank);
+    ASSERT_NE(to, nullptr);
+    Rank from = std::stoll(moved.record.old_value);
+    ASSERT_NE(from, *moved.record.rank);
+    const auto& before = base.find_rank(from)->pieces;
+    EXPECT_EQ(to->pieces.size(), base.find_rank(to->rank)->pieces.size() + 1);
+    EXPECT_EQ(moved.map.find_rank(from)->pieces.size(), before.size() - 1);
+    const Piece& landed = to->pieces[static_cast<std::size_t>(*moved.record.piece)];
+    EXPECT_NE(std::find(before.begin(), before.end(), landed), before.end());
+
+    Corrupted dup = corrupt_with(base, "duplicate_piece", c);
+    const RankEntry* entry = dup.map.find_rank(*dup.record.rank);
+    const auto& originals = base.find_rank(*dup.record.rank)->pieces;
+    ASSERT_EQ(entry->pieces.size(), originals.size() + 1);
+    const Piece& copy = entry->pieces[static_cast<std::size_t>(*dup.record.piece)];
+    EXPECT_EQ(std::count(entry->pieces.begin(), entry->pieces.end(), copy), 2);
+
+    Corrupted offset = corrupt_with(base, "source_offset_inc", c);
+    const Piece& piece = offset.map.find_rank(*offset.record.rank)
+                             ->pieces[static_cast<std::size_t>(*offset.record.piece)];
+    EXPECT_EQ(std::to_string(piece.source.offset), offset.record.new_value);
+  }
+}
+
+TEST(Corruptions, FallBackDeterministicallyWhenImpossible) {
+  Map empty;
+  SeededChoices a(kSeed), b(kSeed);
+  Corrupted first = corrupt_with(empty, "shape_inc", a);
+  EXPECT_EQ(first.record.kind, "add_empty_rank");
+  EXPECT_EQ(first.map.ranks.size(), 1u);
+  EXPECT_EQ(corrupt_with(empty, "shape_inc", b).map, first.map);
+
+  // A 0-d replicated map has pieces but no axes: shape edits fall to the next kind.
+  Map scalar;
+  for (Rank r : {3, 9}) {
+    RankEntry entry;
+    entry.rank = r;
+    entry.shard_shape = Extents{};
+    Piece piece;
+    piece.locations = {3, 9};
+    entry.pieces.push_back(piece);
+    scalar.ranks.push_back(entry);
+  }
+  SeededChoices c(kSeed);
+  EXPECT_EQ(corrupt_with(scalar, "shape_swap", c).record.kind, "source_offset_inc");
+  EXPECT_EQ(corrupt_with(scalar, "source_stride_zero", c).record.kind, "locations_drop");
+  EXPECT_EQ(corrupt_with(scalar, "shard_shape_inc", c).record.kind, "move_piece");
+  EXPECT_EQ(corrupt_with(scalar, "no such kind", c).record.kind, "source_offset_inc");
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    SeededChoices s(seed);
+    Corrupted out = corrupt(scalar, s);
+    auto kinds = corruption_kinds();
+    EXPECT_NE(std::find(kinds.begin(), kinds.end(), out.record.kind), kinds.end());
+  }
+}
+
+TEST(Corruptions, SplitKeepsLayoutsValidOthersGetRefused) {
+  LayoutOptions options;
+  SeededChoices c(kSeed);
+  std::set<std::string> refused_kinds;
+  int splits = 0;
+  for (int i = 0; i < 6000; ++i) {
+    Layout layout = generate_layout(c, options);
+    Corrupted out = corrupt(layout.map, c);
+    Status status = check_map(out.map);
+    if (out.record.kind == "split_piece") {
+      ++splits;
+      EXPECT_FALSE(status.has_value()) << status->to_string() << "\n" << describe(out.map);
+    }
+    if (status) refused_kinds.insert(out.record.kind);
+  }
+  EXPECT_GT(splits, 20);
+  // Every kind must be able to break a map, except the split (which keeps it valid) and
+  // non-zero scales: those leave a valid map that describes different data, which only
+  // the truth oracle (or a replica compare) can see.
+  for (auto kind : corruption_kinds()) {
+    if (kind == "split_piece" || kind == "scale_half" || kind == "scale_double" ||
+        kind == "scale_negative") {
+      continue;
+    }
+    EXPECT_TRUE(refused_kinds.count(std::string(kind))) << "never refused: " << kind;
+  }
+  EXPECT_FALSE(refused_kinds.count("split_piece"));
+}
+
+TEST(Corruptions, AbsurdMapsNeverCrashOrOverflow) {
+  // Extremes everywhere: every arithmetic path of every kind must saturate, not wrap
+  // (UBSan turns a wrap into a failure).
+  Map absurd;
+  absurd.logical_shape = {kMax, 2};
+  for (Rank r : {Rank{0}, kMax}) {
+    RankEntry entry;
+    entry.rank = r;
+    entry.shard_shape = Extents{kMax, -3};
+    Piece wide;
+    wide.shape = {kMax, std::numeric_limits<Index>::min(), 5};
+    wide.source = {kMax, {kMax, std::numeric_limits<Index>::min()}};
+    wide.dest = {std::numeric_limits<Index>::min(), {kMax, kMax, kMax, 1}};
+    wide.locations = {kMax};
+    entry.pieces.push_back(wide);
+    Piece bare;  // 0-d, no locations
+    entry.pieces.push_back(bare);
+    absurd.ranks.push_back(entry);
+  }
+  RankEntry shardless;
+  shardless.rank = 4;
+  shardless.pieces.push_back(absurd.ranks[0].pieces[0]);
+  absurd.ranks.push_back(shardless);
+  for (auto kind : corruption_kinds()) {
+    for (std::uint64_t seed = 0; seed < 20; ++seed) {
+      SeededChoices c(seed);
+      Corrupted out = corrupt_with(absurd, kind, c);
+      EXPECT_FALSE(out.record.kind.empty());
+    }
+  }
+}
+
+// --- RapidCheck ------------------------------------------------------------------
+
+RC_GTEST_PROP(GeneratorsRc, LayoutsFromRapidCheckAreValid, ()) {
+  RapidCheckChoices choices;
+  LayoutOptions options;
+  Layout layout = generate_layout(choices, options);
+  Status status = check_map(layout.map);
+  RC_ASSERT(!status.has_value());
+  RC_ASSERT(numel_of(layout.map.logical_shape) <= options.max_elements);
+  Case k = generate_case(choices, CaseOptions{});
+  RC_ASSERT(k.corruption.has_value());
+  RC_ASSERT(!check_map(k.truth_map()).has_value());
+}
+
+}  // namespace
+}  // namespace shardcheck::gen
