@@ -1,0 +1,84 @@
+// The properties of the harness, written once as plain functions over a Case (or a
+// map) and called by every driver: the RapidCheck/GoogleTest suite, the libFuzzer
+// targets and `shardcheck campaign`. A failed property is a Finding: one stable
+// signature line (so campaigns deduplicate), a message, and the case that shows it,
+// ready to be saved as a regression case file.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "shardcheck/case.h"
+#include "shardcheck/checks.h"
+#include "shardcheck/convert.h"
+#include "shardcheck/gen/choice.h"
+#include "shardcheck/oracles/truth.h"
+
+namespace shardcheck::props {
+
+// How a case ended, as the campaign table counts it.
+enum class Category { refused, exact, wrong, valid_but_different };
+inline constexpr Category kAllCategories[] = {Category::refused, Category::exact,
+                                              Category::wrong, Category::valid_but_different};
+std::string_view category_name(Category category);
+
+struct Finding {
+  std::string signature;  // one line, stable across runs: "<property>:<detail>:..."
+  std::string message;
+  Case reproducer;
+};
+
+struct EvalOptions {
+  Policy policy = Policy::strict;
+  oracles::OracleKind oracle = oracles::OracleKind::truth;
+  PlantedBugs bugs;               // planted bugs (property 5); none in production
+  bool compare_reference = true;  // also run property 3 on the case's map
+  bool strict_layout = false;     // a valid-but-different outcome is a finding too
+};
+
+struct Evaluation {
+  Category category = Category::exact;
+  std::optional<ErrorKind> refusal;  // the kind, when refused
+  std::optional<Finding> finding;
+};
+
+// Property 2 (and 3 when compare_reference): the case through the oracle. A silently
+// wrong outcome is a finding unless the reference model says the map is fully valid,
+// in which case it is the valid-but-different class (a finding only with
+// strict_layout). An unusable case (its truth map refused) is a finding too: the
+// generators must only produce usable cases.
+Evaluation evaluate_case(const Case& c, const EvalOptions& options = {});
+
+// Property 1: an uncorrupted constructor map is accepted and round-trips bit-exact
+// (extract every rank, rebuild) for the case's dtype.
+std::optional<Finding> check_constructor_roundtrip(const Case& c);
+
+// Property 3: the fast core checks against the reference model. The fast checks never
+// accept what the reference refuses; they refuse what it accepts only where the spec's
+// conservative stride rule is the reason; when both refuse, the kinds agree.
+std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBugs& bugs = {});
+
+// Property 4: the verdict, error kind and output do not depend on rank or piece order.
+// `choices` draws the permutations.
+std::optional<Finding> check_order_independence(const Case& c, gen::ChoiceSource& choices);
+
+// Property 6: decode(encode(map)) == map, for the map under test and the truth map.
+std::optional<Finding> check_json_roundtrip(const Case& c);
+
+// Property 5's planted bugs: each scenario disables strict checks; the harness must
+// produce a finding for every scenario within a bounded number of generated cases.
+struct PlantedScenario {
+  std::string_view name;
+  PlantedBugs bugs;
+  // Judged by the truth oracle alone (no reference comparison): the scenario must show
+  // up as silently wrong tensors, not only as a disagreement about the map.
+  bool truth_oracle_only = false;
+};
+std::span<const PlantedScenario> planted_scenarios();
+
+// Reorders ranks and the pieces inside each rank (a relabelling-free permutation).
+Map permute_order(const Map& map, gen::ChoiceSource& choices);
+
+}  // namespace shardcheck::props

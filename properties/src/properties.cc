@@ -1,0 +1,257 @@
+#include "shardcheck/properties.h"
+
+#include <array>
+
+#include <fmt/format.h>
+
+#include "shardcheck/json.h"
+#include "shardcheck/oracles/reference.h"
+
+namespace shardcheck::props {
+
+namespace {
+
+std::string corruption_label(const Case& c) {
+  return c.corruption ? c.corruption->kind : std::string("none");
+}
+
+std::string constructor_label(const Case& c) {
+  return c.constructor.empty() ? std::string("unknown") : c.constructor;
+}
+
+Finding make_finding(const Case& c, std::string signature, std::string message) {
+  return Finding{std::move(signature), std::move(message), c};
+}
+
+// Conversion with structure or bounds checks disabled may address memory outside the
+// buffers; those planted bugs are judged on the map checks alone.
+bool conversion_is_memory_safe(const PlantedBugs& bugs) {
+  return !bugs.skip_structure && !bugs.skip_bounds;
+}
+
+ConvertOptions convert_options(const Case& c, const EvalOptions& options) {
+  ConvertOptions convert;
+  convert.policy = options.policy;
+  convert.scale_power = c.scale_power;
+  convert.checks.bugs = options.bugs;
+  return convert;
+}
+
+}  // namespace
+
+std::string_view category_name(Category category) {
+  switch (category) {
+    case Category::refused: return "refused";
+    case Category::exact: return "exact";
+    case Category::wrong: return "silently wrong";
+    case Category::valid_but_different: return "valid-but-different";
+  }
+  return "?";
+}
+
+std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBugs& bugs) {
+  CheckOptions check_options;
+  check_options.bugs = bugs;
+  const Status fast = check_map(c.map, check_options);
+  const oracles::ReferenceVerdict reference = oracles::reference_check(c.map);
+  if (reference.too_large) return std::nullopt;  // beyond what the naive model walks
+  const std::string where = fmt::format("{}/{}", constructor_label(c), corruption_label(c));
+  if (!fast && reference.kind) {
+    return make_finding(c, fmt::format("reference:fast-accepts:{}:{}", kind_name(*reference.kind), where),
+                        fmt::format("the core checks accept a map the reference model refuses ({}: {})",
+                                    kind_name(*reference.kind), reference.reason));
+  }
+  if (fast && !reference.kind) {
+    return make_finding(c, fmt::format("reference:fast-refuses:{}:{}", kind_name(fast->kind), where),
+                        fmt::format("the core checks refuse a map the reference model accepts: {}",
+                                    fast->to_string()));
+  }
+  if (fast && reference.kind && fast->kind != *reference.kind) {
+    // The conservative stride rule is the one documented place where the two may
+    // legitimately see different first conditions.
+    if (reference.refused_only_by_stride_rule && fast->kind == ErrorKind::itself) return std::nullopt;
+    return make_finding(
+        c,
+        fmt::format("reference:kind:{}-vs-{}:{}", kind_name(fast->kind), kind_name(*reference.kind), where),
+        fmt::format("the core checks refuse with {} but the reference model with {} ({})",
+                    fast->to_string(), kind_name(*reference.kind), reference.reason));
+  }
+  return std::nullopt;
+}
+
+Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
+  Evaluation evaluation;
+  if (options.compare_reference) {
+    evaluation.finding = check_reference_agreement(c, options.bugs);
+  }
+  if (!conversion_is_memory_safe(options.bugs)) {
+    evaluation.category = check_map(c.map, CheckOptions{options.bugs, {}}) ? Category::refused
+                                                                         : Category::exact;
+    return evaluation;
+  }
+  const auto outcome = oracles::run_case(c, convert_options(c, options), options.oracle);
+  if (!outcome) {
+    evaluation.category = Category::refused;
+    evaluation.refusal = outcome.error().kind;
+    if (!evaluation.finding) {
+      evaluation.finding = make_finding(c, fmt::format("unusable-case:{}", constructor_label(c)),
+                                        "the generated case cannot be run: " +
+                                            outcome.error().to_string());
+    }
+    return evaluation;
+  }
+  const oracles::CaseOutcome& result = outcome.value();
+  switch (result.verdict) {
+    case oracles::Verdict::refused:
+      evaluation.category = Category::refused;
+      if (result.error) evaluation.refusal = result.error->kind;
+      break;
+    case oracles::Verdict::exact:
+      evaluation.category = Category::exact;
+      break;
+    case oracles::Verdict::wrong: {
+      // Fully valid = conditions 1-6 by the reference model and condition 7 (replica
+      // data) by the clean strict policy on the very shards the oracle converted.
+      const bool valid = result.valid_layout && oracles::reference_check(c.map).valid();
+      evaluation.category = valid ? Category::valid_but_different : Category::wrong;
+      if ((!valid || options.strict_layout) && !evaluation.finding) {
+        std::string op = result.ops.empty() ? "rebuild" : std::string(op_name(result.ops.front().op));
+        for (const auto& op_outcome : result.ops) {
+          if (op_outcome.verdict == oracles::Verdict::wrong) op = std::string(op_name(op_outcome.op));
+        }
+        evaluation.finding = make_finding(
+            c,
+            fmt::format("{}:{}:{}/{}", valid ? "valid-but-different" : "silently-wrong", op,
+                        constructor_label(c), corruption_label(c)),
+            result.message);
+      }
+      break;
+    }
+  }
+  return evaluation;
+}
+
+std::optional<Finding> check_constructor_roundtrip(const Case& c) {
+  const Map& layout = c.truth_map();
+  if (Status refused = check_map(layout)) {
+    return make_finding(c, fmt::format("roundtrip:refused:{}:{}", kind_name(refused->kind), constructor_label(c)),
+                        "a constructor map is refused: " + refused->to_string());
+  }
+  auto numel = checked_numel(layout.logical_shape);
+  if (!numel) return make_finding(c, "roundtrip:numel", "the constructor map's numel overflows");
+  const Buffer full = marker_buffer(c.dtype, *numel);
+  ConvertOptions options;
+  auto shards = extract_all(layout, full, options);
+  if (!shards) {
+    return make_finding(c, fmt::format("roundtrip:extract:{}:{}", kind_name(shards.error().kind), constructor_label(c)),
+                        "extracting a constructor map is refused: " + shards.error().to_string());
+  }
+  auto rebuilt = rebuild(layout, shards.value(), c.dtype, options);
+  if (!rebuilt) {
+    return make_finding(c, fmt::format("roundtrip:rebuild:{}:{}", kind_name(rebuilt.error().kind), constructor_label(c)),
+                        "rebuilding a constructor map is refused: " + rebuilt.error().to_string());
+  }
+  if (!(rebuilt.value() == full)) {
+    return make_finding(c, fmt::format("roundtrip:not-exact:{}", constructor_label(c)),
+                        "a constructor map does not round-trip bit-exact");
+  }
+  return std::nullopt;
+}
+
+Map permute_order(const Map& map, gen::ChoiceSource& choices) {
+  Map out = map;
+  choices.shuffle(out.ranks);
+  for (auto& entry : out.ranks) choices.shuffle(entry.pieces);
+  return out;
+}
+
+namespace {
+
+// What must not depend on order: the verdict, the refusal's kind/rank/address, and
+// every output buffer. (Error::piece is the index as written and may move.)
+std::string order_fingerprint(const oracles::CaseOutcome& outcome) {
+  std::string out(oracles::verdict_name(outcome.verdict));
+  if (outcome.error) {
+    out += fmt::format(" {} r{} a{}", kind_name(outcome.error->kind),
+                       outcome.error->rank.value_or(-1), outcome.error->address.value_or(-1));
+  }
+  for (const auto& op : outcome.ops) {
+    out += fmt::format(" | {} {}", op_name(op.op), oracles::verdict_name(op.verdict));
+    if (op.output) {
+      for (Index i = 0; i < op.output->numel(); ++i) out += fmt::format(" {:x}", op.output->bits(i));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<Finding> check_order_independence(const Case& c, gen::ChoiceSource& choices) {
+  ConvertOptions options;
+  options.scale_power = c.scale_power;
+  const auto original = oracles::run_case(c, options);
+  Case permuted = c;
+  permuted.map = permute_order(c.map, choices);
+  const auto shuffled = oracles::run_case(permuted, options);
+  if (original.ok() != shuffled.ok()) {
+    return make_finding(permuted, "order:usable", "the case is usable in one order only");
+  }
+  if (!original.ok()) return std::nullopt;
+  const std::string a = order_fingerprint(original.value());
+  const std::string b = order_fingerprint(shuffled.value());
+  if (a != b) {
+    return make_finding(permuted,
+                        fmt::format("order:{}:{}/{}", oracles::verdict_name(original.value().verdict),
+                                    constructor_label(c), corruption_label(c)),
+                        fmt::format("the outcome depends on rank or piece order: '{}' vs '{}'",
+                                    original.value().message, shuffled.value().message));
+  }
+  return std::nullopt;
+}
+
+std::optional<Finding> check_json_roundtrip(const Case& c) {
+  for (const Map* map : {&c.map, &c.truth_map()}) {
+    const Json encoded = encode_map(*map, RankOrder::as_given);
+    auto decoded = decode_map(encoded);
+    if (!decoded) {
+      return make_finding(c, fmt::format("json:decode:{}", corruption_label(c)),
+                          "an encoded map does not decode: " + decoded.error().to_string());
+    }
+    if (!(decoded.value() == *map)) {
+      return make_finding(c, fmt::format("json:differs:{}", corruption_label(c)),
+                          "decode(encode(map)) differs from the map: " + encoded.dump());
+    }
+  }
+  return std::nullopt;
+}
+
+std::span<const PlantedScenario> planted_scenarios() {
+  static const std::array<PlantedScenario, 8> scenarios = [] {
+    std::array<PlantedScenario, 8> s{};
+    s[0].name = "skip_structure";
+    s[0].bugs.skip_structure = true;
+    s[1].name = "skip_bounds";
+    s[1].bugs.skip_bounds = true;
+    s[2].name = "skip_itself";
+    s[2].bugs.skip_itself = true;
+    s[3].name = "skip_dest_tiling";
+    s[3].bugs.skip_dest_tiling = true;
+    s[4].name = "skip_coverage";
+    s[4].bugs.skip_coverage = true;
+    s[5].name = "skip_homogeneity";
+    s[5].bugs.skip_homogeneity = true;
+    s[6].name = "skip_replica_compare";
+    s[6].bugs.skip_replica_compare = true;
+    s[6].truth_oracle_only = true;
+    // Every layout check that keeps memory safe, and the writer record behind them: the
+    // truth oracle alone must then see silently wrong tensors.
+    s[7].name = "skip_all_layout_checks_and_writer_record";
+    s[7].bugs.skip_itself = s[7].bugs.skip_dest_tiling = s[7].bugs.skip_coverage =
+        s[7].bugs.skip_homogeneity = s[7].bugs.skip_writer_record = true;
+    s[7].truth_oracle_only = true;
+    return s;
+  }();
+  return scenarios;
+}
+
+}  // namespace shardcheck::props
