@@ -1,0 +1,160 @@
+// Fuzz target map_json: untrusted bytes through the JSON codec and the map checks.
+//
+// Properties, for every map a document decodes to: the codec never crashes and
+// re-encoding (as given and through text) decodes to the same map; the check verdict
+// does not depend on rank or piece order; the fast checks agree with the reference
+// model (props::check_reference_agreement). Each broken property is a finding.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "json_mutator.h"
+#include "report.h"
+#include "shardcheck/checks.h"
+#include "shardcheck/json.h"
+#include "shardcheck/properties.h"
+
+namespace {
+
+using namespace shardcheck;
+
+constexpr std::string_view kTarget = "map_json";
+
+Case case_of(const Map& map) {
+  Case c;
+  c.name = "fuzz-map_json";
+  c.constructor = "json";
+  c.map = map;
+  return c;
+}
+
+[[noreturn]] void fail(const Map& map, std::string signature, std::string message) {
+  fuzz::report_finding(props::Finding{std::move(signature), std::move(message), case_of(map)}, kTarget);
+}
+
+Map reversed(const Map& map) {
+  Map out = map;
+  std::reverse(out.ranks.begin(), out.ranks.end());
+  for (auto& entry : out.ranks) std::reverse(entry.pieces.begin(), entry.pieces.end());
+  return out;
+}
+
+// What must not depend on order: the verdict and the error's kind, rank and address
+// (Error::piece is the index as written and moves with the pieces).
+std::string verdict_key(const Status& status) {
+  if (!status) return "valid";
+  return fmt::format("{} r{} a{} s{}", kind_name(status->kind), status->rank.value_or(-1),
+                     status->address.value_or(-1), static_cast<int>(status->side));
+}
+
+void check_codec_roundtrip(const Map& map) {
+  auto again = decode_map(encode_map(map, RankOrder::as_given));
+  if (!again) {
+    fail(map, fmt::format("map_json:reencode-refused:{}", kind_name(again.error().kind)),
+         "a decoded map, encoded again, does not decode: " + again.error().to_string());
+  }
+  if (!(again.value() == map)) fail(map, "map_json:reencode-differs", "decode(encode(map)) != map");
+
+  // Through text too: the number formatting (scales in particular) must round-trip.
+  auto parsed = parse_json(encode_map_text(map, RankOrder::as_given));
+  if (!parsed) fail(map, "map_json:text-unparsable", "encode_map_text wrote invalid JSON");
+  auto from_text = decode_map(parsed.value());
+  if (!from_text || !(from_text.value() == map)) {
+    fail(map, "map_json:text-differs", "decode(parse(encode_map_text(map))) != map");
+  }
+}
+
+void check_one(const Map& map) {
+  check_codec_roundtrip(map);
+  const Status verdict = check_map(map);
+  if (verdict && verdict->message.empty()) {
+    fail(map, fmt::format("map_json:empty-message:{}", kind_name(verdict->kind)),
+         "a refusal without a message: " + verdict->to_string());
+  }
+  const Status other_order = check_map(reversed(map));
+  if (verdict_key(verdict) != verdict_key(other_order)) {
+    fail(map, fmt::format("map_json:order:{}", verdict ? kind_name(verdict->kind) : "valid"),
+         fmt::format("the verdict depends on rank or piece order: '{}' vs '{}'", verdict_key(verdict),
+                     verdict_key(other_order)));
+  }
+  if (auto finding = props::check_reference_agreement(case_of(map))) {
+    fuzz::report_finding(*finding, kTarget);
+  }
+}
+
+#ifdef SHARDCHECK_LIBFUZZER
+// Recent inputs that decoded to a map: the mutator starts from one of them when the
+// input it is handed is not JSON, so byte-level damage does not drift the corpus away
+// from well-formed maps.
+std::vector<std::string>& usable_pool() {
+  static std::vector<std::string> pool;
+  return pool;
+}
+std::size_t g_pool_next = 0;
+
+void remember_usable(std::string_view text) {
+  constexpr std::size_t kPoolSize = 64;
+  auto& pool = usable_pool();
+  if (pool.size() < kPoolSize) {
+    pool.emplace_back(text);
+  } else {
+    pool[g_pool_next++ % kPoolSize].assign(text);
+  }
+}
+#endif
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  auto json = parse_json(text);
+  if (!json) {
+    fuzz::count_input(false);
+    return 0;
+  }
+  auto document = decode_document(json.value());
+  bool usable = false;
+  if (document) {
+    for (const NamedMap& named : document.value()) usable = usable || named.map.ok();
+  }
+  // Counted before the properties run, so a run that ends in a finding counts it.
+  fuzz::count_input(usable);
+  if (!usable) return 0;
+#ifdef SHARDCHECK_LIBFUZZER
+  remember_usable(text);
+#endif
+  for (const NamedMap& named : document.value()) {
+    if (named.map) check_one(named.map.value());
+  }
+  return 0;
+}
+
+#ifdef SHARDCHECK_LIBFUZZER
+extern "C" std::size_t LLVMFuzzerMutate(std::uint8_t* data, std::size_t size, std::size_t max_size);
+
+// Mostly structural edits of a parsed document, so most inputs stay well-formed maps.
+// An input that is not JSON is swapped, most of the time, for a recent well-formed
+// one before the edit. One mutation in sixteen is libFuzzer's byte-level one, which
+// keeps the tokenizer and the malformed-input paths covered.
+extern "C" std::size_t LLVMFuzzerCustomMutator(std::uint8_t* data, std::size_t size,
+                                               std::size_t max_size, unsigned int seed) {
+  if (seed % 16 != 0) {
+    std::string_view text(reinterpret_cast<const char*>(data), size);
+    auto mutated = shardcheck::fuzz::mutate_json(text, seed);
+    const auto& pool = usable_pool();
+    if (!mutated && !pool.empty() && (seed >> 4) % 8 != 0) {
+      mutated = shardcheck::fuzz::mutate_json(pool[(seed >> 7) % pool.size()], seed);
+    }
+    if (mutated && mutated->size() <= max_size) {
+      std::copy(mutated->begin(), mutated->end(), data);
+      return mutated->size();
+    }
+  }
+  return LLVMFuzzerMutate(data, size, max_size);
+}
+#endif

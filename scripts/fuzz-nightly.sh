@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# Unattended fuzzing campaign over every libFuzzer target (issue 4).
+#
+#   scripts/fuzz-nightly.sh [TOTAL_SECONDS]
+#
+# Builds the clang fuzz build (ASan + UBSan, libraries instrumented with
+# -fsanitize=fuzzer-no-link), splits the time budget evenly across the targets, runs
+# each with -fork on every core, merges and prunes its corpus, replays every crash to
+# read its `SHARDCHECK-FINDING:` signature (or the sanitizer's summary), keeps the
+# smallest input per signature, minimises it within a time bound, and turns it into a
+# regression case file. Ends with a summary; exits 1 when any target other than the
+# conversion_legacy canary has findings, 3 when the canary found nothing although its
+# share of the budget was at least 60 s (the harness would have lost its teeth).
+#
+# Environment (all optional):
+#   FUZZ_BUDGET          total seconds when no argument is given (default 3600)
+#   FUZZ_JOBS            parallel fuzzing processes per target (default: every core)
+#   FUZZ_TARGETS         space-separated subset (default: all four)
+#   FUZZ_BUILD_DIR       fuzz build directory (default: <repo>/build-fuzz)
+#   FUZZ_SKIP_BUILD=1    use the existing build as it is
+#   FUZZ_STATE           persistent corpora, one directory per target (default: <repo>/out/fuzz-corpus)
+#   FUZZ_WORK            this run's logs, artifacts and findings (default: <repo>/out/fuzz-nightly/<time>)
+#   FUZZ_MINIMIZE_SECONDS  bound per crash minimisation (default: a quarter of a target's share, <= 60)
+#   FUZZ_MAX_ARTIFACTS   crashes replayed per target, smallest first (default 50)
+#   FUZZ_MAX_MINIMIZE    signatures minimised per target (default 8; the canary's never are)
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+budget=${1:-${FUZZ_BUDGET:-3600}}
+jobs=${FUZZ_JOBS:-$(nproc)}
+read -r -a targets <<<"${FUZZ_TARGETS:-map_json conversion conversion_legacy case_file}"
+build=${FUZZ_BUILD_DIR:-$repo/build-fuzz}
+state=${FUZZ_STATE:-$repo/out/fuzz-corpus}
+work=${FUZZ_WORK:-$repo/out/fuzz-nightly/$(date +%Y%m%d-%H%M%S)}
+max_artifacts=${FUZZ_MAX_ARTIFACTS:-50}
+max_minimize=${FUZZ_MAX_MINIMIZE:-8}
+canary=conversion_legacy
+
+[[ $budget =~ ^[0-9]+$ && $budget -ge ${#targets[@]} ]] || { echo "budget must be >= 1 s per target" >&2; exit 2; }
+mkdir -p "$work" "$state" "$work/regressions" "$work/canary"
+echo "fuzz-nightly: ${#targets[@]} targets, ${budget}s total, $jobs jobs, work dir $work"
+
+if [[ ${FUZZ_SKIP_BUILD:-0} != 1 ]]; then
+  echo "fuzz-nightly: building $build"
+  CC=clang CXX=clang++ cmake -G Ninja -S "$repo" -B "$build" -DSHARDCHECK_FUZZ=ON -DSHARDCHECK_SANITIZE=ON \
+    -DSHARDCHECK_CUDA=OFF -DSHARDCHECK_TESTS=OFF -DSHARDCHECK_BENCH=OFF \
+    -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link >"$work/build.log" 2>&1 ||
+    { tail -30 "$work/build.log"; exit 2; }
+  ninja -C "$build" "${targets[@]}" >>"$work/build.log" 2>&1 || { tail -30 "$work/build.log"; exit 2; }
+fi
+
+share=$((budget / ${#targets[@]}))
+min_bound=${FUZZ_MINIMIZE_SECONDS:-$((share / 4 < 60 ? (share / 4 > 2 ? share / 4 : 2) : 60))}
+# Merging and minimising come out of each target's share too.
+fuzz_seconds=$((share - share / 5 > 1 ? share - share / 5 : 1))
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+seed_dirs() {  # the checked-in seeds of a target
+  case $1 in
+    conversion_legacy) echo "$repo/corpus/conversion" ;;
+    case_file) echo "$repo/corpus/case_file $repo/corpus/regressions" ;;
+    *) echo "$repo/corpus/$1" ;;
+  esac
+}
+
+slug() {  # a file name for a signature: readable prefix, hash for uniqueness
+  local clean hash
+  clean=$(printf '%s' "$1" | tr -c 'A-Za-z0-9._-' '-' | cut -c1-80)
+  hash=$(printf '%s' "$1" | sha1sum | cut -c1-8)
+  echo "${clean}-${hash}"
+}
+
+# Replays one input and prints its signature: the target's own finding line, else
+# what the sanitizer or libFuzzer said, else "unreproduced".
+signature_of() {
+  local bin=$1 target=$2 input=$3 log=$4 sig where
+  "$bin" -timeout=10 -rss_limit_mb=2048 "$input" >"$log" 2>&1 || true
+  sig=$(sed -n 's/^SHARDCHECK-FINDING: //p' "$log" | head -1)
+  if [[ -z $sig ]]; then
+    where=$(sed -n 's/^SUMMARY: \([A-Za-z]*\): \([^ ]*\) \([^ ]*\).*/\1:\2:\3/p' "$log" | head -1 |
+      sed 's#[^:]*/##')  # keep file:line, drop the directory
+    if [[ -n $where ]]; then sig="crash:$target:$where"
+    elif grep -q 'ERROR: libFuzzer: timeout' "$log"; then sig="timeout:$target"
+    elif grep -q 'ERROR: libFuzzer: out-of-memory' "$log"; then sig="oom:$target"
+    elif grep -q 'ERROR: libFuzzer: deadly signal' "$log"; then sig="crash:$target:deadly-signal"
+    else sig="unreproduced:$target"; fi
+  fi
+  echo "$sig"
+}
+
+# Writes the regression file for a finding: the case file the target printed, or,
+# for a crash without one, the signature as the first line of a .txt next to the raw
+# bytes (wrapped in a case file when the bytes are a map document).
+save_finding() {
+  local sig=$1 input=$2 log=$3 dir=$4 name
+  name=$(slug "$sig")
+  if grep -q '^SHARDCHECK-CASE-BEGIN$' "$log"; then
+    sed -n '/^SHARDCHECK-CASE-BEGIN$/,/^SHARDCHECK-CASE-END$/p' "$log" | sed '1d;$d' >"$dir/$name.json"
+  else
+    { echo "# SHARDCHECK-FINDING: $sig"; cat "$input"; } >"$dir/$name.txt"
+    cp "$input" "$dir/$name.input"
+    if command -v python3 >/dev/null; then
+      python3 - "$input" "$sig" "$dir/$name.json" <<'PY' || true
+import json, sys
+try:
+    doc = json.load(open(sys.argv[1], encoding="utf-8"))
+except Exception:
+    sys.exit(0)
+if isinstance(doc, dict) and "logical_shape" in doc:
+    case = {"shardcheck_case": 1, "name": sys.argv[2], "signature": sys.argv[2], "map": doc}
+    json.dump(case, open(sys.argv[3], "w"), indent=2)
+PY
+    fi
+  fi
+  echo "$dir/$name"
+}
+
+declare -A execs_per_s corpus_before corpus_after found_count
+declare -a finding_lines=()
+strict_findings=0
+canary_findings=0
+
+for target in "${targets[@]}"; do
+  bin="$build/fuzz/$target"
+  [[ -x $bin ]] || { echo "fuzz-nightly: missing $bin" >&2; exit 2; }
+  tdir="$work/$target"
+  corpus="$state/$target"
+  mkdir -p "$tdir/artifacts" "$corpus"
+  corpus_before[$target]=$(find "$corpus" -type f | wc -l)
+  extra=()
+  [[ -f $repo/fuzz/$target.dict ]] && extra+=("-dict=$repo/fuzz/$target.dict")
+  read -r -a seeds <<<"$(seed_dirs "$target")"
+  echo "fuzz-nightly: $target for ${fuzz_seconds}s"
+  "$bin" -fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 -max_total_time="$fuzz_seconds" \
+    -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$tdir/artifacts/" "${extra[@]}" \
+    "$corpus" "${seeds[@]}" >"$tdir/fuzz.log" 2>&1 || true
+  execs_per_s[$target]=$(grep -oE 'exec/s:? [0-9]+' "$tdir/fuzz.log" | tail -1 | grep -oE '[0-9]+' || echo "?")
+
+  # Merge into a fresh directory, then replace: drops inputs that add no coverage.
+  fresh=$(mktemp -d "$state/.$target.merge.XXXXXX")
+  if "$bin" -merge=1 -timeout=10 -rss_limit_mb=2048 "$fresh" "$corpus" >"$tdir/merge.log" 2>&1; then
+    rm -rf "$corpus" && mv "$fresh" "$corpus"
+  else
+    echo "fuzz-nightly: merge of $target failed, corpus kept (see $tdir/merge.log)" >&2
+    rm -rf "$fresh"
+  fi
+  corpus_after[$target]=$(find "$corpus" -type f | wc -l)
+
+  # Findings: replay the smallest artifacts first, one kept per signature.
+  declare -A kept=() occurrences=()
+  while IFS= read -r artifact; do
+    [[ -n $artifact ]] || continue
+    sig=$(signature_of "$bin" "$target" "$artifact" "$tdir/replay.log")
+    occurrences[$sig]=$((${occurrences[$sig]:-0} + 1))
+    [[ -n ${kept[$sig]:-} ]] || kept[$sig]=$artifact
+  done < <(find "$tdir/artifacts" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) \
+             -printf '%s %p\n' | sort -n | head -n "$max_artifacts" | cut -d' ' -f2-)
+  found_count[$target]=${#kept[@]}
+  n=0
+  for sig in "${!kept[@]}"; do
+    n=$((n + 1))
+    input=${kept[$sig]}
+    # The canary's findings are expected and many; one input per signature is enough.
+    if [[ $target == "$canary" ]] || ((n > max_minimize)); then sig_kind=keep; else sig_kind=$sig; fi
+    case $sig_kind in
+      keep | timeout:* | oom:* | unreproduced:*) ;;
+      *)
+        min="$tdir/minimized-$n"
+        "$bin" -minimize_crash=1 -max_total_time="$min_bound" -timeout=10 -rss_limit_mb=2048 \
+          -exact_artifact_path="$min" "$input" >"$tdir/minimize-$n.log" 2>&1 || true
+        if [[ -s $min && $(signature_of "$bin" "$target" "$min" "$tdir/min-replay.log") == "$sig" ]]; then
+          input=$min
+        fi ;;
+    esac
+    signature_of "$bin" "$target" "$input" "$tdir/finding-$n.log" >/dev/null
+    if [[ $target == "$canary" ]]; then
+      file=$(save_finding "$sig" "$input" "$tdir/finding-$n.log" "$work/canary")
+      canary_findings=$((canary_findings + 1))
+    else
+      file=$(save_finding "$sig" "$input" "$tdir/finding-$n.log" "$work/regressions")
+      strict_findings=$((strict_findings + 1))
+    fi
+    finding_lines+=("$target|$sig|${occurrences[$sig]}|$(stat -c %s "$input")|$file")
+  done
+  unset kept occurrences
+done
+
+echo
+echo "== fuzz-nightly summary ($(date -u +%FT%TZ), ${budget}s budget, $jobs jobs) =="
+printf '%-18s %8s %10s %16s %9s\n' target seconds exec/s corpus findings
+for target in "${targets[@]}"; do
+  printf '%-18s %8s %10s %16s %9s\n' "$target" "$fuzz_seconds" "${execs_per_s[$target]}" \
+    "${corpus_before[$target]} -> ${corpus_after[$target]}" "${found_count[$target]}"
+done
+if ((${#finding_lines[@]})); then
+  echo
+  echo "findings by signature (target | signature | crashes | bytes | file):"
+  printf '  %s\n' "${finding_lines[@]}"
+fi
+echo
+echo "regression files: $work/regressions (copy into corpus/regressions/ once triaged)"
+if ((strict_findings > 0)); then
+  echo "fuzz-nightly: FAIL: $strict_findings finding signature(s)"
+  exit 1
+fi
+if [[ " ${targets[*]} " == *" $canary "* ]] && ((canary_findings == 0)); then
+  if ((fuzz_seconds >= 60)); then
+    echo "fuzz-nightly: FAIL: the $canary canary found no silently wrong conversion in ${fuzz_seconds}s"
+    exit 3
+  fi
+  echo "fuzz-nightly: note: the $canary canary found nothing in ${fuzz_seconds}s (too short to judge)"
+fi
+echo "fuzz-nightly: OK"
