@@ -311,15 +311,15 @@ Status check_bounds(const Scratch& s, Index numel_f) {
   for (const PieceInfo& p : s.pieces) {
     if (!p.sound || p.empty) continue;
     const Index shard_numel = s.ranks[p.owner].shard_numel;
-    if (p.src.required_span_size > numel_f) {
-      Index last = p.src.required_span_size - 1;
+    if (p.src.max_address >= numel_f) {
+      Index last = p.src.max_address;
       return at(piece_error(ErrorKind::bounds, p,
                             fmt::format("{} reads element {} of F, which has only {} elements",
                                         label(p), last, numel_f)),
                 last, Side::full);
     }
-    if (p.dst.required_span_size > shard_numel) {
-      Index last = p.dst.required_span_size - 1;
+    if (p.dst.max_address >= shard_numel) {
+      Index last = p.dst.max_address;
       return at(piece_error(ErrorKind::bounds, p,
                             fmt::format("{} writes shard address {}, but the shard {} has only {} elements",
                                         label(p), last, shape_text(*s.ranks[p.owner].entry->shard_shape),

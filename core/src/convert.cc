@@ -159,17 +159,17 @@ Status guard_piece(const Visit& v, Index numel_f, Index shard_numel, Index& nume
   }
   numel = src->numel;
   if (src->empty) return std::nullopt;
-  if (src->required_span_size > numel_f) {
+  if (src->max_address >= numel_f) {
     return at(error_for(ErrorKind::bounds, &v,
                         fmt::format("{} reaches element {} of F, which has {} elements.", label(v),
-                                    src->required_span_size - 1, numel_f)),
-              src->required_span_size - 1, Side::full);
+                                    src->max_address, numel_f)),
+              src->max_address, Side::full);
   }
-  if (dst->required_span_size > shard_numel) {
+  if (dst->max_address >= shard_numel) {
     return at(error_for(ErrorKind::bounds, &v,
                         fmt::format("{} reaches shard address {}, but the shard has {} elements.",
-                                    label(v), dst->required_span_size - 1, shard_numel)),
-              dst->required_span_size - 1, Side::shard);
+                                    label(v), dst->max_address, shard_numel)),
+              dst->max_address, Side::shard);
   }
   return std::nullopt;
 }
@@ -313,7 +313,7 @@ Status check_shards(const std::vector<const RankEntry*>& ranks, const ShardSet& 
     }
   }
   for (const auto& [rank, shard] : shards) {
-    if (std::none_of(ranks.begin(), ranks.end(), [&](const RankEntry* e) { return e->rank == rank; })) {
+    if (std::none_of(ranks.begin(), ranks.end(), [&, r = rank](const RankEntry* e) { return e->rank == r; })) {
       Error e = make_error(ErrorKind::shape,
                            fmt::format("A shard was supplied for rank {}, which the map does not list.", rank));
       e.rank = rank;

@@ -71,19 +71,19 @@ Status check_piece(const Piece& piece, Rank rank, Index index, Index numel_f, In
   auto dst = span_facts(piece.shape, piece.dest);
   if (!src || !dst) return piece_error(ErrorKind::format, rank, index, "a view overflows 64 bits.");
   if (src->empty) return std::nullopt;
-  if (src->required_span_size > numel_f) {
+  if (src->max_address >= numel_f) {
     Error e = piece_error(ErrorKind::bounds, rank, index,
                           fmt::format("the source view reaches element {} of F, which has {} elements.",
-                                      src->required_span_size - 1, numel_f));
-    e.address = src->required_span_size - 1;
+                                      src->max_address, numel_f));
+    e.address = src->max_address;
     e.side = Side::full;
     return e;
   }
-  if (dst->required_span_size > shard_numel) {
+  if (dst->max_address >= shard_numel) {
     Error e = piece_error(ErrorKind::bounds, rank, index,
                           fmt::format("the dest view reaches shard address {}, but the shard has {} elements.",
-                                      dst->required_span_size - 1, shard_numel));
-    e.address = dst->required_span_size - 1;
+                                      dst->max_address, shard_numel));
+    e.address = dst->max_address;
     e.side = Side::shard;
     return e;
   }

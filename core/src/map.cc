@@ -1,6 +1,7 @@
 #include "shardcheck/map.h"
 
 #include <algorithm>
+#include <limits>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -26,9 +27,9 @@ std::optional<SpanFacts> span_facts(const std::vector<Index>& extents, const Str
     if (!next) return std::nullopt;
     last = *next;
   }
-  auto span = checked_add(last, 1);
-  if (!span) return std::nullopt;
-  facts.required_span_size = *span;
+  facts.max_address = last;
+  // The last address itself may be INT64_MAX without overflowing anything.
+  facts.required_span_size = checked_add(last, 1).value_or(std::numeric_limits<Index>::max());
   return facts;
 }
 

@@ -22,9 +22,12 @@ struct SpanFacts {
   bool empty = false;          // some extent is 0: the view covers nothing
   Index numel = 0;             // number of (multi-)indices
   Index min_address = 0;       // offset (strides are >= 0 once structure is checked)
-  Index required_span_size = 0;  // 1 + max address - ... : max address + 1, 0 when empty
+  Index max_address = -1;        // the last address the view touches; -1 when empty
+  // max address + 1, 0 when empty; saturates at INT64_MAX when the last address is
+  // INT64_MAX itself (compare max_address against a size instead).
+  Index required_span_size = 0;
 };
-// std::nullopt on 64-bit overflow. Requires extents, strides, offset >= 0.
+// std::nullopt on 64-bit overflow of an address. Requires extents, strides, offset >= 0.
 std::optional<SpanFacts> span_facts(const std::vector<Index>& extents, const StridedView& view);
 
 // The conservative uniqueness rule of spec 3.3: axes with extent > 1, a zero stride
