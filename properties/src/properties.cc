@@ -110,19 +110,25 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
       evaluation.category = Category::exact;
       break;
     case oracles::Verdict::wrong: {
-      // Fully valid = conditions 1-6 by the reference model and condition 7 (replica
-      // data) by the clean strict policy on the very shards the oracle converted.
-      const bool valid = result.valid_layout && oracles::reference_check(c.map).valid();
-      evaluation.category = valid ? Category::valid_but_different : Category::wrong;
-      if ((!valid || options.strict_layout) && !evaluation.finding) {
-        std::string op = result.ops.empty() ? "rebuild" : std::string(op_name(result.ops.front().op));
-        for (const auto& op_outcome : result.ops) {
-          if (op_outcome.verdict == oracles::Verdict::wrong) op = std::string(op_name(op_outcome.op));
-        }
+      // Fully valid = conditions 1-6 by the reference model and, for a rebuild,
+      // condition 7 (replica data) by the clean strict policy on the very shards the
+      // oracle converted. An extract reads no shard data, so 1-6 decide it alone.
+      const bool map_valid = oracles::reference_check(c.map).valid();
+      const oracles::OpOutcome* silently_wrong = nullptr;
+      const oracles::OpOutcome* different = nullptr;
+      for (const auto& op : result.ops) {
+        if (op.verdict != oracles::Verdict::wrong) continue;
+        const bool valid = map_valid && (op.op == Op::extract || result.valid_layout);
+        const oracles::OpOutcome*& first = valid ? different : silently_wrong;
+        if (!first) first = &op;
+      }
+      evaluation.category = silently_wrong ? Category::wrong : Category::valid_but_different;
+      const oracles::OpOutcome* shown = silently_wrong ? silently_wrong : different;
+      if ((silently_wrong || options.strict_layout) && !evaluation.finding && shown) {
         evaluation.finding = make_finding(
             c,
-            fmt::format("{}:{}:{}/{}", valid ? "valid-but-different" : "silently-wrong", op,
-                        constructor_label(c), corruption_label(c)),
+            fmt::format("{}:{}:{}/{}", silently_wrong ? "silently-wrong" : "valid-but-different",
+                        op_name(shown->op), constructor_label(c), corruption_label(c)),
             result.message);
       }
       break;
