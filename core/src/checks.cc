@@ -45,6 +45,10 @@ struct PieceInfo {
   std::int32_t owner = 0;      // index into Scratch::ranks
   bool sound = false;    // its addresses can be computed without overflow; only sound
                          // pieces are looked at after condition 1
+  // Both views end below INT64_MAX, so "one past the last address" is representable.
+  // A view ending at INT64_MAX is out of bounds (condition 2); its runs are only
+  // skipped here when the bounds check is planted off.
+  bool runs_representable = false;
   bool empty = true;
   bool own_ok = false;   // locations name the listing rank
   Index numel = 0;
@@ -172,6 +176,8 @@ Status piece_structure(PieceInfo& p, bool describe_error) {
   // Addresses are now safe to compute; bad locations or scale do not change that,
   // which matters when structure checks are planted off.
   p.sound = true;
+  p.runs_representable = src->max_address < std::numeric_limits<Index>::max() &&
+                         dst->max_address < std::numeric_limits<Index>::max();
   p.src = *src;
   p.dst = *dst;
   p.numel = src->numel;
@@ -472,7 +478,7 @@ Status check_rank_tiling(Scratch& s, const RankInfo& r) {
   runs.clear();
   for (std::int32_t g = r.first; g < r.last; ++g) {
     const PieceInfo& p = s.pieces[g];
-    if (p.sound && !p.empty) emit_dest_runs(s, g, runs);
+    if (p.sound && p.runs_representable && !p.empty) emit_dest_runs(s, g, runs);
   }
   std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) {
     return a.start != b.start ? a.start < b.start : a.piece < b.piece;
@@ -607,7 +613,7 @@ Status check_full_side(Scratch& s, Index numel_f, const PlantedBugs& bugs) {
   runs.clear();
   for (std::int32_t g = 0; g < static_cast<std::int32_t>(s.pieces.size()); ++g) {
     const PieceInfo& p = s.pieces[g];
-    if (p.sound && !p.empty) emit_source_runs(s, g, runs);
+    if (p.sound && p.runs_representable && !p.empty) emit_source_runs(s, g, runs);
   }
   std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) {
     return a.start != b.start ? a.start < b.start : a.piece < b.piece;
