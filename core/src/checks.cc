@@ -96,23 +96,6 @@ Scratch& scratch() {
   return s;
 }
 
-// A total order on doubles (NaN included), so sorting never sees an inconsistent key
-// even when the structure check is planted off and a scale is NaN.
-std::uint64_t scale_key(double scale) {
-  auto bits = std::bit_cast<std::uint64_t>(scale);
-  return (bits >> 63) ? ~bits : (bits | (std::uint64_t{1} << 63));
-}
-
-bool content_less(const Piece& x, const Piece& y) {
-  if (x.source.offset != y.source.offset) return x.source.offset < y.source.offset;
-  if (x.source.strides != y.source.strides) return x.source.strides < y.source.strides;
-  if (x.shape != y.shape) return x.shape < y.shape;
-  if (x.dest.offset != y.dest.offset) return x.dest.offset < y.dest.offset;
-  if (x.dest.strides != y.dest.strides) return x.dest.strides < y.dest.strides;
-  if (x.locations != y.locations) return x.locations < y.locations;
-  return scale_key(x.scale) < scale_key(y.scale);
-}
-
 std::string shape_text(const Extents& shape) { return fmt::format("({})", fmt::join(shape, ",")); }
 
 std::string label(const PieceInfo& p) {

@@ -51,24 +51,10 @@ Backend& backend_of(const ConvertOptions& options) {
 
 bool is_replica(const Piece& piece) { return piece.locations.size() > 1; }
 
-// A total order on doubles, NaN included, so sorting stays well defined even when a
-// planted bug lets a NaN scale through.
-std::uint64_t scale_key(double scale) {
-  auto bits = std::bit_cast<std::uint64_t>(scale);
-  return (bits >> 63) ? ~bits : (bits | (std::uint64_t{1} << 63));
-}
-
 bool visit_less(const Visit& a, const Visit& b) {
   if (a.rank != b.rank) return a.rank < b.rank;
-  const Piece& x = *a.piece;
-  const Piece& y = *b.piece;
-  if (x.source.offset != y.source.offset) return x.source.offset < y.source.offset;
-  if (x.source.strides != y.source.strides) return x.source.strides < y.source.strides;
-  if (x.shape != y.shape) return x.shape < y.shape;
-  if (x.dest.offset != y.dest.offset) return x.dest.offset < y.dest.offset;
-  if (x.dest.strides != y.dest.strides) return x.dest.strides < y.dest.strides;
-  if (x.locations != y.locations) return x.locations < y.locations;
-  if (scale_key(x.scale) != scale_key(y.scale)) return scale_key(x.scale) < scale_key(y.scale);
+  if (content_less(*a.piece, *b.piece)) return true;
+  if (content_less(*b.piece, *a.piece)) return false;
   return a.written < b.written;
 }
 
@@ -127,16 +113,6 @@ bool walk(const Extents& shape, const StridedView& a, const StridedView& b, std:
       counter[axis] = 0;
     }
   }
-}
-
-// Address of row-major element k of a block seen through `view`.
-Index address_at(const Extents& shape, const StridedView& view, Index k) {
-  Index address = view.offset;
-  for (std::size_t axis = shape.size(); axis-- > 0;) {
-    address += (k % shape[axis]) * view.strides[axis];
-    k /= shape[axis];
-  }
-  return address;
 }
 
 // Memory safety behind check_map: only a planted bug can make these fire, and then

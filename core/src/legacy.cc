@@ -130,16 +130,6 @@ Status check_counts(const Map& map) {
   return std::nullopt;
 }
 
-// Address of row-major element k of a block seen through `view`.
-Index address_at(const Extents& shape, const StridedView& view, Index k) {
-  Index address = view.offset;
-  for (std::size_t axis = shape.size(); axis-- > 0;) {
-    address += (k % shape[axis]) * view.strides[axis];
-    k /= shape[axis];
-  }
-  return address;
-}
-
 Buffer poisoned(DType dtype, Index numel) {
   Buffer out(dtype, numel);
   const std::uint64_t poison = poison_bits(dtype);

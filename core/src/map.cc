@@ -1,6 +1,8 @@
 #include "shardcheck/map.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <limits>
 #include <tuple>
 
@@ -98,17 +100,40 @@ std::string describe(const Map& map) {
   return out;
 }
 
+namespace {
+// Orders doubles totally (NaN included) by their bits, as IEEE totalOrder does.
+std::uint64_t scale_key(double scale) {
+  auto bits = std::bit_cast<std::uint64_t>(scale);
+  return (bits >> 63) ? ~bits : (bits | (std::uint64_t{1} << 63));
+}
+}  // namespace
+
+bool content_less(const Piece& x, const Piece& y) {
+  if (x.source.offset != y.source.offset) return x.source.offset < y.source.offset;
+  if (x.source.strides != y.source.strides) return x.source.strides < y.source.strides;
+  if (x.shape != y.shape) return x.shape < y.shape;
+  if (x.dest.offset != y.dest.offset) return x.dest.offset < y.dest.offset;
+  if (x.dest.strides != y.dest.strides) return x.dest.strides < y.dest.strides;
+  if (x.locations != y.locations) return x.locations < y.locations;
+  return scale_key(x.scale) < scale_key(y.scale);
+}
+
+Index address_at(const Extents& shape, const StridedView& view, Index k) {
+  Index address = view.offset;
+  for (std::size_t axis = shape.size(); axis-- > 0;) {
+    address += (k % shape[axis]) * view.strides[axis];
+    k /= shape[axis];
+  }
+  return address;
+}
+
 Map canonical(const Map& map) {
   Map out = map;
   std::sort(out.ranks.begin(), out.ranks.end(),
             [](const RankEntry& a, const RankEntry& b) { return a.rank < b.rank; });
-  auto key = [](const Piece& p) {
-    return std::tie(p.source.offset, p.source.strides, p.shape, p.dest.offset, p.dest.strides,
-                    p.locations, p.scale);
-  };
   for (auto& entry : out.ranks) {
     std::sort(entry.pieces.begin(), entry.pieces.end(),
-              [&](const Piece& a, const Piece& b) { return key(a) < key(b); });
+              content_less);
   }
   return out;
 }

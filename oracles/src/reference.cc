@@ -48,7 +48,7 @@ std::vector<const RankEntry*> ranks_by_id(const Map& map) {
 
 // "The lowest piece" of spec 3 needs an order that ignores how pieces were written:
 // their content. strong_order keeps a NaN scale from breaking the sort.
-bool content_less(const Piece& a, const Piece& b) {
+bool naive_content_less(const Piece& a, const Piece& b) {
   auto key = [](const Piece& p) {
     return std::tie(p.source.offset, p.source.strides, p.shape, p.dest.offset, p.dest.strides,
                     p.locations);
@@ -63,7 +63,7 @@ std::vector<PieceRef> pieces_of(const RankEntry& entry) {
     out.push_back(PieceRef{entry.rank, static_cast<Index>(j), &entry.pieces[j]});
   }
   std::stable_sort(out.begin(), out.end(), [](const PieceRef& a, const PieceRef& b) {
-    return content_less(*a.piece, *b.piece);
+    return naive_content_less(*a.piece, *b.piece);
   });
   return out;
 }

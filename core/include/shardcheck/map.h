@@ -70,6 +70,15 @@ std::string describe(const Map& map);  // multi-line, one rank per line
 }  // namespace shardcheck
 
 namespace shardcheck {
+// The content-defined order of pieces (source offset, source strides, shape, dest
+// offset, dest strides, locations, scale): what makes verdicts independent of the
+// order pieces are written in. Total even for a NaN scale.
+bool content_less(const Piece& a, const Piece& b);
+
+// The address of row-major element k (0 <= k < numel(shape)) of a block seen through
+// `view`. The caller has checked the view (no overflow).
+Index address_at(const Extents& shape, const StridedView& view, Index k);
+
 // The same map with ranks sorted by id and each rank's pieces in a content-defined
 // order: two maps that differ only in rank or piece order have equal canonical forms.
 Map canonical(const Map& map);
