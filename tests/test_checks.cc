@@ -12,25 +12,14 @@
 #include <random>
 #include <set>
 
+#include "support/spec_maps.h"
+
 namespace shardcheck {
 namespace {
 
-Piece P(Extents shape, Index src, Strides src_strides, Index dst, Strides dst_strides,
-        std::vector<Rank> loc, double scale = 1.0) {
-  Piece p;
-  p.shape = std::move(shape);
-  p.source = {src, std::move(src_strides)};
-  p.dest = {dst, std::move(dst_strides)};
-  p.locations = std::move(loc);
-  p.scale = scale;
-  return p;
-}
-
-RankEntry R(Rank rank, std::optional<Extents> shard, std::vector<Piece> pieces) {
-  return RankEntry{rank, std::move(shard), std::move(pieces)};
-}
-
-Map M(Extents logical, std::vector<RankEntry> ranks) { return Map{std::move(logical), std::move(ranks)}; }
+using build::M;
+using build::P;
+using build::R;
 
 CheckOptions with(void (*set)(PlantedBugs&)) {
   CheckOptions o;

@@ -7,25 +7,14 @@
 
 #include "shardcheck/convert.h"
 
+#include "support/spec_maps.h"
+
 namespace shardcheck {
 namespace {
 
-Piece P(Extents shape, Index src, Strides src_strides, Index dst, Strides dst_strides,
-        std::vector<Rank> loc, double scale = 1.0) {
-  Piece p;
-  p.shape = std::move(shape);
-  p.source = {src, std::move(src_strides)};
-  p.dest = {dst, std::move(dst_strides)};
-  p.locations = std::move(loc);
-  p.scale = scale;
-  return p;
-}
-
-RankEntry R(Rank rank, std::optional<Extents> shard, std::vector<Piece> pieces) {
-  return RankEntry{rank, std::move(shard), std::move(pieces)};
-}
-
-Map M(Extents logical, std::vector<RankEntry> ranks) { return Map{std::move(logical), std::move(ranks)}; }
+using build::M;
+using build::P;
+using build::R;
 
 constexpr DType f32 = DType::float32;
 
@@ -52,33 +41,7 @@ Buffer accepted(const Result<Buffer>& result) {
   return result.ok() ? result.value() : Buffer{};
 }
 
-Map repro1() {
-  return M({8}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0})}), R(1, Extents{4}, {P({4}, 0, {1}, 0, {1}, {1})})});
-}
-Map repro2() {
-  return M({6}, {R(0, Extents{4}, {P({2, 2}, 0, {1, 1}, 0, {2, 1}, {0})}),
-                 R(1, Extents{3}, {P({3}, 3, {1}, 0, {1}, {1})})});
-}
-Map repro3() {
-  return M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0, 1})}), R(1, Extents{4}, {P({4}, 0, {1}, 0, {1}, {1})})});
-}
-Map repro4() {
-  return M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0, 1})}),
-                 R(1, Extents{4}, {P({2}, 0, {1}, 0, {1}, {0, 1}), P({2}, 2, {1}, 2, {1}, {0, 1})})});
-}
-Map repro5() {
-  return M({4}, {R(0, Extents{4}, {P({2}, 0, {1}, 0, {1}, {0}), P({2}, 2, {1}, 0, {1}, {0})})});
-}
-Map repro6() {
-  return M({2, 8}, {R(0, Extents{2, 4}, {P({2, 2}, 0, {8, 1}, 0, {4, 1}, {0}), P({2, 2}, 4, {8, 1}, 0, {4, 1}, {0})}),
-                    R(1, Extents{2, 4}, {P({2, 2}, 2, {8, 1}, 0, {4, 1}, {1}), P({2, 2}, 6, {8, 1}, 2, {4, 1}, {1})})});
-}
-Map repro7() {
-  return M({12}, {R(0, Extents{3, 4},
-                    {P({2, 3}, 0, {3, 1}, 2, {4, 1}, {0}), P({1, 2}, 6, {2, 1}, 0, {4, 1}, {0}),
-                     P({1, 1}, 8, {1, 1}, 4, {4, 1}, {0}), P({1, 3}, 9, {3, 1}, 9, {4, 1}, {0})})});
-}
-Map repro8() { return M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0, 1})})}); }
+using namespace build;  // repro1() .. repro8()
 
 TEST(LegacySpec6, Repro1GivesRank1ValuesThenPoison) {
   ShardSet shards{{0, values({1, 2, 3, 4})}, {1, values({5, 6, 7, 8})}};
