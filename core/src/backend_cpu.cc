@@ -259,4 +259,30 @@ std::unique_ptr<Backend> make_cuda_backend() { return nullptr; }
 bool cuda_compiled() { return false; }
 #endif
 
+BlockCopy rebuild_block(const Piece& piece, const Buffer& shard, Buffer& full, int scale_power) {
+  BlockCopy copy;
+  copy.shape = &piece.shape;
+  copy.from = shard.data();
+  copy.from_view = piece.dest;
+  copy.to = full.data();
+  copy.to_view = piece.source;
+  copy.scale = piece.scale;
+  copy.power = scale_power;
+  copy.multiply = false;
+  return copy;
+}
+
+BlockCopy extract_block(const Piece& piece, const Buffer& full, Buffer& shard, int scale_power) {
+  BlockCopy copy;
+  copy.shape = &piece.shape;
+  copy.from = full.data();
+  copy.from_view = piece.source;
+  copy.to = shard.data();
+  copy.to_view = piece.dest;
+  copy.scale = piece.scale;
+  copy.power = scale_power;
+  copy.multiply = true;
+  return copy;
+}
+
 }  // namespace shardcheck

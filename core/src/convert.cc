@@ -224,16 +224,7 @@ Status allocation_guard(Index wanted, Index backed, const CheckOptions& checks, 
 }
 
 BlockCopy rebuild_copy(const Visit& v, Buffer& full, int scale_power) {
-  BlockCopy copy;
-  copy.shape = &v.piece->shape;
-  copy.from = v.shard->data();
-  copy.from_view = v.piece->dest;
-  copy.to = full.data();
-  copy.to_view = v.piece->source;
-  copy.scale = v.piece->scale;
-  copy.power = scale_power;
-  copy.multiply = false;
-  return copy;
+  return rebuild_block(*v.piece, *v.shard, full, scale_power);
 }
 
 BlockCopy single_element(const BlockCopy& block, Index from_address, Index to_address) {
@@ -508,16 +499,7 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
       return true;
     });
     if (twice) return *twice;
-    BlockCopy copy;
-    copy.shape = &v.piece->shape;
-    copy.from = full.data();
-    copy.from_view = v.piece->source;
-    copy.to = shard.data();
-    copy.to_view = v.piece->dest;
-    copy.scale = v.piece->scale;
-    copy.power = options.scale_power;
-    copy.multiply = true;
-    backend.copy_block(dtype, copy);
+    backend.copy_block(dtype, extract_block(*v.piece, full, shard, options.scale_power));
   }
   auto hole = std::find(s.seen.begin(), s.seen.end(), std::uint8_t{0});
   if (hole != s.seen.end()) {

@@ -174,15 +174,7 @@ Result<Buffer> legacy_rebuild(const Map& map, const ShardSet& shards, DType dtyp
       const bool compare = piece.locations.size() > 1 && started.count(piece.source.offset) > 0;
       // A comparison only reads F, so only a write is refused for a zero stride.
       if (auto e = check_piece(piece, entry.rank, index, *numel_f, shard.numel(), !compare)) return *e;
-      BlockCopy copy;
-      copy.shape = &piece.shape;
-      copy.from = shard.data();
-      copy.from_view = piece.dest;
-      copy.to = full.data();
-      copy.to_view = piece.source;
-      copy.scale = piece.scale;
-      copy.power = scale_power;
-      copy.multiply = false;
+      const BlockCopy copy = rebuild_block(piece, shard, full, scale_power);
       if (compare) {
         if (auto k = backend.compare_block(dtype, copy)) {
           const Index element = address_at(piece.shape, piece.source, *k);
@@ -233,16 +225,7 @@ Result<Buffer> legacy_extract(const Map& map, const Buffer& full, Rank rank, int
     const Piece& piece = entry->pieces[i];
     const auto index = static_cast<Index>(i);
     if (auto e = check_piece(piece, rank, index, *numel_f, *shard_numel, false)) return *e;
-    BlockCopy copy;
-    copy.shape = &piece.shape;
-    copy.from = full.data();
-    copy.from_view = piece.source;
-    copy.to = shard.data();
-    copy.to_view = piece.dest;
-    copy.scale = piece.scale;
-    copy.power = scale_power;
-    copy.multiply = true;
-    backend.copy_block(full.dtype(), copy);
+    backend.copy_block(full.dtype(), extract_block(piece, full, shard, scale_power));
   }
   return shard;
 }

@@ -26,6 +26,12 @@ struct BlockCopy {
   bool multiply = true;
 };
 
+// The block of one piece in each direction of spec 1.2: rebuild reads the shard through
+// the dest view and writes F through the source view, dividing by scale^p; extract
+// reads F and writes the shard, multiplying. Every conversion path builds its copies here.
+BlockCopy rebuild_block(const Piece& piece, const Buffer& shard, Buffer& full, int scale_power);
+BlockCopy extract_block(const Piece& piece, const Buffer& full, Buffer& shard, int scale_power);
+
 class Backend {
  public:
   virtual ~Backend() = default;
