@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Unattended fuzzing campaign over every libFuzzer target (issue 4).
+# Unattended fuzzing campaign over every libFuzzer target.
 #
 #   scripts/fuzz-nightly.sh [TOTAL_SECONDS]
 #

@@ -1,4 +1,4 @@
-// The property suite (issue 3): each property is a plain function in
+// The property suite: each property is a plain function in
 // properties/properties.h; this file only drives them from RapidCheck (with shrinking,
 // RC_PARAMS reproduces a failure) and from seeded bulk loops (the bulk of CI's cases).
 // A failure prints the counterexample as a ready case file for corpus/regressions/.
