@@ -1,10 +1,15 @@
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
+#include <utility>
+#include <vector>
 #include <set>
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "shardcheck/constructors.h"
+#include "shardcheck/convert.h"
 #include "shardcheck/dtype.h"
 
 namespace shardcheck {
@@ -55,6 +60,71 @@ TEST(DType, BufferIsZeroFilledLittleEndian) {
   h.set_bits(0, 0xffffABCD);  // only the element's width is stored
   EXPECT_EQ(h.bits(0), 0xABCDu);
   EXPECT_EQ(h.bits(1), 0u);
+}
+
+// Borrowed buffers let a caller (the Python module) convert memory it owns in place.
+TEST(DType, BorrowedBufferReadsCallerMemoryInPlace) {
+  std::vector<std::int32_t> held{5, -6, 7};
+  const auto* bytes = reinterpret_cast<const std::byte*>(held.data());
+  const Buffer b = Buffer::borrow(DType::int32, 3, bytes);
+  EXPECT_TRUE(b.borrowed());
+  EXPECT_EQ(b.data(), bytes);
+  EXPECT_EQ(b.size_bytes(), 12u);
+  EXPECT_EQ(b.bits(1), 0xfffffffau);
+  held[2] = 9;  // no copy was taken
+  EXPECT_EQ(b.bits(2), 9u);
+
+  Buffer owned(DType::int32, 3);
+  for (Index i = 0; i < 3; ++i) owned.set_bits(i, b.bits(i));
+  EXPECT_EQ(owned, b);
+  owned.set_bits(0, 4);
+  EXPECT_NE(owned, b);
+
+  Buffer copy = b;  // a copy owns its bytes
+  EXPECT_FALSE(copy.borrowed());
+  EXPECT_NE(copy.data(), bytes);
+  EXPECT_EQ(copy, b);
+  held[0] = 1;
+  EXPECT_EQ(copy.bits(0), 5u);
+  copy.set_bits(0, 2);
+  EXPECT_EQ(held[0], 1);
+
+  Buffer moved = Buffer::borrow(DType::int32, 3, bytes);
+  Buffer target = std::move(moved);
+  EXPECT_EQ(std::as_const(target).data(), bytes);
+  EXPECT_EQ(moved.numel(), 0);  // NOLINT: a moved-from buffer is empty
+  EXPECT_EQ(moved.size_bytes(), 0u);
+}
+
+TEST(DType, BorrowedBufferRefusesWritesAndMisalignedMemory) {
+  alignas(8) std::byte raw[16]{};
+  Buffer b = Buffer::borrow(DType::float32, 2, raw);
+  EXPECT_THROW(b.set_bits(0, 1), std::logic_error);
+  EXPECT_THROW((void)b.data(), std::logic_error);
+  EXPECT_THROW((void)Buffer::borrow(DType::float32, 2, raw + 1), std::invalid_argument);
+  EXPECT_THROW((void)Buffer::borrow(DType::float32, 1, nullptr), std::invalid_argument);
+  EXPECT_THROW((void)Buffer::borrow(DType::float32, -1, raw), std::length_error);
+  const Buffer empty = Buffer::borrow(DType::float64, 0, nullptr);
+  EXPECT_NE(empty.data(), nullptr);
+  EXPECT_EQ(empty, Buffer(DType::float64, 0));
+}
+
+TEST(DType, ConversionReadsBorrowedShardsAndFull) {
+  auto map = contiguous_split_map({4, 6}, {4, 2}, 1);
+  ASSERT_TRUE(map.ok());
+  const Buffer full = marker_buffer(DType::float32, 24);
+  auto owned = extract_all(map.value(), full);
+  ASSERT_TRUE(owned.ok());
+  ShardSet borrowed;
+  for (const auto& [rank, shard] : owned.value()) {
+    borrowed.emplace(rank, Buffer::borrow(shard.dtype(), shard.numel(), shard.data()));
+  }
+  auto rebuilt = rebuild(map.value(), borrowed, DType::float32);
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.error().to_string();
+  EXPECT_EQ(rebuilt.value(), full);
+  auto shard = extract(map.value(), Buffer::borrow(DType::float32, 24, full.data()), 1);
+  ASSERT_TRUE(shard.ok());
+  EXPECT_EQ(shard.value(), owned.value().at(1));
 }
 
 TEST(DType, MarkersDistinctFiniteAndScaleExact) {

@@ -4,8 +4,10 @@
 #include <bit>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 #include <Eigen/Core>
 #include <fmt/format.h>
@@ -186,9 +188,68 @@ Buffer::Buffer(DType dtype, Index numel) : dtype_(dtype), numel_(numel) {
   bytes_.assign(static_cast<std::size_t>(*bytes), std::byte{0});
 }
 
+Buffer Buffer::borrow(DType dtype, Index numel, const std::byte* data) {
+  auto bytes = checked_mul(numel, static_cast<Index>(element_size(dtype)));
+  if (numel < 0 || !bytes) throw std::length_error("shardcheck::Buffer: invalid element count");
+  // The backends read elements as typed values, which needs natural alignment.
+  if (numel > 0 && (data == nullptr || reinterpret_cast<std::uintptr_t>(data) % element_size(dtype) != 0)) {
+    throw std::invalid_argument("shardcheck::Buffer: borrowed memory is null or not aligned to its element size");
+  }
+  Buffer out;
+  out.dtype_ = dtype;
+  out.numel_ = numel;
+  // An empty view still needs a non-null address to hand out.
+  static const std::byte kNothing{};
+  out.borrowed_ = numel > 0 ? data : &kNothing;
+  return out;
+}
+
+Buffer::Buffer(const Buffer& other)
+    : dtype_(other.dtype_), numel_(other.numel_), bytes_(other.data(), other.data() + other.size_bytes()) {}
+
+Buffer& Buffer::operator=(const Buffer& other) {
+  if (this != &other) *this = Buffer(other);
+  return *this;
+}
+
+// A moved-from buffer is empty, as a moved-from vector is.
+Buffer::Buffer(Buffer&& other) noexcept
+    : dtype_(other.dtype_),
+      numel_(std::exchange(other.numel_, 0)),
+      bytes_(std::move(other.bytes_)),
+      borrowed_(std::exchange(other.borrowed_, nullptr)) {
+  other.bytes_.clear();
+}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    dtype_ = other.dtype_;
+    numel_ = std::exchange(other.numel_, 0);
+    bytes_ = std::move(other.bytes_);
+    other.bytes_.clear();
+    borrowed_ = std::exchange(other.borrowed_, nullptr);
+  }
+  return *this;
+}
+
+std::byte* Buffer::data() {
+  if (borrowed_ != nullptr) throw std::logic_error("shardcheck::Buffer: a borrowed buffer is read-only");
+  return bytes_.data();
+}
+
+std::size_t Buffer::size_bytes() const {
+  return static_cast<std::size_t>(numel_) * element_size(dtype_);
+}
+
+bool operator==(const Buffer& a, const Buffer& b) {
+  if (a.dtype_ != b.dtype_ || a.numel_ != b.numel_) return false;
+  const std::size_t n = a.size_bytes();
+  return n == 0 || std::memcmp(a.data(), b.data(), n) == 0;
+}
+
 std::uint64_t Buffer::bits(Index i) const {
   const std::size_t size = element_size(dtype_);
-  const std::byte* p = bytes_.data() + static_cast<std::size_t>(i) * size;
+  const std::byte* p = data() + static_cast<std::size_t>(i) * size;
   std::uint64_t out = 0;
   for (std::size_t b = 0; b < size; ++b) out |= std::to_integer<std::uint64_t>(p[b]) << (8 * b);
   return out;
@@ -196,7 +257,7 @@ std::uint64_t Buffer::bits(Index i) const {
 
 void Buffer::set_bits(Index i, std::uint64_t bits) {
   const std::size_t size = element_size(dtype_);
-  std::byte* p = bytes_.data() + static_cast<std::size_t>(i) * size;
+  std::byte* p = data() + static_cast<std::size_t>(i) * size;
   for (std::size_t b = 0; b < size; ++b) p[b] = static_cast<std::byte>((bits >> (8 * b)) & 0xff);
 }
 

@@ -26,27 +26,43 @@ std::size_t element_size(DType dtype);     // bytes
 bool is_floating(DType dtype);
 
 // A flat buffer of `numel` elements of `dtype`, stored as raw little-endian bytes.
+//
+// A buffer either owns its bytes or borrows read-only memory the caller owns (an array
+// handed in from Python), so that converting a large tensor does not first copy it.
+// Conversions only read their input buffers; writing to a borrowed buffer throws.
 class Buffer {
  public:
   Buffer() = default;
   Buffer(DType dtype, Index numel);  // zero-filled
 
+  // `data` holds numel elements of `dtype`, aligned to the element size, and must
+  // outlive the buffer. Copies of a borrowed buffer own a copy of the bytes.
+  static Buffer borrow(DType dtype, Index numel, const std::byte* data);
+
+  Buffer(const Buffer& other);
+  Buffer& operator=(const Buffer& other);
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+
   DType dtype() const { return dtype_; }
   Index numel() const { return numel_; }
-  std::byte* data() { return bytes_.data(); }
-  const std::byte* data() const { return bytes_.data(); }
-  std::size_t size_bytes() const { return bytes_.size(); }
+  bool borrowed() const { return borrowed_ != nullptr; }
+  std::byte* data();
+  const std::byte* data() const { return borrowed_ != nullptr ? borrowed_ : bytes_.data(); }
+  std::size_t size_bytes() const;
 
   // Raw bits of element i, zero-extended to 64 bits.
   std::uint64_t bits(Index i) const;
   void set_bits(Index i, std::uint64_t bits);
 
-  friend bool operator==(const Buffer&, const Buffer&) = default;
+  // Same dtype and the same bytes, whoever owns them.
+  friend bool operator==(const Buffer& a, const Buffer& b);
 
  private:
   DType dtype_ = DType::float32;
   Index numel_ = 0;
   std::vector<std::byte> bytes_;
+  const std::byte* borrowed_ = nullptr;
 };
 
 // Converts a JSON-style number to the dtype's bit pattern (rounding to nearest for
