@@ -1,0 +1,252 @@
+"""Checked conversion through DeepSpeed's affine shard maps.
+
+Every map is either refused with a typed :class:`MapError`, or converted bit-exact:
+
+    shardcheck.check(map)                                   # raises MapError if invalid
+    full = shardcheck.rebuild(map, {0: shard0, 1: shard1})  # the logical tensor
+    shard = shardcheck.extract(map, full, rank=1)           # one rank's shard
+
+``map`` is JSON text, a parsed JSON object, what DeepSpeed's ``ParamAffineMap.to_dict()``
+returns (integer rank keys, tuples) or an object with such a ``to_dict()``. It is always
+turned into JSON text and decoded by shardcheck's C++ codec, so one validator judges
+every form.
+
+Arrays are NumPy arrays or, through DLPack, torch tensors (bfloat16 included). They must
+be in CPU memory, C-contiguous and aligned; they are read in place, never copied (a
+non-contiguous array is refused with a TypeError rather than copied silently). Each shard
+and the full tensor are read as flat row-major buffers of the map's element count, as
+DeepSpeed does. Results are new arrays of the map's shape: torch tensors when the inputs
+are torch tensors, NumPy arrays otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+import sys
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import numpy
+
+__all__ = ["MapError", "check", "rebuild", "extract", "DTYPES"]
+__version__ = "0.1.0"
+
+
+class MapError(ValueError):
+    """A map, or the data given with it, that shardcheck refuses.
+
+    ``kind`` is one of the stable error kinds (``count``, ``bounds``, ``itself``,
+    ``twice``, ``uncovered``, ``different_data``, ``holders``, ``scale``, ``shape``,
+    ``format``); ``rank``, ``piece`` (the index in that rank's list, as written) and
+    ``address`` say where, each None when it does not apply. ``side`` says whether
+    ``address`` is an element of the full tensor (``"full"``) or a shard address
+    (``"shard"``); ``path`` is the JSON location of a ``format`` error. ``str(e)`` is the
+    sentence a user can act on.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        kind: str = "format",
+        rank: Optional[int] = None,
+        piece: Optional[int] = None,
+        address: Optional[int] = None,
+        side: Optional[str] = None,
+        path: Optional[str] = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.rank = rank
+        self.piece = piece
+        self.address = address
+        self.side = side
+        self.path = path
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __repr__(self) -> str:
+        return (
+            f"MapError(kind={self.kind!r}, rank={self.rank!r}, piece={self.piece!r}, "
+            f"address={self.address!r}, message={str(self)!r})"
+        )
+
+
+from . import _core  # noqa: E402  (the extension looks MapError up in this module)
+
+DTYPES = tuple(_core.dtype_names())
+
+_INT64_MAX = (1 << 63) - 1
+_NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
+
+
+class _Unwritable(Exception):
+    pass
+
+
+def _encode(value: Any, out: list) -> None:
+    """Writes DeepSpeed's plain-scalar form (integer keys, tuples, NumPy scalars) as JSON
+    text. Keys are written as they come, so {0: a, "0": b} reaches the codec as two
+    equal keys and is refused there, instead of one silently replacing the other."""
+    if isinstance(value, Mapping):
+        out.append("{")
+        for i, (key, item) in enumerate(value.items()):
+            if i:
+                out.append(",")
+            out.append(json.dumps(_key_text(key)))
+            out.append(":")
+            _encode(item, out)
+        out.append("}")
+    elif isinstance(value, (list, tuple)):
+        out.append("[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(",")
+            _encode(item, out)
+        out.append("]")
+    elif value is None or isinstance(value, (bool, int, float, str)):
+        # NaN and infinities come out as tokens JSON lacks, so the codec refuses them.
+        out.append(json.dumps(value))
+    elif hasattr(type(value), "__index__"):
+        out.append(str(value.__index__()))
+    elif isinstance(value, numbers.Real):
+        out.append(json.dumps(float(value)))
+    else:
+        raise _Unwritable(f"a value of type {type(value).__name__}")
+
+
+def _key_text(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, (bool, float)):
+        return json.dumps(key)  # what json.dumps would make of it: "null", "true", "1.5"
+    if hasattr(type(key), "__index__"):
+        return str(key.__index__())
+    raise _Unwritable(f"a key of type {type(key).__name__}")
+
+
+def _map_text(map: Any) -> str:
+    if isinstance(map, str):
+        return map
+    if isinstance(map, (bytes, bytearray)):
+        try:
+            return bytes(map).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise MapError(f"$: the map is not UTF-8 text ({e}).", kind="format", path="$") from None
+    if not isinstance(map, Mapping) and callable(getattr(map, "to_dict", None)):
+        map = map.to_dict()
+    out: list = []
+    try:
+        _encode(map, out)
+    except _Unwritable as e:
+        raise MapError(f"$: the map holds {e}, which JSON cannot represent.", kind="format", path="$") from None
+    except RecursionError:
+        raise MapError("$: the map is nested too deeply to be written as JSON.", kind="format", path="$") from None
+    return "".join(out)
+
+
+def _torch_tensor_type() -> Any:
+    # torch is looked up, never imported: a NumPy-only caller does not pay for it.
+    torch = sys.modules.get("torch")
+    return getattr(torch, "Tensor", None) if torch is not None else None
+
+
+def _array(value: Any, what: str) -> tuple[Any, bool, bool]:
+    """The array to hand to the core, whether it is a torch tensor, and whether it is a
+    uint8 view of a torch bool tensor (DLPack in torch cannot carry bool)."""
+    tensor_type = _torch_tensor_type()
+    if tensor_type is not None and isinstance(value, tensor_type):
+        # A parameter that requires grad cannot be exported; detaching shares its memory.
+        if value.requires_grad:
+            value = value.detach()
+        torch = sys.modules["torch"]
+        if value.dtype == torch.bool:
+            return value.view(torch.uint8), True, True
+        return value, True, False
+    if isinstance(value, numpy.ndarray):
+        if value.dtype.name not in DTYPES:
+            raise TypeError(f"{what} has dtype {value.dtype}, which shardcheck does not convert ({', '.join(DTYPES)})")
+        if value.dtype.byteorder not in ("=", "|") and value.dtype.byteorder != _NATIVE_ORDER:
+            raise TypeError(
+                f"{what} is stored in non-native byte order ({value.dtype.str}); "
+                "pass a.astype(a.dtype.newbyteorder('='))"
+            )
+    elif not hasattr(value, "__dlpack__"):
+        try:
+            memoryview(value).release()
+        except TypeError:
+            raise TypeError(
+                f"{what} must be a NumPy array or a tensor that supports DLPack, not {type(value).__name__}"
+            ) from None
+    return value, False, False
+
+
+def _rank(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{what} must be an integer rank, not {type(value).__name__}")
+    rank = value.__index__()
+    if not -_INT64_MAX - 1 <= rank <= _INT64_MAX:
+        raise ValueError(f"{what} {rank} is outside the 64-bit range of rank ids")
+    return rank
+
+
+def _dtype_name(dtype: Any) -> Optional[str]:
+    """A dtype's name as the core spells it, from a name, a NumPy or a torch dtype."""
+    if dtype is None or isinstance(dtype, str):
+        return dtype
+    text = str(dtype)
+    if text.startswith("torch."):
+        return text[len("torch.") :]
+    try:
+        return numpy.dtype(dtype).name
+    except TypeError:
+        return text
+
+
+def check(map: Any) -> None:
+    """Raises :class:`MapError` unless the map passes every check on the map alone
+    (contract section 3, conditions 1-6)."""
+    _core.check(_map_text(map))
+
+
+def rebuild(
+    map: Any,
+    shards: Mapping[int, Any],
+    scale_power: int = 1,
+    *,
+    dtype: Any = None,
+) -> Any:
+    """The full tensor, of the map's logical shape, from ``{rank: shard}``.
+
+    Runs every map check first and records who wrote each element, so it refuses (with
+    :class:`MapError`) instead of ever returning a wrong tensor: a collision, a hole,
+    replicas that disagree, a shard of the wrong size or dtype. ``scale_power`` is 1 for
+    a parameter, -1 for Adam's ``exp_avg``, -2 for ``exp_avg_sq``. ``dtype`` (a name
+    such as ``"float32"``, a NumPy or a torch dtype) is needed only when no shard is
+    given; otherwise the shards' dtype is used and they must all agree.
+    """
+    if not isinstance(shards, Mapping):
+        raise TypeError(f"shards must be a mapping of rank to array, not {type(shards).__name__}")
+    items = []
+    kinds = set()
+    for key, value in shards.items():
+        rank = _rank(key, "A shard key")
+        array, is_torch, as_bool = _array(value, f"The shard of rank {rank}")
+        kinds.add(is_torch)
+        items.append((rank, array, as_bool))
+    if len(kinds) > 1:
+        raise TypeError("shards mix torch tensors and other arrays; pass one kind, so the result's kind is clear")
+    text = _map_text(map)
+    return _core.rebuild(text, items, int(scale_power), _dtype_name(dtype), kinds == {True})
+
+
+def extract(map: Any, full: Any, rank: int, scale_power: int = 1) -> Any:
+    """Rank ``rank``'s shard, of its shard shape, from the full tensor.
+
+    Runs every map check first (on all ranks, not only this one) and never leaves a
+    shard address unwritten; refuses with :class:`MapError` otherwise. ``full`` is read
+    as a flat row-major buffer of the map's element count.
+    """
+    array, is_torch, as_bool = _array(full, "The full tensor")
+    return _core.extract(_map_text(map), array, as_bool, _rank(rank, "rank"), int(scale_power), is_torch)

@@ -1,0 +1,265 @@
+// shardcheck._core: the core's map codec, checks and strict conversion for Python.
+//
+// The Python layer (shardcheck/__init__.py) turns whatever map it is given into JSON
+// text, so the core codec is the one validator. Arrays arrive through nanobind's
+// ndarray (the buffer protocol for NumPy, DLPack for torch and others) and are read
+// in place: a conversion borrows the caller's memory instead of copying it, and the
+// result is the core's own buffer handed over without a copy.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "shardcheck/checks.h"
+#include "shardcheck/convert.h"
+#include "shardcheck/dtype.h"
+#include "shardcheck/error.h"
+#include "shardcheck/json.h"
+#include "shardcheck/map.h"
+
+namespace nb = nanobind;
+
+namespace shardcheck {
+namespace {
+
+// A typed error from the core, raised in Python as shardcheck.MapError.
+struct MapFailure {
+  Error error;
+};
+
+// Read-only, any dtype, any device: the checks below give clearer errors than a
+// failed overload match would.
+using Array = nb::ndarray<nb::ro>;
+
+std::optional<DType> dtype_of(nb::dlpack::dtype t) {
+  using Code = nb::dlpack::dtype_code;
+  if (t.lanes != 1) return std::nullopt;
+  switch (static_cast<Code>(t.code)) {
+    case Code::Float:
+      if (t.bits == 16) return DType::float16;
+      if (t.bits == 32) return DType::float32;
+      if (t.bits == 64) return DType::float64;
+      return std::nullopt;
+    case Code::Bfloat: return t.bits == 16 ? std::optional(DType::bfloat16) : std::nullopt;
+    case Code::Int:
+      if (t.bits == 8) return DType::int8;
+      if (t.bits == 16) return DType::int16;
+      if (t.bits == 32) return DType::int32;
+      if (t.bits == 64) return DType::int64;
+      return std::nullopt;
+    case Code::UInt: return t.bits == 8 ? std::optional(DType::uint8) : std::nullopt;
+    case Code::Bool: return t.bits == 8 ? std::optional(DType::boolean) : std::nullopt;
+    default: return std::nullopt;
+  }
+}
+
+nb::dlpack::dtype dlpack_of(DType dtype) {
+  using Code = nb::dlpack::dtype_code;
+  auto make = [](Code code, int bits) {
+    return nb::dlpack::dtype{static_cast<std::uint8_t>(code), static_cast<std::uint8_t>(bits), 1};
+  };
+  switch (dtype) {
+    case DType::float16: return make(Code::Float, 16);
+    case DType::float32: return make(Code::Float, 32);
+    case DType::float64: return make(Code::Float, 64);
+    case DType::bfloat16: return make(Code::Bfloat, 16);
+    case DType::int8: return make(Code::Int, 8);
+    case DType::int16: return make(Code::Int, 16);
+    case DType::int32: return make(Code::Int, 32);
+    case DType::int64: return make(Code::Int, 64);
+    case DType::uint8: return make(Code::UInt, 8);
+    case DType::boolean: return make(Code::Bool, 8);
+  }
+  return make(Code::Float, 32);
+}
+
+std::string dtype_text(nb::dlpack::dtype t) {
+  static const char* const kCodes[] = {"int", "uint", "float", "opaque handle", "bfloat", "complex", "bool"};
+  const char* code = t.code < std::size(kCodes) ? kCodes[t.code] : "unknown";
+  return t.lanes == 1 ? fmt::format("{}{}", code, t.bits) : fmt::format("{}{}x{}", code, t.bits, t.lanes);
+}
+
+// A view of the caller's array as a flat row-major buffer, without copying. Only what
+// can be read that way in place is accepted; anything else is refused rather than
+// copied behind the caller's back. `as_bool`: the array is a uint8 view of a bool
+// tensor (torch cannot export bool through DLPack).
+Buffer borrow(const Array& a, const std::string& what, bool as_bool = false) {
+  if (a.device_type() != nb::device::cpu::value) {
+    throw nb::type_error(fmt::format("{} is not in CPU memory; move it to the CPU first (tensor.cpu()).", what).c_str());
+  }
+  auto dtype = dtype_of(a.dtype());
+  if (as_bool && dtype == DType::uint8) dtype = DType::boolean;
+  if (!dtype) {
+    throw nb::type_error(fmt::format("{} has dtype {}, which shardcheck does not convert (float16/32/64, "
+                                     "bfloat16, int8/16/32/64, uint8, bool).",
+                                     what, dtype_text(a.dtype()))
+                             .c_str());
+  }
+  bool empty = false;
+  for (std::size_t k = 0; k < a.ndim(); ++k) empty = empty || a.shape(k) == 0;
+  if (!empty) {
+    std::int64_t expected = 1;  // row-major stride, in elements
+    for (std::size_t k = a.ndim(); k-- > 0;) {
+      if (a.shape(k) != 1 && a.stride(k) != expected) {
+        throw nb::type_error(fmt::format("{} is not C-contiguous; shardcheck reads shards and tensors as "
+                                         "flat row-major buffers in place and does not copy them: pass "
+                                         "np.ascontiguousarray(a) or tensor.contiguous().",
+                                         what)
+                                 .c_str());
+      }
+      expected *= static_cast<std::int64_t>(a.shape(k));
+    }
+  }
+  const auto* data = static_cast<const std::byte*>(a.data());
+  if (!empty && reinterpret_cast<std::uintptr_t>(data) % element_size(*dtype) != 0) {
+    throw nb::type_error(
+        fmt::format("{} is not aligned to its element size; pass an aligned copy (a.copy()).", what).c_str());
+  }
+  return Buffer::borrow(*dtype, static_cast<Index>(a.size()), empty ? nullptr : data);
+}
+
+Map decode(const std::string& text) {
+  auto json = parse_json(text);
+  if (!json) throw MapFailure{json.error()};
+  auto map = decode_map(json.value());
+  if (!map) throw MapFailure{map.error()};
+  return std::move(map).value();
+}
+
+// Hands the core's result buffer to Python: the array owns it through a capsule.
+// A torch bool result goes out as uint8 and is viewed as bool again.
+nb::object to_array(Buffer&& result, const Extents& shape, bool torch) {
+  auto owned = std::make_unique<Buffer>(std::move(result));
+  std::vector<std::size_t> extents(shape.begin(), shape.end());
+  const DType dtype = owned->dtype();
+  if (!torch && dtype == DType::bfloat16) {
+    throw nb::type_error("A bfloat16 result can only be returned as a torch tensor (NumPy has no bfloat16).");
+  }
+  const DType exported = torch && dtype == DType::boolean ? DType::uint8 : dtype;
+  void* data = owned->data();
+  nb::capsule owner(owned.get(), [](void* p) noexcept { delete static_cast<Buffer*>(p); });
+  owned.release();
+  if (torch) {
+    nb::object out = nb::cast(
+        nb::ndarray<nb::pytorch>(data, extents.size(), extents.data(), owner, nullptr, dlpack_of(exported)),
+        nb::rv_policy::reference);
+    if (exported != dtype) out = out.attr("view")(nb::module_::import_("torch").attr("bool"));
+    return out;
+  }
+  return nb::cast(nb::ndarray<nb::numpy>(data, extents.size(), extents.data(), owner, nullptr, dlpack_of(dtype)),
+                  nb::rv_policy::reference);
+}
+
+void py_check(const std::string& text) {
+  const Map map = decode(text);
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = check_map(map);
+  }
+  if (status) throw MapFailure{*status};
+}
+
+nb::object py_rebuild(const std::string& text, const std::vector<std::tuple<Rank, Array, bool>>& shards,
+                      int scale_power, const std::optional<std::string>& dtype_name, bool torch) {
+  const Map map = decode(text);
+  ShardSet set;
+  for (const auto& [rank, array, as_bool] : shards) {
+    if (!set.emplace(rank, borrow(array, fmt::format("The shard of rank {}", rank), as_bool)).second) {
+      throw nb::value_error(fmt::format("Two shards were supplied for rank {}.", rank).c_str());
+    }
+  }
+  std::optional<DType> dtype;
+  if (dtype_name) {
+    dtype = parse_dtype(*dtype_name);
+    if (!dtype) throw nb::type_error(fmt::format("Unknown dtype {:?}.", *dtype_name).c_str());
+  } else if (!set.empty()) {
+    dtype = set.begin()->second.dtype();
+  } else {
+    throw nb::type_error("No shards were supplied, so the result's dtype is unknown; pass dtype=.");
+  }
+  ConvertOptions options;
+  options.scale_power = scale_power;
+  std::optional<Result<Buffer>> full;
+  {
+    nb::gil_scoped_release release;
+    full.emplace(rebuild(map, set, *dtype, options));
+  }
+  if (!*full) throw MapFailure{full->error()};
+  return to_array(std::move(*full).value(), map.logical_shape, torch);
+}
+
+nb::object py_extract(const std::string& text, const Array& full, bool as_bool, Rank rank, int scale_power,
+                      bool torch) {
+  const Map map = decode(text);
+  const Buffer in = borrow(full, "The full tensor", as_bool);
+  ConvertOptions options;
+  options.scale_power = scale_power;
+  std::optional<Result<Buffer>> shard;
+  {
+    nb::gil_scoped_release release;
+    shard.emplace(extract(map, in, rank, options));
+  }
+  if (!*shard) throw MapFailure{shard->error()};
+  // A successful extract means the rank is listed with a shard shape.
+  return to_array(std::move(*shard).value(), *map.find_rank(rank)->shard_shape, torch);
+}
+
+// The address a conversion reads an array at: lets the tests see that it is the
+// caller's own memory.
+std::uintptr_t py_borrowed_address(const Array& a) {
+  const Buffer view = borrow(a, "The array");
+  return reinterpret_cast<std::uintptr_t>(view.data());
+}
+
+nb::object optional_int(const std::optional<std::int64_t>& v) { return v ? nb::cast(*v) : nb::none(); }
+
+void raise_map_error(const Error& e) {
+  nb::object cls = nb::module_::import_("shardcheck").attr("MapError");
+  const char* side = e.side == Side::full ? "full" : e.side == Side::shard ? "shard" : nullptr;
+  nb::object exc = cls(e.message, nb::arg("kind") = std::string(kind_name(e.kind)),
+                       nb::arg("rank") = optional_int(e.rank), nb::arg("piece") = optional_int(e.piece),
+                       nb::arg("address") = optional_int(e.address),
+                       nb::arg("side") = side != nullptr ? nb::object(nb::str(side)) : nb::none(),
+                       nb::arg("path") = e.path.empty() ? nb::none() : nb::object(nb::str(e.path.c_str())));
+  PyErr_SetObject(cls.ptr(), exc.ptr());
+}
+
+}  // namespace
+}  // namespace shardcheck
+
+NB_MODULE(_core, m) {
+  using namespace shardcheck;
+  m.doc() = "shardcheck's C++ core; use the functions of the shardcheck package instead.";
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const MapFailure& failure) {
+      raise_map_error(failure.error);
+    }
+  });
+
+  m.def("check", &py_check, nb::arg("text"));
+  m.def("rebuild", &py_rebuild, nb::arg("text"), nb::arg("shards"), nb::arg("scale_power"), nb::arg("dtype").none(),
+        nb::arg("torch"));
+  m.def("extract", &py_extract, nb::arg("text"), nb::arg("full"), nb::arg("as_bool"), nb::arg("rank"),
+        nb::arg("scale_power"), nb::arg("torch"));
+  m.def("_borrowed_address", &py_borrowed_address, nb::arg("array"));
+  m.def("dtype_names", [] {
+    std::vector<std::string> names;
+    for (DType d : kAllDTypes) names.emplace_back(dtype_name(d));
+    return names;
+  });
+}
