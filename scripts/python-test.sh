@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The Python package as a newcomer installs it: a fresh virtual environment that sees
+# Debian's numpy (and torch, where installed), `pip install .` (scikit-build-core and
+# nanobind come from PyPI), a smoke check, then the pytest suite. CI runs this.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-${SHARDCHECK_JOBS:-$(nproc)}}
+
+bash "$root/scripts/install-deps.sh"
+missing=()
+for p in python3-venv python3-dev python3-numpy; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+venv=$(mktemp -d)
+trap 'rm -rf "$venv"' EXIT
+/usr/bin/python3 -m venv --system-site-packages "$venv"
+py="$venv/bin/python"
+"$py" -m pip install --disable-pip-version-check -q "$root"
+"$py" -c "import pytest" 2>/dev/null || "$py" -m pip install --disable-pip-version-check -q pytest
+
+# Outside the source tree, so that the installed package is the one imported.
+cd "$venv"
+"$py" - <<'EOF'
+import numpy as np
+import shardcheck
+
+assert shardcheck.__file__.startswith(__import__("sys").prefix), shardcheck.__file__
+split = {"logical_shape": [4, 6], "ranks": {
+    0: {"shard_shape": [4, 4], "pieces": [{"shape": [4, 4], "source": [0, [6, 1]], "dest": [0, [4, 1]], "locations": [0]}]},
+    1: {"shard_shape": [4, 2], "pieces": [{"shape": [4, 2], "source": [4, [6, 1]], "dest": [0, [2, 1]], "locations": [1]}]}}}
+full = np.random.default_rng(1).standard_normal((4, 6)).astype(np.float32)
+shards = {0: np.ascontiguousarray(full[:, :4]), 1: np.ascontiguousarray(full[:, 4:])}
+assert shardcheck.rebuild(split, shards).tobytes() == full.tobytes(), "column split not rebuilt bit-exact"
+split["ranks"][1]["pieces"][0]["source"][0] = 3  # rank 1's block now overlaps rank 0's
+try:
+    shardcheck.rebuild(split, shards)
+except shardcheck.MapError as e:
+    assert e.kind == "uncovered", e.kind
+else:
+    raise AssertionError("a corrupted map was converted")
+print("shardcheck smoke check: ok")
+EOF
+
+cd "$root"
+set +e
+"$py" -m pytest -q -p no:cacheprovider "$root/python/tests"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "pytest collected no tests: failing" >&2
+  exit 1
+fi
+exit "$rc"
