@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 import numpy
 
-__all__ = ["MapError", "check", "rebuild", "extract", "DTYPES"]
+__all__ = ["MapError", "check", "rebuild", "extract", "DTYPES", "KINDS"]
 __version__ = "0.1.0"
 
 
@@ -75,7 +75,8 @@ class MapError(ValueError):
 
 from . import _core  # noqa: E402  (the extension looks MapError up in this module)
 
-DTYPES = tuple(_core.dtype_names())
+DTYPES = tuple(_core.dtype_names())  # the dtypes conversion moves, as the core names them
+KINDS = tuple(_core.kind_names())  # every MapError.kind
 
 _INT64_MAX = (1 << 63) - 1
 _NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
@@ -191,6 +192,15 @@ def _rank(value: Any, what: str) -> int:
     return rank
 
 
+def _power(scale_power: Any) -> int:
+    if isinstance(scale_power, bool) or not hasattr(type(scale_power), "__index__"):
+        raise TypeError(f"scale_power must be an integer (1, -1 or -2), not {type(scale_power).__name__}")
+    power = scale_power.__index__()
+    if not -(1 << 31) <= power < (1 << 31):
+        raise ValueError(f"scale_power {power} is outside the 32-bit range")
+    return power
+
+
 def _dtype_name(dtype: Any) -> Optional[str]:
     """A dtype's name as the core spells it, from a name, a NumPy or a torch dtype."""
     if dtype is None or isinstance(dtype, str):
@@ -238,7 +248,7 @@ def rebuild(
     if len(kinds) > 1:
         raise TypeError("shards mix torch tensors and other arrays; pass one kind, so the result's kind is clear")
     text = _map_text(map)
-    return _core.rebuild(text, items, int(scale_power), _dtype_name(dtype), kinds == {True})
+    return _core.rebuild(text, items, _power(scale_power), _dtype_name(dtype), kinds == {True})
 
 
 def extract(map: Any, full: Any, rank: int, scale_power: int = 1) -> Any:
@@ -249,4 +259,4 @@ def extract(map: Any, full: Any, rank: int, scale_power: int = 1) -> Any:
     as a flat row-major buffer of the map's element count.
     """
     array, is_torch, as_bool = _array(full, "The full tensor")
-    return _core.extract(_map_text(map), array, as_bool, _rank(rank, "rank"), int(scale_power), is_torch)
+    return _core.extract(_map_text(map), array, as_bool, _rank(rank, "rank"), _power(scale_power), is_torch)

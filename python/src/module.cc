@@ -257,6 +257,11 @@ NB_MODULE(_core, m) {
   m.def("extract", &py_extract, nb::arg("text"), nb::arg("full"), nb::arg("as_bool"), nb::arg("rank"),
         nb::arg("scale_power"), nb::arg("torch"));
   m.def("_borrowed_address", &py_borrowed_address, nb::arg("array"));
+  m.def("kind_names", [] {
+    std::vector<std::string> names;
+    for (ErrorKind k : kAllErrorKinds) names.emplace_back(kind_name(k));
+    return names;
+  });
   m.def("dtype_names", [] {
     std::vector<std::string> names;
     for (DType d : kAllDTypes) names.emplace_back(dtype_name(d));

@@ -254,6 +254,7 @@ def test_map_error_fields_absent_are_none_and_it_pickles():
     e = caught.value
     assert isinstance(e, ValueError)
     assert (e.rank, e.piece, e.address, e.side) == (None, None, None, None)
+    assert e.kind in shardcheck.KINDS and "different_data" in shardcheck.KINDS
     assert str(e) and not str(e).startswith("format:")
     import pickle
 
@@ -273,6 +274,8 @@ def test_scaled_pieces_and_scale_power():
     with pytest.raises(MapError) as caught:
         shardcheck.rebuild(m, {0: shardcheck.extract(m, full, 0), 1: shard}, scale_power=-1)
     assert caught.value.kind == "scale"
+    with pytest.raises(TypeError, match="scale_power"):
+        shardcheck.extract(m, full, 1, scale_power=1.5)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8", "bool"])
