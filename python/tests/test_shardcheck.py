@@ -420,6 +420,12 @@ def test_torch_inputs_are_read_in_place_and_parameters_accepted():
         shardcheck.rebuild(column_split(), {0: torch.zeros(4, 4), 1: np.zeros((4, 2), np.float32)})
 
 
+@pytest.mark.skipif(torch is None or not torch.cuda.is_available(), reason="needs torch with a CUDA device")
+def test_device_tensors_are_refused():
+    with pytest.raises(TypeError, match="CPU"):
+        shardcheck.extract(column_split(), torch.zeros(4, 6, device="cuda"), 0)
+
+
 @needs_torch
 def test_torch_zero_d_tensor_and_refusal():
     value = torch.tensor(2.5, dtype=torch.bfloat16)
