@@ -133,6 +133,8 @@ bool piece_fits(const Row& row, const Piece& p, const MapFacts& f) {
       return detail::has_other_than(*axes, row.param.n);
     case Fits::two_distinct:
       return detail::has_two_distinct(*axes);
+    case Fits::span_differs:
+      return detail::has_spanned_axis_other_than(p.shape, *axes, row.param.n);
     case Fits::differs:
       if (row.field == Field::scale) return p.scale != row.param.x;
       return (source ? p.source.offset : p.dest.offset) != row.param.n;
@@ -160,6 +162,7 @@ bool map_fits(const Row& row, const Map& map) {
     case Fits::always:
     case Fits::has_axis:
     case Fits::axis_differs:
+    case Fits::span_differs:
     case Fits::two_distinct:
     case Fits::differs:
     case Fits::nonzero_stride:
@@ -225,6 +228,10 @@ void apply_edit(detail::Edit& e, const Row& row, Site site) {
       return axis_add(e, axes(), name, row.param.n);
     case Op::set_at_axis:
       return axis_set(e, axes(), name, row.param.n);
+    case Op::set_span_axis: {
+      const Extents& shape = e.map.ranks[site.rank].pieces[site.piece].shape;
+      return spanned_axis_set(e, shape, axes(), name, row.param.n);
+    }
     case Op::swap_axes:
       return axes_swap(e, axes(), name);
     case Op::copy_axis:

@@ -38,6 +38,7 @@ enum class Fits {
   always,
   has_axis,
   axis_differs,
+  span_differs,
   two_distinct,
   differs,
   nonzero_stride,
@@ -51,6 +52,7 @@ enum class Fits {
 enum class Op {
   add_at_axis,
   set_at_axis,
+  set_span_axis,
   swap_axes,
   copy_axis,
   add,
@@ -107,6 +109,9 @@ constexpr CorruptionTarget target_of(Field field) {
 constexpr bool is_axes(Field f) {
   return f == Field::shape || f == Field::source_strides || f == Field::dest_strides;
 }
+constexpr bool is_strides(Field f) {
+  return f == Field::source_strides || f == Field::dest_strides;
+}
 constexpr bool is_offset(Field f) { return f == Field::source_offset || f == Field::dest_offset; }
 
 // Whether `fits` is a question `field` can answer.
@@ -118,6 +123,8 @@ constexpr bool fits_suits(Field field, Fits fits) {
     case Fits::axis_differs:
     case Fits::two_distinct:
       return is_axes(field);
+    case Fits::span_differs:
+      return is_strides(field);
     case Fits::differs:
       return is_offset(field) || field == Field::scale;
     case Fits::nonzero_stride:
@@ -157,6 +164,8 @@ constexpr bool well_formed(Field field, Fits fits, Op op, Param param) {
              fits_one_of({Fits::has_axis, Fits::axis_differs, Fits::two_distinct});
     case Op::set_at_axis:
       return is_axes(field) && fits == Fits::axis_differs && param.x == 0.0;
+    case Op::set_span_axis:
+      return is_strides(field) && fits == Fits::span_differs && param.x == 0.0;
     case Op::swap_axes:
     case Op::copy_axis:
       return is_axes(field) && fits == Fits::two_distinct && no_param;
@@ -239,6 +248,9 @@ struct Edit {
 // the field as the record writes it ("shape", "source.strides", ...).
 void axis_add(Edit& e, std::vector<Index>& v, std::string_view name, Index delta);
 void axis_set(Edit& e, std::vector<Index>& v, std::string_view name, Index value);
+// The same among the axes the piece's `shape` spans (extent >= 2), where a stride counts.
+void spanned_axis_set(Edit& e, const Extents& shape, Strides& v, std::string_view name,
+                      Index value);
 void axes_swap(Edit& e, std::vector<Index>& v, std::string_view name);
 void axis_copy(Edit& e, std::vector<Index>& v, std::string_view name);
 
@@ -276,6 +288,17 @@ inline bool has_nonzero(const std::vector<Index>& v) {
 inline bool has_other_than(const std::vector<Index>& v, Index value) {
   for (Index x : v) {
     if (x != value) return true;
+  }
+  return false;
+}
+// Whether axis k has shape[k] >= 2 and v[k] != value: where setting the stride changes
+// which addresses the view covers.
+inline bool spans_other_than(const Extents& shape, const Strides& v, Index value, std::size_t k) {
+  return k < shape.size() && k < v.size() && shape[k] >= 2 && v[k] != value;
+}
+inline bool has_spanned_axis_other_than(const Extents& shape, const Strides& v, Index value) {
+  for (std::size_t k = 0; k < v.size(); ++k) {
+    if (spans_other_than(shape, v, value, k)) return true;
   }
   return false;
 }

@@ -131,6 +131,18 @@ void axis_set(Edit& e, std::vector<Index>& v, std::string_view name, Index value
   set_index(e.record, field_at(name, k), v[k], value);
 }
 
+void spanned_axis_set(Edit& e, const Extents& shape, Strides& v, std::string_view name,
+                      Index value) {
+  std::size_t count = 0;
+  for (std::size_t k = 0; k < v.size(); ++k) count += spans_other_than(shape, v, value, k);
+  std::size_t want = e.c.below(count);
+  std::size_t k = 0;
+  for (; k < v.size(); ++k) {
+    if (spans_other_than(shape, v, value, k) && want-- == 0) break;
+  }
+  set_index(e.record, field_at(name, k), v[k], value);
+}
+
 void axes_swap(Edit& e, std::vector<Index>& v, std::string_view name) {
   auto [a, b] = two_axes(e.c, v);
   e.record.field = field_swap(name, a, b);
