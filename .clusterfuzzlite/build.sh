@@ -5,7 +5,8 @@
 # -fsanitize=fuzzer at link time), $SRC (the checkout is $SRC/shardcheck), $WORK (the
 # build tree) and $OUT (binaries, seed corpora, dictionaries, options).
 #
-# The conversion_legacy canary is left out of $OUT on purpose: it is built to crash
+# The targets, their seed folders, dictionaries and options come from fuzz/targets.txt.
+# Only its `ships` rows go to $OUT: a canary (conversion_legacy) is built to crash
 # within a minute (its proof that it can fail) and would fail every fuzzing run; the
 # nightly script and ctest exercise it instead.
 #
@@ -15,7 +16,8 @@
 
 repo=${SHARDCHECK_SRC:-$SRC/shardcheck}
 build=$WORK/shardcheck-build
-targets=(map_json conversion case_file)
+source "$repo/fuzz/targets.sh"
+mapfile -t targets < <(fuzz_targets ships)
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 
@@ -28,18 +30,13 @@ cmake "${generator[@]}" -S "$repo" -B "$build" \
   -DSHARDCHECK_SANITIZE=OFF -DSHARDCHECK_TESTS=OFF -DSHARDCHECK_BENCH=OFF -DSHARDCHECK_CUDA=OFF
 cmake --build "$build" --parallel "$(nproc)" --target "${targets[@]}"
 
-seeds_of() {
-  case $1 in
-    case_file) echo "$repo/corpus/case_file $repo/corpus/regressions" ;;
-    *) echo "$repo/corpus/$1" ;;
-  esac
-}
-
 for target in "${targets[@]}"; do
   cp "$build/fuzz/$target" "$OUT/"
-  read -r -a dirs <<<"$(seeds_of "$target")"
+  read -r -a dirs <<<"$(fuzz_seed_dirs "$target")"
   rm -f "$OUT/${target}_seed_corpus.zip"
   find "${dirs[@]}" -type f -print0 | xargs -0 zip -q -j "$OUT/${target}_seed_corpus.zip"
-  [[ -f $repo/fuzz/$target.options ]] && cp "$repo/fuzz/$target.options" "$OUT/"
-  [[ -f $repo/fuzz/$target.dict ]] && cp "$repo/fuzz/$target.dict" "$OUT/"
+  for column in dict options; do
+    file=$(fuzz_column "$target" "$column")
+    [[ $file == - ]] || cp "$repo/fuzz/$file" "$OUT/"
+  done
 done

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs .clusterfuzzlite/build.sh outside Docker with the OSS-Fuzz variables set to
-# local values, then checks the contract: every expected binary, seed corpus zip,
-# dictionary and options file landed in $OUT, no binary needs a shared library the
-# runner image lacks, and each binary runs its seeds plus 100 fuzzing iterations.
+# local values, then checks the contract: every binary, seed corpus zip, dictionary and
+# options file that fuzz/targets.txt names for a `ships` target landed in $OUT, no
+# canary did, no binary needs a shared library the runner image lacks, and each binary
+# runs its seeds plus 100 fuzzing iterations.
 # CI runs this so the ClusterFuzzLite build cannot rot unnoticed.
 #
 #   scripts/clusterfuzzlite-build-local.sh [OUT_DIR]     (default: a temp dir, removed)
@@ -10,6 +11,9 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
+source "$repo/fuzz/targets.sh"
+mapfile -t targets < <(fuzz_targets ships)
+mapfile -t canaries < <(fuzz_targets canary)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/shardcheck-cfl.XXXXXX")
 cleanup() { [[ ${KEEP_WORK:-0} == 1 ]] || rm -rf "$tmp"; }
 trap cleanup EXIT
@@ -27,16 +31,23 @@ ln -s "$repo" "$SRC/shardcheck"
 echo "clusterfuzzlite-build-local: OUT=$OUT"
 bash "$repo/.clusterfuzzlite/build.sh" >"$tmp/build.log" 2>&1 || { tail -40 "$tmp/build.log"; exit 1; }
 
-expected=(map_json conversion case_file
-          map_json_seed_corpus.zip conversion_seed_corpus.zip case_file_seed_corpus.zip
-          map_json.dict case_file.dict map_json.options conversion.options case_file.options)
+expected=()
+for target in "${targets[@]}"; do
+  expected+=("$target" "${target}_seed_corpus.zip")
+  for column in dict options; do
+    file=$(fuzz_column "$target" "$column")
+    [[ $file == - ]] || expected+=("$file")
+  done
+done
 status=0
 for file in "${expected[@]}"; do
   [[ -s $OUT/$file ]] || { echo "MISSING: $OUT/$file"; status=1; }
 done
-[[ ! -e $OUT/conversion_legacy ]] || { echo "UNEXPECTED: the conversion_legacy canary is in \$OUT"; status=1; }
+for canary in "${canaries[@]}"; do
+  [[ ! -e $OUT/$canary ]] || { echo "UNEXPECTED: the $canary canary is in \$OUT"; status=1; }
+done
 
-for target in map_json conversion case_file; do
+for target in "${targets[@]}"; do
   bin=$OUT/$target
   [[ -x $bin ]] || continue
   if ldd "$bin" | grep -Eq 'libfmt|libstdc\+\+.*not found|not found'; then
@@ -46,7 +57,8 @@ for target in map_json conversion case_file; do
   mkdir -p "$seeds"
   unzip -q -o "$OUT/${target}_seed_corpus.zip" -d "$seeds"
   options=()
-  [[ -f $OUT/$target.dict ]] && options+=("-dict=$OUT/$target.dict")
+  dict=$(fuzz_column "$target" dict)
+  [[ $dict == - ]] || options+=("-dict=$OUT/$dict")
   if ! (cd "$OUT" && "$bin" -runs=100 -seed=1 "${options[@]}" "$seeds" >"$tmp/$target.log" 2>&1); then
     echo "FAILED: $target -runs=100"; tail -30 "$tmp/$target.log"; status=1
   else

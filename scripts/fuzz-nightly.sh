@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Unattended fuzzing campaign over every libFuzzer target.
+# Unattended fuzzing campaign over every libFuzzer target of fuzz/targets.txt.
 #
 #   scripts/fuzz-nightly.sh [TOTAL_SECONDS]
 #
@@ -8,14 +8,15 @@
 # each with -fork on every core, merges and prunes its corpus, replays every crash to
 # read its `SHARDCHECK-FINDING:` signature (or the sanitizer's summary), keeps the
 # smallest input per signature, minimises it within a time bound, and turns it into a
-# regression case file. Ends with a summary; exits 1 when any target other than the
-# conversion_legacy canary has findings, 3 when the canary found nothing although its
-# share of the budget was at least 60 s (the harness would have lost its teeth).
+# regression case file. Ends with a summary; exits 1 when any target other than a
+# canary (the `canary` rows of fuzz/targets.txt: conversion_legacy) has findings, 3 when
+# a canary found nothing although its share of the budget was at least 60 s (the
+# harness would have lost its teeth).
 #
 # Environment (all optional):
 #   FUZZ_BUDGET          total seconds when no argument is given (default 3600)
 #   FUZZ_JOBS            parallel fuzzing processes per target (default: every core)
-#   FUZZ_TARGETS         space-separated subset (default: all four)
+#   FUZZ_TARGETS         space-separated subset (default: every row of fuzz/targets.txt)
 #   FUZZ_BUILD_DIR       fuzz build directory (default: <repo>/build-fuzz)
 #   FUZZ_SKIP_BUILD=1    use the existing build as it is
 #   FUZZ_STATE           persistent corpora, one directory per target (default: <repo>/out/fuzz-corpus)
@@ -26,15 +27,19 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
+source "$repo/fuzz/targets.sh"
 budget=${1:-${FUZZ_BUDGET:-3600}}
 jobs=${FUZZ_JOBS:-$(nproc)}
-read -r -a targets <<<"${FUZZ_TARGETS:-map_json conversion conversion_legacy case_file}"
+read -r -a targets <<<"${FUZZ_TARGETS:-$(fuzz_targets | tr '\n' ' ')}"
+for target in "${targets[@]}"; do
+  fuzz_column "$target" role >/dev/null || exit 2
+done
 build=${FUZZ_BUILD_DIR:-$repo/build-fuzz}
 state=${FUZZ_STATE:-$repo/out/fuzz-corpus}
 work=${FUZZ_WORK:-$repo/out/fuzz-nightly/$(date +%Y%m%d-%H%M%S)}
 max_artifacts=${FUZZ_MAX_ARTIFACTS:-50}
 max_minimize=${FUZZ_MAX_MINIMIZE:-8}
-canary=conversion_legacy
+is_canary() { [[ $(fuzz_column "$1" role) == canary ]]; }
 
 [[ $budget =~ ^[0-9]+$ && $budget -ge ${#targets[@]} ]] || { echo "budget must be >= 1 s per target" >&2; exit 2; }
 mkdir -p "$work" "$state" "$work/regressions" "$work/canary"
@@ -55,14 +60,6 @@ min_bound=${FUZZ_MINIMIZE_SECONDS:-$((share / 4 < 60 ? (share / 4 > 2 ? share / 
 fuzz_seconds=$((share - share / 5 > 1 ? share - share / 5 : 1))
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-
-seed_dirs() {  # the checked-in seeds of a target
-  case $1 in
-    conversion_legacy) echo "$repo/corpus/conversion" ;;
-    case_file) echo "$repo/corpus/case_file $repo/corpus/regressions" ;;
-    *) echo "$repo/corpus/$1" ;;
-  esac
-}
 
 slug() {  # a file name for a signature: readable prefix, hash for uniqueness
   local clean hash
@@ -119,7 +116,6 @@ PY
 declare -A execs_per_s corpus_before corpus_after found_count
 declare -a finding_lines=()
 strict_findings=0
-canary_findings=0
 
 for target in "${targets[@]}"; do
   bin="$build/fuzz/$target"
@@ -129,8 +125,9 @@ for target in "${targets[@]}"; do
   mkdir -p "$tdir/artifacts" "$corpus"
   corpus_before[$target]=$(find "$corpus" -type f | wc -l)
   extra=()
-  [[ -f $repo/fuzz/$target.dict ]] && extra+=("-dict=$repo/fuzz/$target.dict")
-  read -r -a seeds <<<"$(seed_dirs "$target")"
+  dict=$(fuzz_column "$target" dict)
+  [[ $dict == - ]] || extra+=("-dict=$repo/fuzz/$dict")
+  read -r -a seeds <<<"$(fuzz_seed_dirs "$target")"
   echo "fuzz-nightly: $target for ${fuzz_seconds}s"
   "$bin" -fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 -max_total_time="$fuzz_seconds" \
     -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$tdir/artifacts/" "${extra[@]}" \
@@ -162,7 +159,7 @@ for target in "${targets[@]}"; do
     n=$((n + 1))
     input=${kept[$sig]}
     # The canary's findings are expected and many; one input per signature is enough.
-    if [[ $target == "$canary" ]] || ((n > max_minimize)); then sig_kind=keep; else sig_kind=$sig; fi
+    if is_canary "$target" || ((n > max_minimize)); then sig_kind=keep; else sig_kind=$sig; fi
     case $sig_kind in
       keep | timeout:* | oom:* | unreproduced:*) ;;
       *)
@@ -174,9 +171,8 @@ for target in "${targets[@]}"; do
         fi ;;
     esac
     signature_of "$bin" "$target" "$input" "$tdir/finding-$n.log" >/dev/null
-    if [[ $target == "$canary" ]]; then
+    if is_canary "$target"; then
       file=$(save_finding "$sig" "$input" "$tdir/finding-$n.log" "$work/canary")
-      canary_findings=$((canary_findings + 1))
     else
       file=$(save_finding "$sig" "$input" "$tdir/finding-$n.log" "$work/regressions")
       strict_findings=$((strict_findings + 1))
@@ -204,11 +200,15 @@ if ((strict_findings > 0)); then
   echo "fuzz-nightly: FAIL: $strict_findings finding signature(s)"
   exit 1
 fi
-if [[ " ${targets[*]} " == *" $canary "* ]] && ((canary_findings == 0)); then
+silent_canaries=0
+for target in "${targets[@]}"; do
+  is_canary "$target" && ((found_count[$target] == 0)) || continue
   if ((fuzz_seconds >= 60)); then
-    echo "fuzz-nightly: FAIL: the $canary canary found no silently wrong conversion in ${fuzz_seconds}s"
-    exit 3
+    echo "fuzz-nightly: FAIL: the $target canary found no silently wrong conversion in ${fuzz_seconds}s"
+    silent_canaries=$((silent_canaries + 1))
+  else
+    echo "fuzz-nightly: note: the $target canary found nothing in ${fuzz_seconds}s (too short to judge)"
   fi
-  echo "fuzz-nightly: note: the $canary canary found nothing in ${fuzz_seconds}s (too short to judge)"
-fi
+done
+((silent_canaries == 0)) || exit 3
 echo "fuzz-nightly: OK"

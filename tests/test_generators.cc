@@ -8,6 +8,8 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "shardcheck/checks.h"
 #include "shardcheck/gen/case_gen.h"
@@ -355,6 +357,54 @@ TEST(Corruptions, KindsAreUniqueAndCoverTheCatalogue) {
     EXPECT_TRUE(unique.count(needed)) << needed;
   }
   EXPECT_FALSE(unique.count(kNoCorruption));
+}
+
+// Every row of the catalogue is complete: a unique name, and an edit that applies to
+// generated layouts, changes the map and touches what the row's target says.
+TEST(Corruptions, EveryRowIsComplete) {
+  auto catalogue = corruption_catalogue();
+  auto kinds = corruption_kinds();
+  ASSERT_EQ(catalogue.size(), kinds.size());
+  std::set<std::string_view> names;
+  for (std::size_t i = 0; i < catalogue.size(); ++i) {
+    EXPECT_EQ(catalogue[i].name, kinds[i]);
+    EXPECT_FALSE(catalogue[i].name.empty()) << "row " << i;
+    EXPECT_TRUE(names.insert(catalogue[i].name).second) << "duplicate row " << catalogue[i].name;
+  }
+  EXPECT_FALSE(names.count(kNoCorruption));
+
+  LayoutOptions options;
+  SeededChoices layouts(kSeed);
+  std::vector<Map> maps;
+  for (int i = 0; i < 200; ++i) maps.push_back(generate_layout(layouts, options).map);
+  for (const CorruptionKind& kind : catalogue) {
+    SeededChoices c(kSeed);
+    int applied = 0;
+    for (const Map& map : maps) {
+      Corrupted out = corrupt_with(map, kind.name, c);
+      if (out.record.kind != kind.name) continue;  // fell back: not applicable here
+      ++applied;
+      EXPECT_NE(out.map, map) << kind.name << " changed nothing";
+      EXPECT_FALSE(out.record.field.empty()) << kind.name;
+      ASSERT_TRUE(out.record.rank.has_value()) << kind.name;
+      switch (kind.target) {
+        case CorruptionTarget::piece:
+          EXPECT_TRUE(out.record.piece.has_value()) << kind.name;
+          break;
+        case CorruptionTarget::shard_shape:
+          EXPECT_FALSE(out.record.piece.has_value()) << kind.name;
+          EXPECT_EQ(out.record.field.rfind("shard_shape[", 0), 0u) << kind.name;
+          EXPECT_EQ(out.map.ranks.size(), map.ranks.size()) << kind.name;
+          break;
+        case CorruptionTarget::ranks:
+          EXPECT_FALSE(out.record.piece.has_value()) << kind.name;
+          EXPECT_EQ(out.record.field, "rank") << kind.name;
+          EXPECT_NE(out.map.ranks.size(), map.ranks.size()) << kind.name;
+          break;
+      }
+    }
+    EXPECT_GT(applied, 0) << kind.name << " applies to none of " << maps.size() << " layouts";
+  }
 }
 
 TEST(Corruptions, EachKindEditsWhatItSays) {

@@ -1,6 +1,8 @@
 #include "shardcheck/gen/corruption.h"
 
 #include <algorithm>
+#include <array>
+#include <type_traits>
 
 #include "corruption_edits.h"
 
@@ -8,46 +10,27 @@ namespace shardcheck::gen {
 
 namespace {
 
-using detail::Kind;
+using detail::Field;
+using detail::Fits;
 using detail::kKindCount;
+using detail::kRows;
+using detail::Op;
+using detail::Row;
 using detail::Site;
 
-// clang-format off
-constexpr std::string_view kKindNames[] = {
-    "shape_inc", "shape_dec", "shape_zero", "shape_swap",
-    "source_offset_inc", "source_offset_dec", "source_offset_plus_stride",
-    "source_offset_minus_stride", "source_offset_zero", "source_offset_other",
-    "source_offset_past_end",
-    "dest_offset_inc", "dest_offset_dec", "dest_offset_plus_stride", "dest_offset_minus_stride",
-    "dest_offset_zero", "dest_offset_other", "dest_offset_past_end",
-    "source_stride_inc", "source_stride_dec", "source_stride_zero", "source_stride_swap",
-    "source_stride_copy",
-    "dest_stride_inc", "dest_stride_dec", "dest_stride_zero", "dest_stride_swap",
-    "dest_stride_copy",
-    "locations_drop", "locations_add", "locations_replace", "locations_empty",
-    "scale_zero", "scale_half", "scale_double", "scale_negative",
-    "shard_shape_inc", "shard_shape_dec",
-    "move_piece", "duplicate_piece", "delete_piece", "split_piece",
-    "add_empty_rank", "add_copy_rank", "drop_rank",
-};
-// clang-format on
-static_assert(std::size(kKindNames) == kKindCount);
+constexpr auto kKindNames = [] {
+  std::array<std::string_view, kKindCount> names{};
+  for (std::size_t i = 0; i < kKindCount; ++i) names[i] = kRows[i].name;
+  return names;
+}();
 
-enum class Target { piece, shard_shape, ranks };
-
-Target target_of(Kind k) {
-  switch (k) {
-    case Kind::shard_shape_inc:
-    case Kind::shard_shape_dec:
-      return Target::shard_shape;
-    case Kind::add_empty_rank:
-    case Kind::add_copy_rank:
-    case Kind::drop_rank:
-      return Target::ranks;
-    default:
-      return Target::piece;
+constexpr auto kCatalogue = [] {
+  std::array<CorruptionKind, kKindCount> kinds{};
+  for (std::size_t i = 0; i < kKindCount; ++i) {
+    kinds[i] = {kRows[i].name, detail::target_of(kRows[i].field)};
   }
-}
+  return kinds;
+}();
 
 bool splittable(const Piece& p) {
   std::size_t n = std::min({p.shape.size(), p.source.strides.size(), p.dest.strides.size()});
@@ -78,85 +61,118 @@ MapFacts map_facts(const Map& map) {
   return f;
 }
 
-double scale_target(Kind kind) {
-  switch (kind) {
-    case Kind::scale_zero:
-      return 0.0;
-    case Kind::scale_half:
-      return 0.5;
-    case Kind::scale_double:
-      return 2.0;
-    default:
-      return -1.0;
-  }
+bool is_source(Field field) {
+  return field == Field::source_offset || field == Field::source_strides;
 }
 
-// Whether `kind` can edit this piece and change something.
-bool piece_fits(Kind kind, const Piece& p, const MapFacts& f) {
-  using detail::has_nonzero;
-  using detail::has_two_distinct;
-  switch (kind) {
-    case Kind::shape_inc:
-    case Kind::shape_dec:
-      return !p.shape.empty();
-    case Kind::shape_zero:
-      return has_nonzero(p.shape);
-    case Kind::shape_swap:
-      return has_two_distinct(p.shape);
-    case Kind::source_offset_zero:
-      return p.source.offset != 0;
-    case Kind::dest_offset_zero:
-      return p.dest.offset != 0;
-    case Kind::source_offset_other:
-      return f.source_lo != f.source_hi;
-    case Kind::dest_offset_other:
-      return f.dest_lo != f.dest_hi;
-    case Kind::source_offset_plus_stride:
-    case Kind::source_offset_minus_stride:
-    case Kind::source_stride_zero:
-      return has_nonzero(p.source.strides);
-    case Kind::source_stride_inc:
-    case Kind::source_stride_dec:
-      return !p.source.strides.empty();
-    case Kind::source_stride_swap:
-    case Kind::source_stride_copy:
-      return has_two_distinct(p.source.strides);
-    case Kind::dest_offset_plus_stride:
-    case Kind::dest_offset_minus_stride:
-    case Kind::dest_stride_zero:
-      return has_nonzero(p.dest.strides);
-    case Kind::dest_stride_inc:
-    case Kind::dest_stride_dec:
-      return !p.dest.strides.empty();
-    case Kind::dest_stride_swap:
-    case Kind::dest_stride_copy:
-      return has_two_distinct(p.dest.strides);
-    case Kind::locations_drop:
-    case Kind::locations_replace:
-    case Kind::locations_empty:
+// The field a row edits, on a piece: its axes for shape and strides, else nullptr.
+template <class P>
+auto* axes_of(P& piece, Field field) {
+  using V = std::conditional_t<std::is_const_v<P>, const std::vector<Index>, std::vector<Index>>;
+  V* out = nullptr;
+  switch (field) {
+    case Field::shape:
+      out = &piece.shape;
+      break;
+    case Field::source_strides:
+      out = &piece.source.strides;
+      break;
+    case Field::dest_strides:
+      out = &piece.dest.strides;
+      break;
+    case Field::source_offset:
+    case Field::dest_offset:
+    case Field::locations:
+    case Field::scale:
+    case Field::piece:
+    case Field::shard_shape:
+    case Field::ranks:
+      break;
+  }
+  return out;
+}
+
+std::string_view record_name(Field field) {
+  switch (field) {
+    case Field::shape:
+      return "shape";
+    case Field::source_strides:
+      return "source.strides";
+    case Field::dest_strides:
+      return "dest.strides";
+    case Field::source_offset:
+      return "source.offset";
+    case Field::dest_offset:
+      return "dest.offset";
+    case Field::locations:
+      return "locations";
+    case Field::scale:
+      return "scale";
+    case Field::shard_shape:
+      return "shard_shape";
+    case Field::piece:
+      return "piece";
+    case Field::ranks:
+      return "rank";
+  }
+  return "?";
+}
+
+// Whether the row can edit this piece and change something. well_formed() has made
+// sure that a row only names a predicate its field has.
+bool piece_fits(const Row& row, const Piece& p, const MapFacts& f) {
+  const std::vector<Index>* axes = axes_of(p, row.field);
+  const bool source = is_source(row.field);
+  switch (row.fits) {
+    case Fits::always:
+    case Fits::two_ranks:  // a map-wide condition: map_fits
+      return true;
+    case Fits::has_axis:
+      return !axes->empty();
+    case Fits::axis_differs:
+      return detail::has_other_than(*axes, row.param.n);
+    case Fits::two_distinct:
+      return detail::has_two_distinct(*axes);
+    case Fits::span_differs:
+      return detail::has_spanned_axis_other_than(p.shape, *axes, row.param.n);
+    case Fits::differs:
+      if (row.field == Field::scale) return p.scale != row.param.x;
+      return (source ? p.source.offset : p.dest.offset) != row.param.n;
+    case Fits::nonzero_stride:
+      return detail::has_nonzero(source ? p.source.strides : p.dest.strides);
+    case Fits::other_offset:
+      return source ? f.source_lo != f.source_hi : f.dest_lo != f.dest_hi;
+    case Fits::has_locations:
       return !p.locations.empty();
-    case Kind::scale_zero:
-    case Kind::scale_half:
-    case Kind::scale_double:
-    case Kind::scale_negative:
-      return p.scale != scale_target(kind);
-    case Kind::split_piece:
+    case Fits::splittable:
       return splittable(p);
-    default:
-      return true;
+    case Fits::has_rank:        // rows of the rank list have no piece sites
+    case Fits::has_shard_axis:  // nor have rows of a shard shape
+      return false;
   }
+  return false;
 }
 
-bool map_fits(Kind kind, const Map& map) {
-  switch (kind) {
-    case Kind::move_piece:
+bool map_fits(const Row& row, const Map& map) {
+  switch (row.fits) {
+    case Fits::two_ranks:
       return map.ranks.size() >= 2;
-    case Kind::add_copy_rank:
-    case Kind::drop_rank:
+    case Fits::has_rank:
       return !map.ranks.empty();
-    default:
+    case Fits::always:
+    case Fits::has_axis:
+    case Fits::axis_differs:
+    case Fits::span_differs:
+    case Fits::two_distinct:
+    case Fits::differs:
+    case Fits::nonzero_stride:
+    case Fits::other_offset:
+    case Fits::has_locations:
+    case Fits::splittable:
+    case Fits::has_shard_axis:
       return true;
   }
+  return true;
 }
 
 bool has_shard_axis(const RankEntry& entry) {
@@ -165,72 +181,128 @@ bool has_shard_axis(const RankEntry& entry) {
 
 // Counting pass then selecting pass: a uniform choice among eligible sites without
 // building a list of them.
-std::size_t count_sites(Kind kind, const Map& map, const MapFacts& f) {
+std::size_t count_sites(const Row& row, const Map& map, const MapFacts& f) {
   std::size_t n = 0;
-  if (target_of(kind) == Target::shard_shape) {
+  if (detail::target_of(row.field) == CorruptionTarget::shard_shape) {
     for (const auto& entry : map.ranks) n += has_shard_axis(entry);
     return n;
   }
   for (const auto& entry : map.ranks) {
-    for (const auto& piece : entry.pieces) n += piece_fits(kind, piece, f);
+    for (const auto& piece : entry.pieces) n += piece_fits(row, piece, f);
   }
   return n;
 }
 
-Site nth_site(Kind kind, const Map& map, const MapFacts& f, std::size_t n) {
+Site nth_site(const Row& row, const Map& map, const MapFacts& f, std::size_t n) {
   for (std::size_t r = 0; r < map.ranks.size(); ++r) {
     const auto& entry = map.ranks[r];
-    if (target_of(kind) == Target::shard_shape) {
+    if (detail::target_of(row.field) == CorruptionTarget::shard_shape) {
       if (has_shard_axis(entry) && n-- == 0) return {r, 0};
       continue;
     }
     for (std::size_t p = 0; p < entry.pieces.size(); ++p) {
-      if (piece_fits(kind, entry.pieces[p], f) && n-- == 0) return {r, p};
+      if (piece_fits(row, entry.pieces[p], f) && n-- == 0) return {r, p};
     }
   }
   return {};
 }
 
-bool applicable(Kind kind, const Map& map, const MapFacts& f) {
-  if (!map_fits(kind, map)) return false;
-  return target_of(kind) == Target::ranks || count_sites(kind, map, f) > 0;
+bool applicable(const Row& row, const Map& map, const MapFacts& f) {
+  if (!map_fits(row, map)) return false;
+  return detail::target_of(row.field) == CorruptionTarget::ranks || count_sites(row, map, f) > 0;
+}
+
+// The vector an axis edit changes: a piece's shape or strides, or a shard shape.
+std::vector<Index>& edited_axes(Map& map, Field field, Site site) {
+  if (field == Field::shard_shape) return *map.ranks[site.rank].shard_shape;
+  return *axes_of(map.ranks[site.rank].pieces[site.piece], field);
+}
+
+void apply_edit(detail::Edit& e, const Row& row, Site site) {
+  using namespace detail;
+  const bool source = is_source(row.field);
+  const std::string_view name = record_name(row.field);
+  auto axes = [&]() -> std::vector<Index>& { return edited_axes(e.map, row.field, site); };
+  switch (row.op) {
+    case Op::add_at_axis:
+      return axis_add(e, axes(), name, row.param.n);
+    case Op::set_at_axis:
+      return axis_set(e, axes(), name, row.param.n);
+    case Op::set_span_axis: {
+      const Extents& shape = e.map.ranks[site.rank].pieces[site.piece].shape;
+      return spanned_axis_set(e, shape, axes(), name, row.param.n);
+    }
+    case Op::swap_axes:
+      return axes_swap(e, axes(), name);
+    case Op::copy_axis:
+      return axis_copy(e, axes(), name);
+    case Op::add:
+      return offset_add(e, site, source, row.param.n);
+    case Op::add_stride:
+      return offset_add_stride(e, site, source, row.param.n);
+    case Op::set:
+      if (row.field == Field::scale) return scale_set(e, site, row.param.x);
+      return offset_set(e, site, source, row.param.n);
+    case Op::set_other:
+      return offset_set_other(e, site, source);
+    case Op::set_past_end:
+      return offset_set_past_end(e, site, source);
+    case Op::drop_location:
+      return location_drop(e, site);
+    case Op::add_location:
+      return location_add(e, site);
+    case Op::replace_location:
+      return location_replace(e, site);
+    case Op::clear_locations:
+      return locations_clear(e, site);
+    case Op::move_piece:
+      return piece_move(e, site);
+    case Op::duplicate_piece:
+      return piece_duplicate(e, site);
+    case Op::delete_piece:
+      return piece_delete(e, site);
+    case Op::split_piece:
+      return piece_split(e, site);
+    case Op::add_empty_rank:
+      return rank_add_empty(e);
+    case Op::add_copy_rank:
+      return rank_add_copy(e);
+    case Op::drop_rank:
+      return rank_drop(e);
+  }
 }
 
 Corrupted apply_from(const Map& map, std::size_t first, ChoiceSource& c) {
-  // Deterministic fallback: the next applicable kind in catalogue order. add_empty_rank
-  // always applies, so the loop always ends within one lap.
+  // Deterministic fallback: the next applicable row in catalogue order. One row always
+  // applies (corruption_edits.h checks that), so the loop always ends within one lap.
   const MapFacts facts = map_facts(map);
-  auto kind = Kind::add_empty_rank;
+  std::size_t chosen = detail::always_applicable_row();
   for (std::size_t i = 0; i < kKindCount; ++i) {
-    auto candidate = static_cast<Kind>((first + i) % kKindCount);
-    if (applicable(candidate, map, facts)) {
-      kind = candidate;
+    std::size_t candidate = (first + i) % kKindCount;
+    if (applicable(kRows[candidate], map, facts)) {
+      chosen = candidate;
       break;
     }
   }
+  const Row& row = kRows[chosen];
   Corrupted out{map, {}};
-  out.record.kind = std::string(kKindNames[static_cast<std::size_t>(kind)]);
+  out.record.kind = std::string(row.name);
   detail::Edit edit{out.map, c, out.record};
-  switch (target_of(kind)) {
-    case Target::ranks:
-      detail::edit_ranks(edit, kind);
+  Site site;
+  switch (detail::target_of(row.field)) {
+    case CorruptionTarget::ranks:
       break;
-    case Target::shard_shape: {
-      std::size_t n = count_sites(kind, map, facts);
-      detail::edit_shard_shape(edit, kind, nth_site(kind, map, facts, c.below(n)).rank);
+    case CorruptionTarget::shard_shape:
+      site = nth_site(row, map, facts, c.below(count_sites(row, map, facts)));
+      out.record.rank = map.ranks[site.rank].rank;
       break;
-    }
-    case Target::piece: {
-      Site site = nth_site(kind, map, facts, c.below(count_sites(kind, map, facts)));
-      if (kind == Kind::move_piece || kind == Kind::duplicate_piece || kind == Kind::delete_piece ||
-          kind == Kind::split_piece) {
-        detail::edit_piece_structure(edit, kind, site);
-      } else {
-        detail::edit_piece_field(edit, kind, site);
-      }
+    case CorruptionTarget::piece:
+      site = nth_site(row, map, facts, c.below(count_sites(row, map, facts)));
+      out.record.rank = map.ranks[site.rank].rank;
+      out.record.piece = static_cast<Index>(site.piece);
       break;
-    }
   }
+  apply_edit(edit, row, site);
   return out;
 }
 
@@ -238,14 +310,17 @@ Corrupted apply_from(const Map& map, std::size_t first, ChoiceSource& c) {
 
 std::span<const std::string_view> corruption_kinds() { return kKindNames; }
 
+std::span<const CorruptionKind> corruption_catalogue() { return kCatalogue; }
+
 Corrupted corrupt(const Map& map, ChoiceSource& c) {
   return apply_from(map, c.below(kKindCount), c);
 }
 
 Corrupted corrupt_with(const Map& map, std::string_view kind, ChoiceSource& c) {
-  auto it = std::find(std::begin(kKindNames), std::end(kKindNames), kind);
+  auto it = std::find(kKindNames.begin(), kKindNames.end(), kind);
   // An unknown name starts the fallback lap at the first kind.
-  std::size_t first = it == std::end(kKindNames) ? 0 : static_cast<std::size_t>(it - kKindNames);
+  std::size_t first =
+      it == kKindNames.end() ? 0 : static_cast<std::size_t>(it - kKindNames.begin());
   return apply_from(map, first, c);
 }
 

@@ -101,151 +101,135 @@ Rank outside_rank(const Map& map, const std::vector<Rank>& locations, ChoiceSour
   return saturating_add(highest, 1);
 }
 
-void edit_offset(Edit& e, Kind kind, Site site, bool source) {
-  auto& entry = e.map.ranks[site.rank];
-  Piece& piece = entry.pieces[site.piece];
-  StridedView& view = source ? piece.source : piece.dest;
-  std::string field = source ? "source.offset" : "dest.offset";
-  // Kinds come in the same order on both sides, so one offset from the first kind does.
-  auto step = static_cast<int>(kind) -
-              static_cast<int>(source ? Kind::source_offset_inc : Kind::dest_offset_inc);
-  Index value = 0;
-  switch (step) {
-    case 0:
-      value = saturating_add(view.offset, 1);
-      break;
-    case 1:
-      value = saturating_add(view.offset, -1);
-      break;
-    case 2:
-    case 3: {
-      Index stride = view.strides[nonzero_axis(e.c, view.strides)];
-      if (step == 3) stride = stride == std::numeric_limits<Index>::min() ? 0 : -stride;
-      value = saturating_add(view.offset, stride);
-      break;
-    }
-    case 4:
-      value = 0;
-      break;
-    case 5: {
-      // Another piece anywhere in the map with a different offset (one exists, or the
-      // piece would not fit): counting pass, then the chosen one.
-      auto offset_of = [&](const Piece& p) { return source ? p.source.offset : p.dest.offset; };
-      std::size_t count = 0;
-      for (const auto& other : e.map.ranks) {
-        for (const auto& p : other.pieces) count += offset_of(p) != view.offset;
-      }
-      std::size_t want = e.c.below(count);
-      value = view.offset;
-      for (const auto& other : e.map.ranks) {
-        for (const auto& p : other.pieces) {
-          if (offset_of(p) != view.offset && want-- == 0) value = offset_of(p);
-        }
-      }
-      break;
-    }
-    default:
-      value = source ? buffer_end(&e.map.logical_shape)
-                     : buffer_end(entry.shard_shape ? &*entry.shard_shape : nullptr);
-      break;
-  }
-  set_index(e.record, std::move(field), view.offset, value);
-}
-
-void edit_stride(Edit& e, Kind kind, Site site, bool source) {
+StridedView& view_of(Edit& e, Site site, bool source) {
   Piece& piece = e.map.ranks[site.rank].pieces[site.piece];
-  Strides& strides = source ? piece.source.strides : piece.dest.strides;
-  std::string_view side = source ? "source.strides" : "dest.strides";
-  auto step = static_cast<int>(kind) -
-              static_cast<int>(source ? Kind::source_stride_inc : Kind::dest_stride_inc);
-  if (step == 3) {
-    auto [a, b] = two_axes(e.c, strides);
-    e.record.field = field_swap(side, a, b);
-    e.record.old_value = list_text(strides);
-    std::swap(strides[a], strides[b]);
-    e.record.new_value = list_text(strides);
-    return;
-  }
-  if (step == 4) {
-    auto [a, b] = two_axes(e.c, strides);
-    set_index(e.record, field_at(side, a), strides[a], strides[b]);
-    return;
-  }
-  std::size_t k = step == 2 ? nonzero_axis(e.c, strides) : e.c.below(strides.size());
-  Index value = step == 0   ? saturating_add(strides[k], 1)
-                : step == 1 ? saturating_add(strides[k], -1)
-                            : 0;
-  set_index(e.record, field_at(side, k), strides[k], value);
+  return source ? piece.source : piece.dest;
 }
 
-void edit_shape(Edit& e, Kind kind, Site site) {
-  Extents& shape = e.map.ranks[site.rank].pieces[site.piece].shape;
-  if (kind == Kind::shape_swap) {
-    auto [a, b] = two_axes(e.c, shape);
-    e.record.field = field_swap("shape", a, b);
-    e.record.old_value = list_text(shape);
-    std::swap(shape[a], shape[b]);
-    e.record.new_value = list_text(shape);
-    return;
-  }
-  std::size_t k = kind == Kind::shape_zero ? nonzero_axis(e.c, shape) : e.c.below(shape.size());
-  Index value = kind == Kind::shape_inc   ? saturating_add(shape[k], 1)
-                : kind == Kind::shape_dec ? saturating_add(shape[k], -1)
-                                          : 0;
-  set_index(e.record, field_at("shape", k), shape[k], value);
-}
+std::string_view offset_name(bool source) { return source ? "source.offset" : "dest.offset"; }
 
-void edit_locations(Edit& e, Kind kind, Site site) {
+// Locations are written sorted; a corruption changes the set, not the encoding.
+template <class Change>
+void edit_locations(Edit& e, Site site, Change change) {
   std::vector<Rank>& loc = e.map.ranks[site.rank].pieces[site.piece].locations;
   e.record.field = "locations";
   e.record.old_value = list_text(loc);
-  switch (kind) {
-    case Kind::locations_drop:
-      loc.erase(loc.begin() + static_cast<std::ptrdiff_t>(e.c.below(loc.size())));
-      break;
-    case Kind::locations_add:
-      loc.push_back(outside_rank(e.map, loc, e.c));
-      break;
-    case Kind::locations_replace: {
-      std::size_t i = e.c.below(loc.size());
-      loc[i] = outside_rank(e.map, loc, e.c);
-      break;
-    }
-    default:
-      loc.clear();
-      break;
-  }
-  // Locations are written sorted; a corruption changes the set, not the encoding.
+  change(loc);
   std::sort(loc.begin(), loc.end());
   e.record.new_value = list_text(loc);
 }
 
 }  // namespace
 
-void edit_piece_field(Edit& e, Kind kind, Site site) {
-  e.record.rank = e.map.ranks[site.rank].rank;
-  e.record.piece = static_cast<Index>(site.piece);
-  if (kind <= Kind::shape_swap) return edit_shape(e, kind, site);
-  if (kind <= Kind::source_offset_past_end) return edit_offset(e, kind, site, true);
-  if (kind <= Kind::dest_offset_past_end) return edit_offset(e, kind, site, false);
-  if (kind <= Kind::source_stride_copy) return edit_stride(e, kind, site, true);
-  if (kind <= Kind::dest_stride_copy) return edit_stride(e, kind, site, false);
-  if (kind <= Kind::locations_empty) return edit_locations(e, kind, site);
-  static constexpr double kScales[] = {0.0, 0.5, 2.0, -1.0};
+void axis_add(Edit& e, std::vector<Index>& v, std::string_view name, Index delta) {
+  std::size_t k = e.c.below(v.size());
+  set_index(e.record, field_at(name, k), v[k], saturating_add(v[k], delta));
+}
+
+void axis_set(Edit& e, std::vector<Index>& v, std::string_view name, Index value) {
+  std::size_t k = axis_where(e.c, v, [value](Index x) { return x != value; });
+  set_index(e.record, field_at(name, k), v[k], value);
+}
+
+void spanned_axis_set(Edit& e, const Extents& shape, Strides& v, std::string_view name,
+                      Index value) {
+  std::size_t count = 0;
+  for (std::size_t k = 0; k < v.size(); ++k) count += spans_other_than(shape, v, value, k);
+  std::size_t want = e.c.below(count);
+  std::size_t k = 0;
+  for (; k < v.size(); ++k) {
+    if (spans_other_than(shape, v, value, k) && want-- == 0) break;
+  }
+  set_index(e.record, field_at(name, k), v[k], value);
+}
+
+void axes_swap(Edit& e, std::vector<Index>& v, std::string_view name) {
+  auto [a, b] = two_axes(e.c, v);
+  e.record.field = field_swap(name, a, b);
+  e.record.old_value = list_text(v);
+  std::swap(v[a], v[b]);
+  e.record.new_value = list_text(v);
+}
+
+void axis_copy(Edit& e, std::vector<Index>& v, std::string_view name) {
+  auto [a, b] = two_axes(e.c, v);
+  set_index(e.record, field_at(name, a), v[a], v[b]);
+}
+
+void offset_add(Edit& e, Site site, bool source, Index delta) {
+  StridedView& view = view_of(e, site, source);
+  set_index(e.record, std::string(offset_name(source)), view.offset,
+            saturating_add(view.offset, delta));
+}
+
+void offset_add_stride(Edit& e, Site site, bool source, Index sign) {
+  StridedView& view = view_of(e, site, source);
+  Index stride = view.strides[nonzero_axis(e.c, view.strides)];
+  if (sign < 0) stride = stride == std::numeric_limits<Index>::min() ? 0 : -stride;
+  set_index(e.record, std::string(offset_name(source)), view.offset,
+            saturating_add(view.offset, stride));
+}
+
+void offset_set(Edit& e, Site site, bool source, Index value) {
+  StridedView& view = view_of(e, site, source);
+  set_index(e.record, std::string(offset_name(source)), view.offset, value);
+}
+
+void offset_set_other(Edit& e, Site site, bool source) {
+  StridedView& view = view_of(e, site, source);
+  // Another piece anywhere in the map with a different offset (one exists, or the
+  // piece would not fit): counting pass, then the chosen one.
+  auto offset_of = [&](const Piece& p) { return source ? p.source.offset : p.dest.offset; };
+  std::size_t count = 0;
+  for (const auto& other : e.map.ranks) {
+    for (const auto& p : other.pieces) count += offset_of(p) != view.offset;
+  }
+  std::size_t want = e.c.below(count);
+  Index value = view.offset;
+  for (const auto& other : e.map.ranks) {
+    for (const auto& p : other.pieces) {
+      if (offset_of(p) != view.offset && want-- == 0) value = offset_of(p);
+    }
+  }
+  set_index(e.record, std::string(offset_name(source)), view.offset, value);
+}
+
+void offset_set_past_end(Edit& e, Site site, bool source) {
+  const auto& entry = e.map.ranks[site.rank];
+  Index value = source ? buffer_end(&e.map.logical_shape)
+                       : buffer_end(entry.shard_shape ? &*entry.shard_shape : nullptr);
+  StridedView& view = view_of(e, site, source);
+  set_index(e.record, std::string(offset_name(source)), view.offset, value);
+}
+
+void scale_set(Edit& e, Site site, double value) {
   double& scale = e.map.ranks[site.rank].pieces[site.piece].scale;
   e.record.field = "scale";
   e.record.old_value = fmt::format("{}", scale);
-  scale = kScales[static_cast<int>(kind) - static_cast<int>(Kind::scale_zero)];
+  scale = value;
   e.record.new_value = fmt::format("{}", scale);
 }
 
-void edit_shard_shape(Edit& e, Kind kind, std::size_t rank_pos) {
-  auto& entry = e.map.ranks[rank_pos];
-  Extents& shape = *entry.shard_shape;
-  std::size_t k = e.c.below(shape.size());
-  e.record.rank = entry.rank;
-  set_index(e.record, field_at("shard_shape", k), shape[k],
-            saturating_add(shape[k], kind == Kind::shard_shape_inc ? 1 : -1));
+void location_drop(Edit& e, Site site) {
+  edit_locations(e, site, [&](std::vector<Rank>& loc) {
+    loc.erase(loc.begin() + static_cast<std::ptrdiff_t>(e.c.below(loc.size())));
+  });
+}
+
+void location_add(Edit& e, Site site) {
+  edit_locations(e, site,
+                 [&](std::vector<Rank>& loc) { loc.push_back(outside_rank(e.map, loc, e.c)); });
+}
+
+void location_replace(Edit& e, Site site) {
+  edit_locations(e, site, [&](std::vector<Rank>& loc) {
+    std::size_t i = e.c.below(loc.size());
+    loc[i] = outside_rank(e.map, loc, e.c);
+  });
+}
+
+void locations_clear(Edit& e, Site site) {
+  edit_locations(e, site, [](std::vector<Rank>& loc) { loc.clear(); });
 }
 
 }  // namespace shardcheck::gen::detail

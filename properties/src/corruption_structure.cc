@@ -19,7 +19,7 @@ Rank fresh_rank(const Map& map, ChoiceSource& c) {
   return saturating_add(highest, c.between(1, 3));
 }
 
-void split(Edit& e, Site site) {
+void split_at(Edit& e, Site site) {
   auto& pieces = e.map.ranks[site.rank].pieces;
   Piece& first = pieces[site.piece];
   std::size_t n =
@@ -50,77 +50,80 @@ void split(Edit& e, Site site) {
   pieces.insert(pieces.begin() + at(site.piece + 1), std::move(second));
 }
 
-}  // namespace
-
-void edit_piece_structure(Edit& e, Kind kind, Site site) {
-  auto& entry = e.map.ranks[site.rank];
-  e.record.rank = entry.rank;
-  e.record.piece = static_cast<Index>(site.piece);
-  switch (kind) {
-    case Kind::move_piece: {
-      std::size_t to = e.c.below(e.map.ranks.size() - 1);
-      if (to >= site.rank) ++to;
-      Piece moved = std::move(entry.pieces[site.piece]);
-      entry.pieces.erase(entry.pieces.begin() + at(site.piece));
-      auto& target = e.map.ranks[to];
-      std::size_t pos = e.c.below(target.pieces.size() + 1);
-      target.pieces.insert(target.pieces.begin() + at(pos), std::move(moved));
-      e.record.field = "rank";
-      e.record.old_value = std::to_string(entry.rank);
-      e.record.new_value = std::to_string(target.rank);
-      e.record.rank = target.rank;
-      e.record.piece = static_cast<Index>(pos);
-      break;
-    }
-    case Kind::duplicate_piece: {
-      std::size_t pos = e.c.below(entry.pieces.size() + 1);
-      Piece copy = entry.pieces[site.piece];
-      e.record.field = "piece";
-      e.record.old_value = std::to_string(site.piece);
-      e.record.new_value = describe(copy);
-      entry.pieces.insert(entry.pieces.begin() + at(pos), std::move(copy));
-      e.record.piece = static_cast<Index>(pos);
-      break;
-    }
-    case Kind::delete_piece:
-      e.record.field = "piece";
-      e.record.old_value = describe(entry.pieces[site.piece]);
-      entry.pieces.erase(entry.pieces.begin() + at(site.piece));
-      break;
-    default:
-      split(e, site);
-      break;
-  }
-}
-
-void edit_ranks(Edit& e, Kind kind) {
+// Gives `added` a fresh id and inserts it at a uniform position.
+void insert_rank(Edit& e, RankEntry added) {
   auto& ranks = e.map.ranks;
   e.record.field = "rank";
-  if (kind == Kind::drop_rank) {
-    std::size_t i = e.c.below(ranks.size());
-    e.record.rank = ranks[i].rank;
-    e.record.old_value = std::to_string(ranks[i].rank);
-    ranks.erase(ranks.begin() + at(i));
-    return;
-  }
-  RankEntry added;
-  if (kind == Kind::add_copy_rank) {
-    std::size_t source = e.c.below(ranks.size());
-    added = ranks[source];
-    e.record.old_value = std::to_string(ranks[source].rank);
-  } else {
-    // An empty rank with an empty shard is valid; with another rank's shard shape it
-    // owns addresses nobody writes.
-    added.shard_shape = Extents{0};
-    if (!ranks.empty() && e.c.coin())
-      added.shard_shape = ranks[e.c.below(ranks.size())].shard_shape;
-  }
   added.rank = fresh_rank(e.map, e.c);
   e.record.rank = added.rank;
   e.record.new_value = fmt::format("{} shard {}", added.rank,
                                    added.shard_shape ? list_text(*added.shard_shape) : "none");
   std::size_t pos = e.c.below(ranks.size() + 1);
   ranks.insert(ranks.begin() + at(pos), std::move(added));
+}
+
+}  // namespace
+
+void piece_move(Edit& e, Site site) {
+  auto& entry = e.map.ranks[site.rank];
+  std::size_t to = e.c.below(e.map.ranks.size() - 1);
+  if (to >= site.rank) ++to;
+  Piece moved = std::move(entry.pieces[site.piece]);
+  entry.pieces.erase(entry.pieces.begin() + at(site.piece));
+  auto& target = e.map.ranks[to];
+  std::size_t pos = e.c.below(target.pieces.size() + 1);
+  target.pieces.insert(target.pieces.begin() + at(pos), std::move(moved));
+  e.record.field = "rank";
+  e.record.old_value = std::to_string(entry.rank);
+  e.record.new_value = std::to_string(target.rank);
+  e.record.rank = target.rank;
+  e.record.piece = static_cast<Index>(pos);
+}
+
+void piece_duplicate(Edit& e, Site site) {
+  auto& entry = e.map.ranks[site.rank];
+  std::size_t pos = e.c.below(entry.pieces.size() + 1);
+  Piece copy = entry.pieces[site.piece];
+  e.record.field = "piece";
+  e.record.old_value = std::to_string(site.piece);
+  e.record.new_value = describe(copy);
+  entry.pieces.insert(entry.pieces.begin() + at(pos), std::move(copy));
+  e.record.piece = static_cast<Index>(pos);
+}
+
+void piece_delete(Edit& e, Site site) {
+  auto& entry = e.map.ranks[site.rank];
+  e.record.field = "piece";
+  e.record.old_value = describe(entry.pieces[site.piece]);
+  entry.pieces.erase(entry.pieces.begin() + at(site.piece));
+}
+
+void piece_split(Edit& e, Site site) { split_at(e, site); }
+
+void rank_drop(Edit& e) {
+  auto& ranks = e.map.ranks;
+  e.record.field = "rank";
+  std::size_t i = e.c.below(ranks.size());
+  e.record.rank = ranks[i].rank;
+  e.record.old_value = std::to_string(ranks[i].rank);
+  ranks.erase(ranks.begin() + at(i));
+}
+
+void rank_add_empty(Edit& e) {
+  // An empty rank with an empty shard is valid; with another rank's shard shape it
+  // owns addresses nobody writes.
+  RankEntry added;
+  added.shard_shape = Extents{0};
+  if (!e.map.ranks.empty() && e.c.coin())
+    added.shard_shape = e.map.ranks[e.c.below(e.map.ranks.size())].shard_shape;
+  insert_rank(e, std::move(added));
+}
+
+void rank_add_copy(Edit& e) {
+  std::size_t source = e.c.below(e.map.ranks.size());
+  RankEntry added = e.map.ranks[source];
+  e.record.old_value = std::to_string(e.map.ranks[source].rank);
+  insert_rank(e, std::move(added));
 }
 
 }  // namespace shardcheck::gen::detail

@@ -1,6 +1,6 @@
 #include "shardcheck/properties.h"
 
-#include <array>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -23,10 +23,29 @@ Finding make_finding(const Case& c, std::string signature, std::string message) 
   return Finding{std::move(signature), std::move(message), c};
 }
 
-// Conversion with structure or bounds checks disabled may address memory outside the
-// buffers; those planted bugs are judged on the map checks alone.
+// The columns of planted_bugs.def.
+enum class Alone { any_finding, truth_oracle, masked };
+enum class Blind { in_blind, not_blind };
+enum class Conversion { memory_safe, memory_unsafe };
+
+#define SHARDCHECK_PLANTED_BUG(name, disables, alone, blind, conversion)                    \
+  static_assert(Alone::alone != Alone::masked || Blind::blind == Blind::in_blind,           \
+                "planted_bugs.def: " #name " shows in no scenario (masked and not in_blind)"); \
+  static_assert(Blind::blind == Blind::not_blind ||                                         \
+                    Conversion::conversion == Conversion::memory_safe,                      \
+                "planted_bugs.def: " #name " is memory_unsafe, so it cannot be in_blind");
+#include "shardcheck/planted_bugs.def"
+#undef SHARDCHECK_PLANTED_BUG
+
+// Conversion with some checks disabled (structure, bounds) may address memory outside
+// the buffers; those planted bugs are judged on the map checks alone.
 bool conversion_is_memory_safe(const PlantedBugs& bugs) {
-  return !bugs.skip_structure && !bugs.skip_bounds;
+  bool safe = true;
+#define SHARDCHECK_PLANTED_BUG(name, disables, alone, blind, conversion) \
+  if (Conversion::conversion == Conversion::memory_unsafe && bugs.name) safe = false;
+#include "shardcheck/planted_bugs.def"
+#undef SHARDCHECK_PLANTED_BUG
+  return safe;
 }
 
 ConvertOptions convert_options(const Case& c, const EvalOptions& options) {
@@ -232,29 +251,21 @@ std::optional<Finding> check_json_roundtrip(const Case& c) {
 }
 
 std::span<const PlantedScenario> planted_scenarios() {
-  static const std::array<PlantedScenario, 8> scenarios = [] {
-    std::array<PlantedScenario, 8> s{};
-    s[0].name = "skip_structure";
-    s[0].bugs.skip_structure = true;
-    s[1].name = "skip_bounds";
-    s[1].bugs.skip_bounds = true;
-    s[2].name = "skip_itself";
-    s[2].bugs.skip_itself = true;
-    s[3].name = "skip_dest_tiling";
-    s[3].bugs.skip_dest_tiling = true;
-    s[4].name = "skip_coverage";
-    s[4].bugs.skip_coverage = true;
-    s[5].name = "skip_homogeneity";
-    s[5].bugs.skip_homogeneity = true;
-    s[6].name = "skip_replica_compare";
-    s[6].bugs.skip_replica_compare = true;
-    s[6].truth_oracle_only = true;
+  static const std::vector<PlantedScenario> scenarios = [] {
+    std::vector<PlantedScenario> s;
     // Every layout check that keeps memory safe, and the writer record behind them: the
     // truth oracle alone must then see silently wrong tensors.
-    s[7].name = "skip_all_layout_checks_and_writer_record";
-    s[7].bugs.skip_itself = s[7].bugs.skip_dest_tiling = s[7].bugs.skip_coverage =
-        s[7].bugs.skip_homogeneity = s[7].bugs.skip_writer_record = true;
-    s[7].truth_oracle_only = true;
+    PlantedScenario blind{"skip_all_layout_checks_and_writer_record",
+                          "every in_blind switch of planted_bugs.def", {}, true};
+#define SHARDCHECK_PLANTED_BUG(name, disables, alone, in, conversion)                       \
+  if (Alone::alone != Alone::masked) {                                                      \
+    s.push_back(PlantedScenario{#name, disables, {}, Alone::alone == Alone::truth_oracle}); \
+    s.back().bugs.name = true;                                                              \
+  }                                                                                         \
+  if (Blind::in == Blind::in_blind) blind.bugs.name = true;
+#include "shardcheck/planted_bugs.def"
+#undef SHARDCHECK_PLANTED_BUG
+    s.push_back(blind);
     return s;
   }();
   return scenarios;

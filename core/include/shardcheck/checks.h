@@ -14,21 +14,13 @@
 
 namespace shardcheck {
 
-// Test-only switches that disable one strict check each ("planted bugs"). The
-// harness must catch every one of them; production code never sets them.
+// Test-only switches that disable one strict check each ("planted bugs"), one member
+// per row of planted_bugs.def. The harness must catch every one of them; production
+// code never sets them.
 struct PlantedBugs {
-  bool skip_structure = false;    // condition 1 (format / scale)
-  bool skip_bounds = false;       // condition 2
-  bool skip_itself = false;       // condition 3
-  bool skip_dest_tiling = false;  // condition 4 (count / twice / uncovered on shards)
-  bool skip_coverage = false;     // condition 5
-  bool skip_homogeneity = false;  // condition 6
-  bool skip_writer_record = false;    // rebuild: who wrote each element
-  bool skip_replica_compare = false;  // rebuild: condition 7
-  bool any() const {
-    return skip_structure || skip_bounds || skip_itself || skip_dest_tiling || skip_coverage ||
-           skip_homogeneity || skip_writer_record || skip_replica_compare;
-  }
+#define SHARDCHECK_PLANTED_BUG(name, ...) bool name = false;
+#include "shardcheck/planted_bugs.def"
+#undef SHARDCHECK_PLANTED_BUG
 };
 
 // Limits that keep untrusted maps from causing huge work or allocation when the

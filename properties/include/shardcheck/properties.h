@@ -69,8 +69,11 @@ std::optional<Finding> check_json_roundtrip(const Case& c);
 
 // Property 5's planted bugs: each scenario disables strict checks; the harness must
 // produce a finding for every scenario within a bounded number of generated cases.
+// Built from planted_bugs.def: one scenario per switch that shows on its own, and one
+// that switches off every switch marked `in_blind` together.
 struct PlantedScenario {
   std::string_view name;
+  std::string_view disables;  // what is switched off, for messages
   PlantedBugs bugs;
   // Judged by the truth oracle alone (no reference comparison): the scenario must show
   // up as silently wrong tensors, not only as a disagreement about the map.

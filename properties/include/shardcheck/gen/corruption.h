@@ -24,6 +24,19 @@ inline constexpr std::string_view kNoCorruption = "none";
 // Every kind corrupt() can produce, in a stable order (table rows of the campaign).
 std::span<const std::string_view> corruption_kinds();
 
+// What a kind edits: one piece (a field of it, or the whole piece), one rank entry's
+// shard shape, or the list of ranks. The record names the piece for `piece`, the rank
+// for `shard_shape`, and the rank added or dropped for `ranks`.
+enum class CorruptionTarget { piece, shard_shape, ranks };
+
+struct CorruptionKind {
+  std::string_view name;
+  CorruptionTarget target;
+};
+
+// The catalogue's rows, in corruption_kinds() order.
+std::span<const CorruptionKind> corruption_catalogue();
+
 // Applies one corruption to a copy of `map`, chosen by `choices`. Works on any map,
 // valid or not. A kind that cannot apply (no piece, no axis, one rank) falls back
 // deterministically to the next applicable kind in corruption_kinds() order; adding
