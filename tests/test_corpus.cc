@@ -18,7 +18,6 @@ namespace shardcheck {
 namespace {
 
 namespace fs = std::filesystem;
-using oracles::Verdict;
 
 const fs::path kCorpus = fs::path(SHARDCHECK_SOURCE_DIR) / "corpus" / "regressions";
 
@@ -66,8 +65,8 @@ TEST(Corpus, LegacyIsCaughtSilentlyWrong) {
     auto l = oracles::run_case(c.value(), legacy);
     auto s = oracles::run_case(c.value(), ConvertOptions{});
     ASSERT_TRUE(l.ok() && s.ok()) << name;
-    legacy_wrong += l.value().verdict == Verdict::wrong;
-    strict_wrong += s.value().verdict == Verdict::wrong;
+    legacy_wrong += l.value().verdict == Outcome::wrong;
+    strict_wrong += s.value().verdict == Outcome::wrong;
   }
   EXPECT_GE(legacy_wrong, 7);
   EXPECT_EQ(strict_wrong, 0);
@@ -86,7 +85,7 @@ TEST(TruthOracle, ExtractThroughSwappedDestinationsIsWrongOnAValidLayout) {
   auto outcome = oracles::run_case(c, ConvertOptions{});
   ASSERT_TRUE(outcome.ok());
   const auto& o = outcome.value();
-  EXPECT_EQ(o.verdict, Verdict::wrong);
+  EXPECT_EQ(o.verdict, Outcome::wrong);
   EXPECT_TRUE(o.valid_layout);
   ASSERT_EQ(o.ops.size(), 1u);
   EXPECT_EQ(o.ops[0].op, Op::extract);
@@ -101,11 +100,11 @@ TEST(TruthOracle, SameMapRoundTripMissesWhatTheTruthOracleSees) {
   Case c = must_load("valid-layout-swapped-destinations.json");
   auto same = oracles::run_case(c, ConvertOptions{}, oracles::OracleKind::same_map);
   ASSERT_TRUE(same.ok());
-  EXPECT_EQ(same.value().verdict, Verdict::exact);
+  EXPECT_EQ(same.value().verdict, Outcome::exact);
   EXPECT_FALSE(same.value().matches_expectation);
   auto truth = oracles::run_case(c, ConvertOptions{}, oracles::OracleKind::truth);
   ASSERT_TRUE(truth.ok());
-  EXPECT_EQ(truth.value().verdict, Verdict::wrong);
+  EXPECT_EQ(truth.value().verdict, Outcome::wrong);
 }
 
 TEST(TruthOracle, BothOpsReportTheWorstVerdict) {
@@ -116,16 +115,52 @@ TEST(TruthOracle, BothOpsReportTheWorstVerdict) {
   ASSERT_EQ(outcome.value().ops.size(), 2u);
   EXPECT_EQ(outcome.value().ops[0].op, Op::rebuild);
   EXPECT_EQ(outcome.value().ops[1].op, Op::extract);
-  EXPECT_EQ(outcome.value().verdict, Verdict::wrong);
+  EXPECT_EQ(outcome.value().verdict, Outcome::wrong);
 
   Case refused = must_load("spec6-5-two-pieces-one-address.json");
   refused.op = Op::both;
   auto r = oracles::run_case(refused, ConvertOptions{});
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r.value().verdict, Verdict::refused);
+  EXPECT_EQ(r.value().verdict, Outcome::refused);
   ASSERT_TRUE(r.value().error.has_value());
   EXPECT_EQ(r.value().error->kind, ErrorKind::twice);
   EXPECT_EQ(r.value().message.rfind("refused twice: ", 0), 0u);
+}
+
+TEST(TruthOracle, ExpectationsUseOneOutcomeVocabulary) {
+  // Swapped destinations: wrong on a map that passes every check, under either policy.
+  Case c = must_load("valid-layout-swapped-destinations.json");
+  ConvertOptions legacy;
+  legacy.policy = Policy::legacy;
+  auto met = [&](const ConvertOptions& options) {
+    auto outcome = oracles::run_case(c, options);
+    EXPECT_TRUE(outcome.ok());
+    return outcome.ok() && outcome.value().matches_expectation;
+  };
+  for (Outcome o : {Outcome::wrong, Outcome::wrong_valid_layout}) {
+    c.expect = o;
+    c.legacy_expect = o;
+    EXPECT_TRUE(met(ConvertOptions{})) << outcome_name(o);
+    EXPECT_TRUE(met(legacy)) << outcome_name(o);
+  }
+  for (Outcome o : {Outcome::refused, Outcome::exact}) {
+    c.expect = o;
+    c.legacy_expect = o;
+    EXPECT_FALSE(met(ConvertOptions{})) << outcome_name(o);
+    EXPECT_FALSE(met(legacy)) << outcome_name(o);
+  }
+  // Wrong on an invalid map is wrong, not wrong_valid_layout.
+  Case invalid = must_load("spec6-7-dest-wraps-row.json");
+  invalid.legacy_output.reset();
+  invalid.legacy_expect = Outcome::wrong;
+  auto outcome = oracles::run_case(invalid, legacy);
+  ASSERT_TRUE(outcome.ok());
+  EXPECT_TRUE(outcome.value().matches_expectation) << outcome.value().expectation_message;
+  invalid.legacy_expect = Outcome::wrong_valid_layout;
+  outcome = oracles::run_case(invalid, legacy);
+  ASSERT_TRUE(outcome.ok());
+  EXPECT_FALSE(outcome.value().matches_expectation);
+  EXPECT_EQ(outcome.value().expectation_message, "legacy expected wrong_valid_layout, got wrong");
 }
 
 TEST(TruthOracle, ExtractForARankTheTruthLacksIsWrong) {
@@ -137,7 +172,7 @@ TEST(TruthOracle, ExtractForARankTheTruthLacksIsWrong) {
   c.op = Op::extract;
   auto outcome = oracles::run_case(c, ConvertOptions{});
   ASSERT_TRUE(outcome.ok()) << outcome.error().to_string();
-  EXPECT_EQ(outcome.value().verdict, Verdict::wrong) << outcome.value().message;
+  EXPECT_EQ(outcome.value().verdict, Outcome::wrong) << outcome.value().message;
   EXPECT_TRUE(outcome.value().valid_layout);
   EXPECT_EQ(outcome.value().ops[0].rank, Rank{5});
   EXPECT_NE(outcome.value().message.find("rank 5, which the truth map does not have"),
@@ -166,7 +201,7 @@ TEST(TruthOracle, PlantedBugIsCaughtSilentlyWrong) {
   ASSERT_TRUE(outcome.ok());
   // With the tiling check off, strict either still refuses through its read
   // tracking, or is caught returning a wrong tensor; it must never look exact.
-  EXPECT_NE(outcome.value().verdict, Verdict::exact) << outcome.value().message;
+  EXPECT_NE(outcome.value().verdict, Outcome::exact) << outcome.value().message;
   EXPECT_FALSE(outcome.value().valid_layout);
 }
 
@@ -216,8 +251,8 @@ TEST_P(CorpusCase, StrictMeetsExpectation) {
   ASSERT_TRUE(outcome.ok()) << outcome.error().to_string();
   const auto& o = outcome.value();
   EXPECT_TRUE(o.matches_expectation) << o.expectation_message << "\n" << o.message;
-  if (c.value().expect != Expectation::wrong_valid_layout) {
-    EXPECT_NE(o.verdict, Verdict::wrong) << "strict is silently wrong: " << o.message;
+  if (c.value().expect != Outcome::wrong_valid_layout) {
+    EXPECT_NE(o.verdict, Outcome::wrong) << "strict is silently wrong: " << o.message;
   }
 }
 

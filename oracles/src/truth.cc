@@ -6,15 +6,6 @@
 
 namespace shardcheck::oracles {
 
-std::string_view verdict_name(Verdict verdict) {
-  switch (verdict) {
-    case Verdict::refused: return "refused";
-    case Verdict::exact: return "exact";
-    case Verdict::wrong: return "wrong";
-  }
-  return "wrong";
-}
-
 namespace {
 
 // Marker tensors are allocated from a case file's logical shape, which is untrusted.
@@ -72,7 +63,7 @@ std::optional<Difference> compare(const Buffer& expected, const Buffer& actual) 
 std::string refused_message(const Error& error) { return "refused " + error.to_string(); }
 
 void set_refused(OpOutcome& out, Error error) {
-  out.verdict = Verdict::refused;
+  out.verdict = Outcome::refused;
   out.message = refused_message(error);
   out.error = std::move(error);
 }
@@ -81,11 +72,11 @@ void set_compared(OpOutcome& out, const std::string& what, const Buffer& expecte
                   const Buffer& actual) {
   auto diff = compare(expected, actual);
   if (!diff) {
-    out.verdict = Verdict::exact;
+    out.verdict = Outcome::exact;
     out.message = "exact";
     return;
   }
-  out.verdict = Verdict::wrong;
+  out.verdict = Outcome::wrong;
   out.difference = *diff;
   DType dtype = expected.dtype();
   if (expected.numel() != actual.numel()) {
@@ -163,7 +154,7 @@ OpOutcome run_rebuild(const Case& c, const Inputs& in, const ConvertOptions& opt
   }
   out.output = std::move(result.value());
   if (!in.expected) {
-    out.verdict = Verdict::wrong;
+    out.verdict = Outcome::wrong;
     out.message = "WRONG: rebuild returned a tensor where no correct tensor exists: " +
                   (in.no_truth ? in.no_truth->to_string() : std::string("no ground truth"));
     return out;
@@ -189,7 +180,7 @@ OpOutcome extract_one(const Case& c, const Buffer& full, Rank rank, const Conver
   }
   const Map& truth = c.truth_map();
   if (!has_shard(truth, rank)) {
-    out.verdict = Verdict::wrong;
+    out.verdict = Outcome::wrong;
     out.message = fmt::format("WRONG: extract returned a shard for rank {}, which the truth map "
                               "does not have",
                               rank);
@@ -197,7 +188,7 @@ OpOutcome extract_one(const Case& c, const Buffer& full, Rank rank, const Conver
   }
   auto want = extract(truth, full, rank, strict);
   if (!want) {
-    out.verdict = Verdict::wrong;
+    out.verdict = Outcome::wrong;
     out.message = fmt::format("WRONG: extract rank {} returned a shard where no correct shard "
                               "exists: {}",
                               rank, want.error().to_string());
@@ -218,8 +209,8 @@ OpOutcome run_extract(const Case& c, const Buffer& full, const ConvertOptions& o
   std::optional<OpOutcome> refused;
   for (Rank rank : ranks) {
     OpOutcome out = extract_one(c, full, rank, options, strict);
-    if (out.verdict == Verdict::wrong) return out;
-    if (out.verdict == Verdict::refused && !refused) refused = std::move(out);
+    if (out.verdict == Outcome::wrong) return out;
+    if (out.verdict == Outcome::refused && !refused) refused = std::move(out);
   }
   if (refused) return *refused;
   OpOutcome out;
@@ -242,20 +233,20 @@ bool valid_layout(const Case& c, const ShardSet* shards) {
 void summarize(CaseOutcome& outcome) {
   const OpOutcome* refused = nullptr;
   for (const auto& op : outcome.ops) {
-    if (op.verdict == Verdict::wrong) {
-      outcome.verdict = Verdict::wrong;
+    if (op.verdict == Outcome::wrong) {
+      outcome.verdict = Outcome::wrong;
       outcome.message = op.message;
       return;
     }
-    if (op.verdict == Verdict::refused && refused == nullptr) refused = &op;
+    if (op.verdict == Outcome::refused && refused == nullptr) refused = &op;
   }
   if (refused != nullptr) {
-    outcome.verdict = Verdict::refused;
+    outcome.verdict = Outcome::refused;
     outcome.error = refused->error;
     outcome.message = refused->message;
     return;
   }
-  outcome.verdict = Verdict::exact;
+  outcome.verdict = Outcome::exact;
   outcome.message = "exact";
 }
 
@@ -266,39 +257,43 @@ std::string kinds_text(const Case& c) {
   return fmt::format("{}", fmt::join(names, " or "));
 }
 
+// Whether the outcome is what `expected` names: a wrong verdict is wrong_valid_layout
+// only on a map that passes every check of contract section 3.
+bool is_outcome(const CaseOutcome& outcome, Outcome expected) {
+  if (expected == Outcome::wrong_valid_layout) {
+    return outcome.verdict == Outcome::wrong && outcome.valid_layout;
+  }
+  return outcome.verdict == expected;
+}
+
+std::string got_text(const CaseOutcome& outcome) {
+  if (outcome.verdict == Outcome::wrong && outcome.valid_layout) {
+    return "wrong (on a valid layout)";
+  }
+  return std::string(outcome_name(outcome.verdict));
+}
+
 std::string judge_strict(const Case& c, const CaseOutcome& outcome) {
   bool kinds_given = c.expect_error || !c.accept_errors.empty();
   if (!c.expect && !kinds_given) return {};
-  Expectation expect = c.expect.value_or(Expectation::refused);
-  switch (expect) {
-    case Expectation::refused: {
-      if (outcome.verdict != Verdict::refused) {
-        return fmt::format("expected refused{}, got {}",
-                           kinds_given ? " " + kinds_text(c) : std::string(),
-                           verdict_name(outcome.verdict));
-      }
-      if (!kinds_given) return {};
-      ErrorKind kind = outcome.error->kind;
-      bool accepted = c.expect_error == kind;
-      for (auto k : c.accept_errors) accepted = accepted || k == kind;
-      if (accepted) return {};
-      return fmt::format("expected refused {}, got refused {}", kinds_text(c), kind_name(kind));
-    }
-    case Expectation::exact:
-      if (outcome.verdict == Verdict::exact) return {};
-      return fmt::format("expected exact, got {}", verdict_name(outcome.verdict));
-    case Expectation::wrong_valid_layout:
-      if (outcome.verdict == Verdict::wrong && outcome.valid_layout) return {};
-      return fmt::format("expected wrong on a valid layout, got {} (valid_layout {})",
-                         verdict_name(outcome.verdict), outcome.valid_layout);
+  Outcome expect = c.expect.value_or(Outcome::refused);
+  if (!is_outcome(outcome, expect)) {
+    return fmt::format("expected {}{}, got {}", outcome_name(expect),
+                       expect == Outcome::refused && kinds_given ? " " + kinds_text(c) : std::string(),
+                       got_text(outcome));
   }
-  return {};
+  if (expect != Outcome::refused || !kinds_given) return {};
+  ErrorKind kind = outcome.error->kind;
+  bool accepted = c.expect_error == kind;
+  for (auto k : c.accept_errors) accepted = accepted || k == kind;
+  if (accepted) return {};
+  return fmt::format("expected refused {}, got refused {}", kinds_text(c), kind_name(kind));
 }
 
 std::string judge_legacy(const Case& c, const CaseOutcome& outcome) {
-  if (c.legacy_expect && *c.legacy_expect != verdict_name(outcome.verdict)) {
-    return fmt::format("legacy expected {}, got {}", *c.legacy_expect,
-                       verdict_name(outcome.verdict));
+  if (c.legacy_expect && !is_outcome(outcome, *c.legacy_expect)) {
+    return fmt::format("legacy expected {}, got {}", outcome_name(*c.legacy_expect),
+                       got_text(outcome));
   }
   if (!c.legacy_output) return {};
   const Buffer* output = nullptr;
@@ -385,7 +380,7 @@ constexpr Index kMaxOutputInJson = 64;
 Json op_to_json(DType dtype, const OpOutcome& op) {
   Json out = Json::object();
   out["op"] = std::string(op_name(op.op));
-  out["verdict"] = std::string(verdict_name(op.verdict));
+  out["verdict"] = std::string(outcome_name(op.verdict));
   if (op.error) out["kind"] = std::string(kind_name(op.error->kind));
   if (op.rank) out["rank"] = *op.rank;
   out["message"] = op.message;
@@ -428,7 +423,7 @@ Json outcome_to_json(const Case& c, const CaseOutcome& outcome) {
   Json out = Json::object();
   out["name"] = c.name;
   out["policy"] = std::string(policy_name(outcome.policy));
-  out["verdict"] = std::string(verdict_name(outcome.verdict));
+  out["verdict"] = std::string(outcome_name(outcome.verdict));
   if (outcome.error) out["kind"] = std::string(kind_name(outcome.error->kind));
   out["message"] = outcome.message;
   out["valid_layout"] = outcome.valid_layout;

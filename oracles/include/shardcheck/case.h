@@ -11,13 +11,12 @@
 #include "shardcheck/error.h"
 #include "shardcheck/json.h"
 #include "shardcheck/map.h"
+#include "shardcheck/outcome.h"
 
 namespace shardcheck {
 
 enum class Op { rebuild, extract, both };
 std::string_view op_name(Op op);
-
-enum class Expectation { refused, exact, wrong_valid_layout };
 
 // What produced a generated case (spec 7: kind, rank, piece, field, old, new).
 struct CorruptionRecord {
@@ -39,12 +38,12 @@ struct Case {
   std::optional<std::map<Rank, std::vector<std::uint64_t>>> shards;  // supplied shards' bits
   int scale_power = 1;
   Op op = Op::rebuild;
-  std::optional<Expectation> expect;
+  std::optional<Outcome> expect;
   std::optional<ErrorKind> expect_error;
   std::vector<ErrorKind> accept_errors;
   // Expectations under --policy legacy (reported corruptions): the verdict the
   // pre-fix model gives, and for rebuild the exact F it returns (bits).
-  std::optional<std::string> legacy_expect;  // "refused" | "exact" | "wrong"
+  std::optional<Outcome> legacy_expect;
   std::optional<std::vector<std::uint64_t>> legacy_output;
   std::string constructor;  // generator provenance, informational
   std::optional<CorruptionRecord> corruption;

@@ -8,11 +8,9 @@
 
 #include "shardcheck/case.h"
 #include "shardcheck/convert.h"
+#include "shardcheck/outcome.h"
 
 namespace shardcheck::oracles {
-
-enum class Verdict { refused, exact, wrong };
-std::string_view verdict_name(Verdict verdict);
 
 enum class OracleKind { truth, same_map };
 
@@ -26,7 +24,7 @@ struct Difference {
 
 struct OpOutcome {
   Op op = Op::rebuild;
-  Verdict verdict = Verdict::exact;
+  Outcome verdict = Outcome::exact;    // refused, exact or wrong
   std::optional<Error> error;          // when refused
   std::optional<Rank> rank;            // extract: the rank that was wrong or refused
   std::optional<Difference> difference;  // when wrong
@@ -35,7 +33,7 @@ struct OpOutcome {
 };
 
 struct CaseOutcome {
-  Verdict verdict = Verdict::exact;  // wrong if any op wrong, else refused if any, else exact
+  Outcome verdict = Outcome::exact;  // wrong if any op wrong, else refused if any, else exact
   std::optional<Error> error;        // the first refusal
   bool valid_layout = false;  // the map passes every check of spec 3 (strict conversion accepts)
   std::vector<OpOutcome> ops;
