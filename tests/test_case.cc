@@ -147,6 +147,46 @@ TEST(CaseCodec, MapErrorPathsNameTheCaseField) {
   EXPECT_EQ(c.error().path.rfind("$.truth", 0), 0u) << c.error().path;
 }
 
+TEST(CaseCodec, AMapUnderTestThatDoesNotDecodeIsKeptAsGiven) {
+  const std::string maps[] = {
+      R"({"logical_shape": [4.0], "ranks": {}})",
+      R"({"logical_shape": ["4"], "ranks": {}})",
+      R"({"logical_shape": [4], "ranks": {"1": {"pieces": []}, "01": {"pieces": []}}})",
+      R"("not a map")"};
+  for (const std::string& map : maps) {
+    const std::string text = R"({"shardcheck_case": 1, "name": "u", "map": )" + map + "}";
+    Case c = decoded(text);
+    ASSERT_TRUE(c.undecoded_map.has_value()) << map;
+    EXPECT_EQ(*c.undecoded_map, Json::parse(map));
+    EXPECT_EQ(c.map, Map{});
+    Status error = undecoded_map_error(c);
+    ASSERT_TRUE(error.has_value()) << map;
+    EXPECT_EQ(error->kind, ErrorKind::format);
+    EXPECT_EQ(error->path.rfind("$.map", 0), 0u) << error->path;
+    // Re-encoded exactly as given, and decoded back to the same case.
+    Json json = encode_case(c);
+    EXPECT_EQ(json["map"].dump(), Json::parse(map).dump());
+    auto back = decode_case(json);
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(back.value(), c);
+  }
+  Case good = decoded(case_with(""));
+  EXPECT_FALSE(good.undecoded_map.has_value());
+  EXPECT_FALSE(undecoded_map_error(good).has_value());
+  // Set by hand to a map that does decode, it is still not a map under test.
+  Case odd = good;
+  odd.undecoded_map = encode_map(good.map);
+  ASSERT_TRUE(undecoded_map_error(odd).has_value());
+  EXPECT_EQ(undecoded_map_error(odd)->kind, ErrorKind::format);
+}
+
+TEST(CaseCodec, OnlyTheMapUnderTestMayFailToDecode) {
+  // A truth map is what the case knows about the data: it must decode.
+  EXPECT_EQ(error_kind(case_with(R"(, "truth": {"logical_shape": [4.0], "ranks": {}})")),
+            ErrorKind::format);
+  EXPECT_EQ(error_kind(R"({"shardcheck_case": 1, "name": "no map"})"), ErrorKind::format);
+}
+
 Case full_case() {
   Case c = decoded(case_with(""));
   // Rank order as given must survive: put rank 1 first.

@@ -207,7 +207,7 @@ TEST(TruthOracle, PlantedBugIsCaughtSilentlyWrong) {
 
 TEST(TruthOracle, UnusableCasesAreErrors) {
   Case c = must_load("spec6-5-two-pieces-one-address.json");
-  c.truth.reset();  // the shards would come from a refused map
+  c.truth = c.map;  // what the case claims wrote the shards is itself refused
   auto refused_truth = oracles::run_case(c, ConvertOptions{});
   ASSERT_FALSE(refused_truth.ok());
   EXPECT_EQ(refused_truth.error().kind, ErrorKind::twice);
@@ -218,6 +218,96 @@ TEST(TruthOracle, UnusableCasesAreErrors) {
   auto short_full = oracles::run_case(counted, ConvertOptions{});
   ASSERT_FALSE(short_full.ok());
   EXPECT_EQ(short_full.error().kind, ErrorKind::shape);
+}
+
+// Contract section 9: a reported map with neither truth nor shards runs on the shards
+// the producer wrote with that very map (the unchecked legacy extract).
+TEST(TruthOracle, AReportedMapAloneGetsAVerdictUnderEitherPolicy) {
+  Case c = must_load("spec6-5-two-pieces-one-address.json");
+  c.truth.reset();
+  c.expect_error.reset();
+  c.accept_errors.clear();
+  auto strict = oracles::run_case(c, ConvertOptions{});
+  ASSERT_TRUE(strict.ok()) << strict.error().to_string();
+  EXPECT_EQ(strict.value().verdict, Outcome::refused);
+  ASSERT_TRUE(strict.value().error.has_value());
+  EXPECT_EQ(strict.value().error->kind, ErrorKind::twice);
+  EXPECT_TRUE(strict.value().matches_expectation) << strict.value().expectation_message;
+
+  // Extract wrote rank 0's two pieces over shard addresses 0,1 (the later one wins) and
+  // left 2,3 as poison; legacy rebuild then copies F[2],F[3] into elements 0-3.
+  ConvertOptions legacy;
+  legacy.policy = Policy::legacy;
+  auto old = oracles::run_case(c, legacy);
+  ASSERT_TRUE(old.ok()) << old.error().to_string();
+  EXPECT_EQ(old.value().verdict, Outcome::wrong) << old.value().message;
+  ASSERT_TRUE(old.value().ops[0].output.has_value());
+  const Buffer& output = *old.value().ops[0].output;
+  ASSERT_EQ(output.numel(), 4);
+  EXPECT_EQ(output.bits(0), marker_bits(c.dtype, 2));
+  EXPECT_EQ(output.bits(1), marker_bits(c.dtype, 3));
+  EXPECT_EQ(output.bits(2), marker_bits(c.dtype, 2));
+  EXPECT_EQ(output.bits(3), marker_bits(c.dtype, 3));
+}
+
+TEST(TruthOracle, ARankTheProducerCannotWriteHoldsPoison) {
+  Case c = must_load("reported-unwritable-rank.json");
+  ConvertOptions legacy;
+  legacy.policy = Policy::legacy;
+  auto outcome = oracles::run_case(c, legacy);
+  ASSERT_TRUE(outcome.ok()) << outcome.error().to_string();
+  ASSERT_TRUE(outcome.value().ops[0].difference.has_value());
+  EXPECT_EQ(outcome.value().ops[0].difference->element, 2);
+  EXPECT_EQ(outcome.value().ops[0].difference->actual_bits, poison_bits(c.dtype));
+}
+
+TEST(TruthOracle, AReportedMapNoFFitsIsRefusedWithNoData) {
+  Case c = must_load("reported-negative-logical-extent.json");
+  for (Policy policy : {Policy::strict, Policy::legacy}) {
+    ConvertOptions options;
+    options.policy = policy;
+    auto outcome = oracles::run_case(c, options);
+    ASSERT_TRUE(outcome.ok()) << outcome.error().to_string();
+    EXPECT_EQ(outcome.value().verdict, Outcome::refused) << outcome.value().message;
+    ASSERT_EQ(outcome.value().ops.size(), 2u);
+    for (const auto& op : outcome.value().ops) {
+      ASSERT_TRUE(op.error.has_value());
+      EXPECT_EQ(op.error->kind, ErrorKind::format);
+    }
+  }
+  // `full` that does not fit an invalid reported map is the map's fault too...
+  Case sized = must_load("reported-zero-scale.json");
+  sized.full = std::vector<std::uint64_t>(5, 0);
+  auto refused = oracles::run_case(sized, ConvertOptions{});
+  ASSERT_TRUE(refused.ok()) << refused.error().to_string();
+  EXPECT_EQ(refused.value().error->kind, ErrorKind::scale);
+  // ...but the case's own fault when the map is valid.
+  Case valid = must_load("valid-spec2-example.json");
+  valid.truth.reset();
+  valid.full = std::vector<std::uint64_t>(5, 0);
+  auto unusable = oracles::run_case(valid, ConvertOptions{});
+  ASSERT_FALSE(unusable.ok());
+  EXPECT_EQ(unusable.error().kind, ErrorKind::shape);
+}
+
+TEST(TruthOracle, AnUndecodableMapIsRefusedFormatForEveryOp) {
+  Case c = must_load("reported-string-extent.json");
+  ASSERT_TRUE(c.undecoded_map.has_value());
+  for (auto oracle : {oracles::OracleKind::truth, oracles::OracleKind::same_map}) {
+    for (Policy policy : {Policy::strict, Policy::legacy}) {
+      ConvertOptions options;
+      options.policy = policy;
+      auto outcome = oracles::run_case(c, options, oracle);
+      ASSERT_TRUE(outcome.ok()) << outcome.error().to_string();
+      const auto& o = outcome.value();
+      EXPECT_EQ(o.verdict, Outcome::refused);
+      EXPECT_FALSE(o.valid_layout);
+      ASSERT_TRUE(o.error.has_value());
+      EXPECT_EQ(o.error->kind, ErrorKind::format);
+      EXPECT_EQ(o.error->path, "$.map.logical_shape[0]");
+      EXPECT_EQ(o.ops.size(), oracle == oracles::OracleKind::truth ? 2u : 1u);
+    }
+  }
 }
 
 TEST(TruthOracle, OutcomeJsonCarriesTheVerdict) {

@@ -1,5 +1,6 @@
 #include "shardcheck/oracles/truth.h"
 
+#include <algorithm>
 #include <set>
 
 #include <fmt/format.h>
@@ -114,22 +115,73 @@ Result<Buffer> make_full(const Case& c, const Map& map, std::string_view which) 
   return to_buffer(c.dtype, *c.full);
 }
 
+Buffer poisoned(DType dtype, Index numel) {
+  Buffer out(dtype, numel);
+  const std::uint64_t poison = poison_bits(dtype);
+  for (Index i = 0; i < numel; ++i) out.set_bits(i, poison);
+  return out;
+}
+
+// What a producer writing F through `map` itself leaves on disk (contract section 9):
+// DeepSpeed's unchecked extract per rank, poison at shard addresses no piece writes; a
+// rank that extract cannot write at all (a view past its shard, say) holds only poison.
+// Allocation stays bounded as for any untrusted map: a poison-only shard no larger than
+// the unchecked extract itself would allocate, all shards together no more than a case
+// may use for F. A rank past those bounds, or whose shard shape has no size, gets none.
+ShardSet producer_shards(const Map& map, const Buffer& full, int scale_power) {
+  std::vector<const RankEntry*> entries;
+  for (const auto& entry : map.ranks) {
+    if (entry.shard_shape) entries.push_back(&entry);
+  }
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const RankEntry* a, const RankEntry* b) { return a->rank < b->rank; });
+  const Index per_rank = std::max(full.numel(), CheckLimits{}.max_walked_addresses);
+  Index budget = kMaxCaseElements;
+  ShardSet out;
+  for (const RankEntry* entry : entries) {
+    const auto numel = checked_numel(*entry->shard_shape);
+    if (out.count(entry->rank) > 0 || !numel || *numel < 0 || *numel > std::min(per_rank, budget)) {
+      continue;
+    }
+    budget -= *numel;
+    auto shard = legacy_extract(map, full, entry->rank, scale_power);
+    out.emplace(entry->rank, shard ? std::move(shard).value() : poisoned(full.dtype(), *numel));
+  }
+  return out;
+}
+
 Result<Inputs> prepare_truth(const Case& c, const ConvertOptions& strict) {
   Inputs in;
   const Map& truth = c.truth_map();
   if (needs_full(c, OracleKind::truth) || c.full) {
     auto full = make_full(c, truth, "truth");
-    if (!full) return full.error();
+    if (!full) {
+      // With no truth given the map under test is all that describes the data; when it
+      // is invalid, an F that does not fit it is its fault, not the case's: the case
+      // runs with no data (contract section 9), so strict refuses it with its kind.
+      Status invalid = c.truth ? std::nullopt : check_map(c.map);
+      if (!invalid) return full.error();
+      in.full = Buffer(c.dtype, 0);
+      if (c.shards) {
+        for (const auto& [rank, values] : *c.shards) in.shards.emplace(rank, to_buffer(c.dtype, values));
+      }
+      in.no_truth = *invalid;
+      return in;
+    }
     in.full = std::move(full.value());
   }
   if (!c.shards) {
     auto shards = extract_all(truth, *in.full, strict);
-    if (!shards) {
+    if (shards) {
+      in.shards = std::move(shards.value());
+    } else if (c.truth) {
       Error error = shards.error();
       error.message = "the truth map is refused: " + error.to_string();
       return error;
+    } else {
+      // Nothing is known about the data but the reported map: it wrote the shards.
+      in.shards = producer_shards(c.map, *in.full, c.scale_power);
     }
-    in.shards = std::move(shards.value());
     in.expected = in.full;
     return in;
   }
@@ -314,6 +366,22 @@ void judge(const Case& c, Policy policy, CaseOutcome& outcome) {
   outcome.matches_expectation = outcome.expectation_message.empty();
 }
 
+// Every op the oracle runs refuses with `error`: no conversion can read the map under test.
+CaseOutcome refused_outright(const Case& c, const Error& error, OracleKind oracle) {
+  CaseOutcome outcome;
+  std::vector<Op> ops;
+  if (oracle == OracleKind::same_map || c.op != Op::extract) ops.push_back(Op::rebuild);
+  if (oracle == OracleKind::truth && c.op != Op::rebuild) ops.push_back(Op::extract);
+  for (Op op : ops) {
+    OpOutcome out;
+    out.op = op;
+    set_refused(out, error);
+    outcome.ops.push_back(std::move(out));
+  }
+  outcome.valid_layout = false;
+  return outcome;
+}
+
 Result<CaseOutcome> run_truth(const Case& c, const ConvertOptions& options,
                               const ConvertOptions& strict) {
   auto inputs = prepare_truth(c, strict);
@@ -333,12 +401,7 @@ Result<CaseOutcome> run_same_map(const Case& c, const ConvertOptions& options) {
   auto full = make_full(c, c.map, "tested");
   if (!full) {
     // A shape no conversion could accept is the map's fault, not the case's.
-    if (auto error = check_structure(c.map)) {
-      set_refused(op, *error);
-      outcome.ops.push_back(std::move(op));
-      outcome.valid_layout = false;
-      return outcome;
-    }
+    if (auto error = check_structure(c.map)) return refused_outright(c, *error, OracleKind::same_map);
     return full.error();
   }
   auto shards = extract_all(c.map, full.value(), options);
@@ -409,8 +472,14 @@ Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options, Oracl
   tested.scale_power = c.scale_power;
   ConvertOptions strict;
   strict.scale_power = c.scale_power;
-  auto outcome = oracle == OracleKind::same_map ? run_same_map(c, tested)
-                                                : run_truth(c, tested, strict);
+  Result<CaseOutcome> outcome = CaseOutcome{};
+  if (auto error = undecoded_map_error(c)) {
+    outcome = refused_outright(c, *error, oracle);  // contract section 9
+  } else if (oracle == OracleKind::same_map) {
+    outcome = run_same_map(c, tested);
+  } else {
+    outcome = run_truth(c, tested, strict);
+  }
   if (!outcome) return outcome;
   CaseOutcome& result = outcome.value();
   result.policy = options.policy;

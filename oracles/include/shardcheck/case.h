@@ -32,6 +32,10 @@ struct CorruptionRecord {
 struct Case {
   std::string name;
   Map map;                      // the map under test
+  // The map under test as the case file gives it, when it does not decode: conversion
+  // refuses it with kind format, a verdict like any other (contract section 9), and the
+  // case re-encodes it as given. `map` is then empty and unused.
+  std::optional<Json> undecoded_map;
   std::optional<Map> truth;     // the map that wrote the shards; default: map
   DType dtype = DType::float32;
   std::optional<std::vector<std::uint64_t>> full;                 // F's bits
@@ -51,6 +55,10 @@ struct Case {
   const Map& truth_map() const { return truth ? *truth : map; }
   friend bool operator==(const Case&, const Case&) = default;
 };
+
+// Why the map under test does not decode (kind format, its path under "$.map"), or
+// nullopt when it does.
+Status undecoded_map_error(const Case& c);
 
 // Case file codec. Unknown fields (comment, section, ...) are ignored. Values are JSON
 // numbers or "0x..." raw-bit strings.

@@ -44,8 +44,11 @@ struct CaseOutcome {
   Policy policy = Policy::strict;  // the policy the case ran under (for outcome_to_json)
 };
 
-// Runs a case. Errors in the case itself (an invalid truth map, values of the wrong
-// count) come back as a Result error of kind format/shape: the case is unusable.
+// Runs a case. The map under test always gets a verdict (contract section 9): one that
+// does not decode is refused with kind format; with neither truth nor shards an invalid
+// one converts the shards it wrote itself through DeepSpeed's unchecked extract.
+// Errors in what the case knows about the data (a refused truth map, values of the
+// wrong count for a valid map) come back as a Result error: the case is unusable.
 Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options = {},
                              OracleKind oracle = OracleKind::truth);
 
