@@ -156,10 +156,9 @@ void register_campaign(CLI::App& app, RunState& state) {
   auto args = std::make_shared<CampaignArgs>();
   CLI::App* sub = app.add_subcommand("campaign", "Run generated (layout, corruption) cases through the oracle");
   sub->add_option("--seed", args->seed, "Seed (default: random, printed)");
-  auto* cases = sub->add_option("--cases", args->cases, "Number of cases (deterministic)")->check(CLI::PositiveNumber);
+  sub->add_option("--cases", args->cases, "Number of cases (deterministic)")->check(CLI::PositiveNumber);
   sub->add_option("--time", args->time_seconds, "Time budget in seconds (default 60 without --cases)")
       ->check(CLI::PositiveNumber);
-  (void)cases;
   sub->add_option("--policy", args->policy, "strict (default) or legacy");
   sub->add_option("--oracle", args->oracle, "truth (default) or same-map");
   sub->add_option("--jobs", args->jobs, "Worker threads (default: all cores)")->check(CLI::NonNegativeNumber);

@@ -21,7 +21,6 @@ struct RunState {
 
 void register_check(CLI::App& app, RunState& state);
 void register_repro(CLI::App& app, RunState& state);
-// Defined only when the generators are built (SHARDCHECK_WITH_GEN).
 void register_campaign(CLI::App& app, RunState& state);
 
 // The whole file, or an error sentence naming the path.

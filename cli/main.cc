@@ -40,9 +40,7 @@ int main(int argc, char** argv) {
   RunState state;
   register_check(app, state);
   register_repro(app, state);
-#ifdef SHARDCHECK_WITH_GEN
   register_campaign(app, state);
-#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -47,12 +47,12 @@ int run_repro(const ReproArgs& args) {
     fmt::print("{}\n", oracles::outcome_to_json(c.value(), o).dump());
   } else {
     fmt::print("{}\n", o.message);
-    if (o.verdict == oracles::Verdict::wrong && o.valid_layout) {
+    if (o.verdict == Outcome::wrong && o.valid_layout) {
       fmt::print("the map passes every check of spec 3: a valid but different layout\n");
     }
     if (!o.matches_expectation) fmt::print("expectation not met: {}\n", o.expectation_message);
   }
-  bool silently_wrong = o.verdict == oracles::Verdict::wrong;
+  bool silently_wrong = o.verdict == Outcome::wrong;
   return silently_wrong || !o.matches_expectation ? kExitFound : kExitOk;
 }
 

@@ -52,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fuzz::FdpChoices choices(bytes);
   const Case c = gen::generate_case(choices, options);
   const props::Evaluation evaluation = props::evaluate_case(c, eval);
-  fuzz::count_input(evaluation.category != props::Category::refused);
+  fuzz::count_input(evaluation.category != Outcome::refused);
   if (evaluation.finding) fuzz::report_finding(*evaluation.finding, kTarget, kLegacy);
   return 0;
 }

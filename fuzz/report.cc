@@ -36,8 +36,8 @@ void report_finding(const props::Finding& finding, std::string_view found_by, bo
   Case c = finding.reproducer;
   c.name = finding.signature;
   if (under_legacy && finding.signature.rfind("silently-wrong", 0) == 0) {
-    c.expect = Expectation::refused;
-    c.legacy_expect = "wrong";
+    c.expect = Outcome::refused;
+    c.legacy_expect = Outcome::wrong;
   }
   Json j = encode_case(c);
   j["signature"] = finding.signature;

@@ -147,6 +147,46 @@ TEST(CaseCodec, MapErrorPathsNameTheCaseField) {
   EXPECT_EQ(c.error().path.rfind("$.truth", 0), 0u) << c.error().path;
 }
 
+TEST(CaseCodec, AMapUnderTestThatDoesNotDecodeIsKeptAsGiven) {
+  const std::string maps[] = {
+      R"({"logical_shape": [4.0], "ranks": {}})",
+      R"({"logical_shape": ["4"], "ranks": {}})",
+      R"({"logical_shape": [4], "ranks": {"1": {"pieces": []}, "01": {"pieces": []}}})",
+      R"("not a map")"};
+  for (const std::string& map : maps) {
+    const std::string text = R"({"shardcheck_case": 1, "name": "u", "map": )" + map + "}";
+    Case c = decoded(text);
+    ASSERT_TRUE(c.undecoded_map.has_value()) << map;
+    EXPECT_EQ(*c.undecoded_map, Json::parse(map));
+    EXPECT_EQ(c.map, Map{});
+    Status error = undecoded_map_error(c);
+    ASSERT_TRUE(error.has_value()) << map;
+    EXPECT_EQ(error->kind, ErrorKind::format);
+    EXPECT_EQ(error->path.rfind("$.map", 0), 0u) << error->path;
+    // Re-encoded exactly as given, and decoded back to the same case.
+    Json json = encode_case(c);
+    EXPECT_EQ(json["map"].dump(), Json::parse(map).dump());
+    auto back = decode_case(json);
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(back.value(), c);
+  }
+  Case good = decoded(case_with(""));
+  EXPECT_FALSE(good.undecoded_map.has_value());
+  EXPECT_FALSE(undecoded_map_error(good).has_value());
+  // Set by hand to a map that does decode, it is still not a map under test.
+  Case odd = good;
+  odd.undecoded_map = encode_map(good.map);
+  ASSERT_TRUE(undecoded_map_error(odd).has_value());
+  EXPECT_EQ(undecoded_map_error(odd)->kind, ErrorKind::format);
+}
+
+TEST(CaseCodec, OnlyTheMapUnderTestMayFailToDecode) {
+  // A truth map is what the case knows about the data: it must decode.
+  EXPECT_EQ(error_kind(case_with(R"(, "truth": {"logical_shape": [4.0], "ranks": {}})")),
+            ErrorKind::format);
+  EXPECT_EQ(error_kind(R"({"shardcheck_case": 1, "name": "no map"})"), ErrorKind::format);
+}
+
 Case full_case() {
   Case c = decoded(case_with(""));
   // Rank order as given must survive: put rank 1 first.
@@ -160,10 +200,10 @@ Case full_case() {
   c.shards = std::map<Rank, std::vector<std::uint64_t>>{{0, {0x1, 0x2}}, {7, {0x3}}};
   c.scale_power = -2;
   c.op = Op::both;
-  c.expect = Expectation::refused;
+  c.expect = Outcome::refused;
   c.expect_error = ErrorKind::twice;
   c.accept_errors = {ErrorKind::uncovered, ErrorKind::holders};
-  c.legacy_expect = "wrong";
+  c.legacy_expect = Outcome::wrong;
   c.legacy_output = std::vector<std::uint64_t>{0x0, 0x7c00, 0xfc00, 0x1};
   c.constructor = "contiguous_split_map((4,),[2,2],0)";
   c.corruption = CorruptionRecord{"dest_offset", 1, 0, "dest_offset", "2", "0"};
@@ -186,7 +226,7 @@ TEST(CaseCodec, RoundTripOfAMinimalCase) {
   auto back = decode_case(encode_case(c));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back.value(), c);
-  c.expect = Expectation::wrong_valid_layout;
+  c.expect = Outcome::wrong_valid_layout;
   c.corruption = CorruptionRecord{"none", std::nullopt, std::nullopt, "", "", ""};
   c.legacy_output = std::vector<std::uint64_t>{};
   back = decode_case(encode_case(c));
@@ -207,6 +247,37 @@ TEST(CaseCodec, EncodingWritesBitsAsPaddedHex) {
   EXPECT_EQ(json["map"]["ranks"].begin().key(), "1");
   std::string text = encode_case_text(c);
   EXPECT_NE(text.find("\n  \"name\": \"everything\""), std::string::npos) << text;
+}
+
+TEST(Outcome, OneNameTableForEveryField) {
+  const std::pair<Outcome, std::string_view> names[] = {
+      {Outcome::refused, "refused"},
+      {Outcome::exact, "exact"},
+      {Outcome::wrong, "wrong"},
+      {Outcome::wrong_valid_layout, "wrong_valid_layout"}};
+  for (const auto& [outcome, name] : names) {
+    EXPECT_EQ(outcome_name(outcome), name);
+    EXPECT_EQ(parse_outcome(name), outcome) << name;
+  }
+  EXPECT_FALSE(parse_outcome("silently wrong").has_value());
+  EXPECT_FALSE(parse_outcome("valid_but_different").has_value());
+  EXPECT_FALSE(parse_outcome("").has_value());
+}
+
+TEST(CaseCodec, ExpectAndLegacyExpectShareTheOutcomeVocabulary) {
+  for (std::string_view name : {"refused", "exact", "wrong", "wrong_valid_layout"}) {
+    const std::string quoted = "\"" + std::string(name) + "\"";
+    Case c = decoded(case_with(", \"expect\": " + quoted + ", \"legacy\": {\"expect\": " + quoted + "}"));
+    ASSERT_TRUE(c.expect.has_value()) << name;
+    ASSERT_TRUE(c.legacy_expect.has_value()) << name;
+    EXPECT_EQ(outcome_name(*c.expect), name);
+    EXPECT_EQ(outcome_name(*c.legacy_expect), name);
+    Json json = encode_case(c);
+    EXPECT_EQ(json["expect"], std::string(name));
+    EXPECT_EQ(json["legacy"]["expect"], std::string(name));
+  }
+  EXPECT_EQ(error_kind(case_with(R"(, "expect": "valid_but_different")")), ErrorKind::format);
+  EXPECT_EQ(error_kind(case_with(R"(, "legacy": {"expect": "silently wrong"})")), ErrorKind::format);
 }
 
 TEST(CaseCodec, OpNames) {

@@ -237,9 +237,9 @@ TEST_F(CliTest, ReproLegacyExpectationMismatchExitsOne) {
 }
 
 TEST_F(CliTest, ReproUnreadableOrUnusableCaseExitsTwo) {
-  // No truth map and no shards: the shards would be written by a refused map.
-  std::string refused_truth =
-      R"({"shardcheck_case": 1, "name": "x", "map": )" + kCollidingMap + "}";
+  // The map the case says wrote the shards is itself refused: nothing can be judged.
+  std::string refused_truth = R"({"shardcheck_case": 1, "name": "x", "map": )" + kValidMap +
+                              R"(, "truth": )" + kCollidingMap + "}";
   Ran unusable = shardcheck("repro " + write("refused_truth.json", refused_truth));
   EXPECT_EQ(unusable.exit_code, 2);
   EXPECT_EQ(unusable.out, "");
@@ -248,12 +248,72 @@ TEST_F(CliTest, ReproUnreadableOrUnusableCaseExitsTwo) {
   EXPECT_EQ(shardcheck("repro " + quoted((dir_ / "none.json").string())).exit_code, 2);
   EXPECT_EQ(shardcheck("repro " + write("syntax.json", "{")).exit_code, 2);
   EXPECT_EQ(shardcheck("repro " + write("notcase.json", kValidMap)).exit_code, 2);
+  const std::string head = R"({"shardcheck_case": 1, "name": "x")";
+  EXPECT_EQ(shardcheck("repro " + write("nomap.json", head + "}")).exit_code, 2);
+  EXPECT_EQ(shardcheck("repro " + write("dtype.json", head + R"(, "map": )" + kValidMap +
+                                                          R"(, "dtype": "float8"})"))
+                .exit_code,
+            2);
+  EXPECT_EQ(shardcheck("repro " + write("fit.json", head + R"(, "map": )" + kCollidingMap +
+                                                        R"(, "dtype": "int8", "full": [1, 2, 3, 300]})"))
+                .exit_code,
+            2);
   // Six values for a 24-element F: the case itself is broken.
   std::string text = R"({"shardcheck_case": 1, "name": "x", "map": )" + kValidMap +
                      R"(, "full": [1, 2, 3, 4, 5, 6]})";
   Ran run = shardcheck("repro " + write("count.json", text), true);
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.out.find("shape: "), std::string::npos) << run.out;
+}
+
+// Contract section 9: every reported map gets a verdict, with the exit status of any
+// other verdict (0 refused as expected, 1 silently wrong or not as expected).
+TEST_F(CliTest, ReproReportedMapsAlwaysGetAVerdict) {
+  const std::pair<const char*, const char*> strict_kinds[] = {
+      {"reported-float-extent.json", "format"},
+      {"reported-string-extent.json", "format"},
+      {"reported-two-keys-one-rank.json", "format"},
+      {"reported-replica-holder-lists-no-pieces.json", "holders"},
+      {"reported-zero-scale.json", "scale"},
+      {"reported-dest-view-overlaps-itself.json", "itself"},
+      {"reported-unwritable-rank.json", "itself"},
+      {"reported-negative-logical-extent.json", "format"}};
+  for (const auto& [name, kind] : strict_kinds) {
+    Ran run = shardcheck("repro " + corpus(name) + " --json");
+    EXPECT_EQ(run.exit_code, 0) << name << ": " << run.out;
+    auto json = nlohmann::json::parse(run.out, nullptr, false);
+    ASSERT_FALSE(json.is_discarded()) << name << ": " << run.out;
+    EXPECT_EQ(json["verdict"], "refused") << name;
+    EXPECT_EQ(json["kind"], kind) << name;
+    EXPECT_EQ(json["matches_expectation"], true) << name;
+    Ran legacy = shardcheck("repro " + corpus(name) + " --json --policy legacy");
+    auto old = nlohmann::json::parse(legacy.out, nullptr, false);
+    ASSERT_FALSE(old.is_discarded()) << name << ": " << legacy.out;
+    EXPECT_EQ(old["matches_expectation"], true) << name << ": " << legacy.out;
+    EXPECT_EQ(legacy.exit_code, old["verdict"] == "wrong" ? 1 : 0) << name;
+  }
+}
+
+TEST_F(CliTest, ReproReportedMapWithoutTruthOrShardsRuns) {
+  // Spec 6.5's map alone: strict refuses it, legacy converts the shards that very map
+  // wrote and is caught silently wrong.
+  std::string text = R"({"shardcheck_case": 1, "name": "alone", "map": )" + kCollidingMap +
+                     R"(, "expect": "refused", "expect_error": "twice"})";
+  const std::string path = write("alone.json", text);
+  Ran strict = shardcheck("repro " + path);
+  EXPECT_EQ(strict.exit_code, 0);
+  EXPECT_EQ(strict.out.rfind("refused twice: ", 0), 0u) << strict.out;
+  Ran legacy = shardcheck("repro " + path + " --policy legacy");
+  EXPECT_EQ(legacy.exit_code, 1);
+  EXPECT_EQ(legacy.out.rfind("WRONG: rebuild element 0 ", 0), 0u) << legacy.out;
+  // A map that does not decode is a refusal too, and its expectation is judged.
+  std::string undecodable = R"({"shardcheck_case": 1, "name": "u", "map": {"logical_shape": [4.5],
+      "ranks": {}}, "expect": "exact"})";
+  Ran mismatch = shardcheck("repro " + write("undecodable.json", undecodable));
+  EXPECT_EQ(mismatch.exit_code, 1);
+  EXPECT_EQ(mismatch.out.rfind("refused format: $.map.logical_shape[0]: ", 0), 0u) << mismatch.out;
+  EXPECT_NE(mismatch.out.find("expectation not met: expected exact, got refused"), std::string::npos)
+      << mismatch.out;
 }
 
 TEST_F(CliTest, ReproSameMapOracleMissesCancellingErrors) {

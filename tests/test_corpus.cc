@@ -18,7 +18,6 @@ namespace shardcheck {
 namespace {
 
 namespace fs = std::filesystem;
-using oracles::Verdict;
 
 const fs::path kCorpus = fs::path(SHARDCHECK_SOURCE_DIR) / "corpus" / "regressions";
 
@@ -66,8 +65,8 @@ TEST(Corpus, LegacyIsCaughtSilentlyWrong) {
     auto l = oracles::run_case(c.value(), legacy);
     auto s = oracles::run_case(c.value(), ConvertOptions{});
     ASSERT_TRUE(l.ok() && s.ok()) << name;
-    legacy_wrong += l.value().verdict == Verdict::wrong;
-    strict_wrong += s.value().verdict == Verdict::wrong;
+    legacy_wrong += l.value().verdict == Outcome::wrong;
+    strict_wrong += s.value().verdict == Outcome::wrong;
   }
   EXPECT_GE(legacy_wrong, 7);
   EXPECT_EQ(strict_wrong, 0);
@@ -86,7 +85,7 @@ TEST(TruthOracle, ExtractThroughSwappedDestinationsIsWrongOnAValidLayout) {
   auto outcome = oracles::run_case(c, ConvertOptions{});
   ASSERT_TRUE(outcome.ok());
   const auto& o = outcome.value();
-  EXPECT_EQ(o.verdict, Verdict::wrong);
+  EXPECT_EQ(o.verdict, Outcome::wrong);
   EXPECT_TRUE(o.valid_layout);
   ASSERT_EQ(o.ops.size(), 1u);
   EXPECT_EQ(o.ops[0].op, Op::extract);
@@ -101,11 +100,11 @@ TEST(TruthOracle, SameMapRoundTripMissesWhatTheTruthOracleSees) {
   Case c = must_load("valid-layout-swapped-destinations.json");
   auto same = oracles::run_case(c, ConvertOptions{}, oracles::OracleKind::same_map);
   ASSERT_TRUE(same.ok());
-  EXPECT_EQ(same.value().verdict, Verdict::exact);
+  EXPECT_EQ(same.value().verdict, Outcome::exact);
   EXPECT_FALSE(same.value().matches_expectation);
   auto truth = oracles::run_case(c, ConvertOptions{}, oracles::OracleKind::truth);
   ASSERT_TRUE(truth.ok());
-  EXPECT_EQ(truth.value().verdict, Verdict::wrong);
+  EXPECT_EQ(truth.value().verdict, Outcome::wrong);
 }
 
 TEST(TruthOracle, BothOpsReportTheWorstVerdict) {
@@ -116,16 +115,52 @@ TEST(TruthOracle, BothOpsReportTheWorstVerdict) {
   ASSERT_EQ(outcome.value().ops.size(), 2u);
   EXPECT_EQ(outcome.value().ops[0].op, Op::rebuild);
   EXPECT_EQ(outcome.value().ops[1].op, Op::extract);
-  EXPECT_EQ(outcome.value().verdict, Verdict::wrong);
+  EXPECT_EQ(outcome.value().verdict, Outcome::wrong);
 
   Case refused = must_load("spec6-5-two-pieces-one-address.json");
   refused.op = Op::both;
   auto r = oracles::run_case(refused, ConvertOptions{});
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r.value().verdict, Verdict::refused);
+  EXPECT_EQ(r.value().verdict, Outcome::refused);
   ASSERT_TRUE(r.value().error.has_value());
   EXPECT_EQ(r.value().error->kind, ErrorKind::twice);
   EXPECT_EQ(r.value().message.rfind("refused twice: ", 0), 0u);
+}
+
+TEST(TruthOracle, ExpectationsUseOneOutcomeVocabulary) {
+  // Swapped destinations: wrong on a map that passes every check, under either policy.
+  Case c = must_load("valid-layout-swapped-destinations.json");
+  ConvertOptions legacy;
+  legacy.policy = Policy::legacy;
+  auto met = [&](const ConvertOptions& options) {
+    auto outcome = oracles::run_case(c, options);
+    EXPECT_TRUE(outcome.ok());
+    return outcome.ok() && outcome.value().matches_expectation;
+  };
+  for (Outcome o : {Outcome::wrong, Outcome::wrong_valid_layout}) {
+    c.expect = o;
+    c.legacy_expect = o;
+    EXPECT_TRUE(met(ConvertOptions{})) << outcome_name(o);
+    EXPECT_TRUE(met(legacy)) << outcome_name(o);
+  }
+  for (Outcome o : {Outcome::refused, Outcome::exact}) {
+    c.expect = o;
+    c.legacy_expect = o;
+    EXPECT_FALSE(met(ConvertOptions{})) << outcome_name(o);
+    EXPECT_FALSE(met(legacy)) << outcome_name(o);
+  }
+  // Wrong on an invalid map is wrong, not wrong_valid_layout.
+  Case invalid = must_load("spec6-7-dest-wraps-row.json");
+  invalid.legacy_output.reset();
+  invalid.legacy_expect = Outcome::wrong;
+  auto outcome = oracles::run_case(invalid, legacy);
+  ASSERT_TRUE(outcome.ok());
+  EXPECT_TRUE(outcome.value().matches_expectation) << outcome.value().expectation_message;
+  invalid.legacy_expect = Outcome::wrong_valid_layout;
+  outcome = oracles::run_case(invalid, legacy);
+  ASSERT_TRUE(outcome.ok());
+  EXPECT_FALSE(outcome.value().matches_expectation);
+  EXPECT_EQ(outcome.value().expectation_message, "legacy expected wrong_valid_layout, got wrong");
 }
 
 TEST(TruthOracle, ExtractForARankTheTruthLacksIsWrong) {
@@ -137,7 +172,7 @@ TEST(TruthOracle, ExtractForARankTheTruthLacksIsWrong) {
   c.op = Op::extract;
   auto outcome = oracles::run_case(c, ConvertOptions{});
   ASSERT_TRUE(outcome.ok()) << outcome.error().to_string();
-  EXPECT_EQ(outcome.value().verdict, Verdict::wrong) << outcome.value().message;
+  EXPECT_EQ(outcome.value().verdict, Outcome::wrong) << outcome.value().message;
   EXPECT_TRUE(outcome.value().valid_layout);
   EXPECT_EQ(outcome.value().ops[0].rank, Rank{5});
   EXPECT_NE(outcome.value().message.find("rank 5, which the truth map does not have"),
@@ -166,13 +201,13 @@ TEST(TruthOracle, PlantedBugIsCaughtSilentlyWrong) {
   ASSERT_TRUE(outcome.ok());
   // With the tiling check off, strict either still refuses through its read
   // tracking, or is caught returning a wrong tensor; it must never look exact.
-  EXPECT_NE(outcome.value().verdict, Verdict::exact) << outcome.value().message;
+  EXPECT_NE(outcome.value().verdict, Outcome::exact) << outcome.value().message;
   EXPECT_FALSE(outcome.value().valid_layout);
 }
 
 TEST(TruthOracle, UnusableCasesAreErrors) {
   Case c = must_load("spec6-5-two-pieces-one-address.json");
-  c.truth.reset();  // the shards would come from a refused map
+  c.truth = c.map;  // what the case claims wrote the shards is itself refused
   auto refused_truth = oracles::run_case(c, ConvertOptions{});
   ASSERT_FALSE(refused_truth.ok());
   EXPECT_EQ(refused_truth.error().kind, ErrorKind::twice);
@@ -183,6 +218,96 @@ TEST(TruthOracle, UnusableCasesAreErrors) {
   auto short_full = oracles::run_case(counted, ConvertOptions{});
   ASSERT_FALSE(short_full.ok());
   EXPECT_EQ(short_full.error().kind, ErrorKind::shape);
+}
+
+// Contract section 9: a reported map with neither truth nor shards runs on the shards
+// the producer wrote with that very map (the unchecked legacy extract).
+TEST(TruthOracle, AReportedMapAloneGetsAVerdictUnderEitherPolicy) {
+  Case c = must_load("spec6-5-two-pieces-one-address.json");
+  c.truth.reset();
+  c.expect_error.reset();
+  c.accept_errors.clear();
+  auto strict = oracles::run_case(c, ConvertOptions{});
+  ASSERT_TRUE(strict.ok()) << strict.error().to_string();
+  EXPECT_EQ(strict.value().verdict, Outcome::refused);
+  ASSERT_TRUE(strict.value().error.has_value());
+  EXPECT_EQ(strict.value().error->kind, ErrorKind::twice);
+  EXPECT_TRUE(strict.value().matches_expectation) << strict.value().expectation_message;
+
+  // Extract wrote rank 0's two pieces over shard addresses 0,1 (the later one wins) and
+  // left 2,3 as poison; legacy rebuild then copies F[2],F[3] into elements 0-3.
+  ConvertOptions legacy;
+  legacy.policy = Policy::legacy;
+  auto old = oracles::run_case(c, legacy);
+  ASSERT_TRUE(old.ok()) << old.error().to_string();
+  EXPECT_EQ(old.value().verdict, Outcome::wrong) << old.value().message;
+  ASSERT_TRUE(old.value().ops[0].output.has_value());
+  const Buffer& output = *old.value().ops[0].output;
+  ASSERT_EQ(output.numel(), 4);
+  EXPECT_EQ(output.bits(0), marker_bits(c.dtype, 2));
+  EXPECT_EQ(output.bits(1), marker_bits(c.dtype, 3));
+  EXPECT_EQ(output.bits(2), marker_bits(c.dtype, 2));
+  EXPECT_EQ(output.bits(3), marker_bits(c.dtype, 3));
+}
+
+TEST(TruthOracle, ARankTheProducerCannotWriteHoldsPoison) {
+  Case c = must_load("reported-unwritable-rank.json");
+  ConvertOptions legacy;
+  legacy.policy = Policy::legacy;
+  auto outcome = oracles::run_case(c, legacy);
+  ASSERT_TRUE(outcome.ok()) << outcome.error().to_string();
+  ASSERT_TRUE(outcome.value().ops[0].difference.has_value());
+  EXPECT_EQ(outcome.value().ops[0].difference->element, 2);
+  EXPECT_EQ(outcome.value().ops[0].difference->actual_bits, poison_bits(c.dtype));
+}
+
+TEST(TruthOracle, AReportedMapNoFFitsIsRefusedWithNoData) {
+  Case c = must_load("reported-negative-logical-extent.json");
+  for (Policy policy : {Policy::strict, Policy::legacy}) {
+    ConvertOptions options;
+    options.policy = policy;
+    auto outcome = oracles::run_case(c, options);
+    ASSERT_TRUE(outcome.ok()) << outcome.error().to_string();
+    EXPECT_EQ(outcome.value().verdict, Outcome::refused) << outcome.value().message;
+    ASSERT_EQ(outcome.value().ops.size(), 2u);
+    for (const auto& op : outcome.value().ops) {
+      ASSERT_TRUE(op.error.has_value());
+      EXPECT_EQ(op.error->kind, ErrorKind::format);
+    }
+  }
+  // `full` that does not fit an invalid reported map is the map's fault too...
+  Case sized = must_load("reported-zero-scale.json");
+  sized.full = std::vector<std::uint64_t>(5, 0);
+  auto refused = oracles::run_case(sized, ConvertOptions{});
+  ASSERT_TRUE(refused.ok()) << refused.error().to_string();
+  EXPECT_EQ(refused.value().error->kind, ErrorKind::scale);
+  // ...but the case's own fault when the map is valid.
+  Case valid = must_load("valid-spec2-example.json");
+  valid.truth.reset();
+  valid.full = std::vector<std::uint64_t>(5, 0);
+  auto unusable = oracles::run_case(valid, ConvertOptions{});
+  ASSERT_FALSE(unusable.ok());
+  EXPECT_EQ(unusable.error().kind, ErrorKind::shape);
+}
+
+TEST(TruthOracle, AnUndecodableMapIsRefusedFormatForEveryOp) {
+  Case c = must_load("reported-string-extent.json");
+  ASSERT_TRUE(c.undecoded_map.has_value());
+  for (auto oracle : {oracles::OracleKind::truth, oracles::OracleKind::same_map}) {
+    for (Policy policy : {Policy::strict, Policy::legacy}) {
+      ConvertOptions options;
+      options.policy = policy;
+      auto outcome = oracles::run_case(c, options, oracle);
+      ASSERT_TRUE(outcome.ok()) << outcome.error().to_string();
+      const auto& o = outcome.value();
+      EXPECT_EQ(o.verdict, Outcome::refused);
+      EXPECT_FALSE(o.valid_layout);
+      ASSERT_TRUE(o.error.has_value());
+      EXPECT_EQ(o.error->kind, ErrorKind::format);
+      EXPECT_EQ(o.error->path, "$.map.logical_shape[0]");
+      EXPECT_EQ(o.ops.size(), oracle == oracles::OracleKind::truth ? 2u : 1u);
+    }
+  }
 }
 
 TEST(TruthOracle, OutcomeJsonCarriesTheVerdict) {
@@ -216,8 +341,8 @@ TEST_P(CorpusCase, StrictMeetsExpectation) {
   ASSERT_TRUE(outcome.ok()) << outcome.error().to_string();
   const auto& o = outcome.value();
   EXPECT_TRUE(o.matches_expectation) << o.expectation_message << "\n" << o.message;
-  if (c.value().expect != Expectation::wrong_valid_layout) {
-    EXPECT_NE(o.verdict, Verdict::wrong) << "strict is silently wrong: " << o.message;
+  if (c.value().expect != Outcome::wrong_valid_layout) {
+    EXPECT_NE(o.verdict, Outcome::wrong) << "strict is silently wrong: " << o.message;
   }
 }
 

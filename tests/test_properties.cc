@@ -17,7 +17,6 @@
 namespace shardcheck {
 namespace {
 
-using props::Category;
 using props::EvalOptions;
 using props::Finding;
 
@@ -68,7 +67,7 @@ RC_GTEST_PROP(Property2, CorruptedMapsAreRefusedOrExactUnderTheTruthOracle, ()) 
   EvalOptions options;
   options.compare_reference = false;  // property 3 on its own below
   const auto evaluation = props::evaluate_case(c, options);
-  RC_CLASSIFY(true, std::string(props::category_name(evaluation.category)));
+  RC_CLASSIFY(true, std::string(outcome_name(evaluation.category)));
   if (evaluation.finding) RC_FAIL(report(*evaluation.finding));
 }
 

@@ -1,19 +1,11 @@
 #include "shardcheck/oracles/truth.h"
 
+#include <algorithm>
 #include <set>
 
 #include <fmt/format.h>
 
 namespace shardcheck::oracles {
-
-std::string_view verdict_name(Verdict verdict) {
-  switch (verdict) {
-    case Verdict::refused: return "refused";
-    case Verdict::exact: return "exact";
-    case Verdict::wrong: return "wrong";
-  }
-  return "wrong";
-}
 
 namespace {
 
@@ -72,7 +64,7 @@ std::optional<Difference> compare(const Buffer& expected, const Buffer& actual) 
 std::string refused_message(const Error& error) { return "refused " + error.to_string(); }
 
 void set_refused(OpOutcome& out, Error error) {
-  out.verdict = Verdict::refused;
+  out.verdict = Outcome::refused;
   out.message = refused_message(error);
   out.error = std::move(error);
 }
@@ -81,11 +73,11 @@ void set_compared(OpOutcome& out, const std::string& what, const Buffer& expecte
                   const Buffer& actual) {
   auto diff = compare(expected, actual);
   if (!diff) {
-    out.verdict = Verdict::exact;
+    out.verdict = Outcome::exact;
     out.message = "exact";
     return;
   }
-  out.verdict = Verdict::wrong;
+  out.verdict = Outcome::wrong;
   out.difference = *diff;
   DType dtype = expected.dtype();
   if (expected.numel() != actual.numel()) {
@@ -123,22 +115,73 @@ Result<Buffer> make_full(const Case& c, const Map& map, std::string_view which) 
   return to_buffer(c.dtype, *c.full);
 }
 
+Buffer poisoned(DType dtype, Index numel) {
+  Buffer out(dtype, numel);
+  const std::uint64_t poison = poison_bits(dtype);
+  for (Index i = 0; i < numel; ++i) out.set_bits(i, poison);
+  return out;
+}
+
+// What a producer writing F through `map` itself leaves on disk (contract section 9):
+// DeepSpeed's unchecked extract per rank, poison at shard addresses no piece writes; a
+// rank that extract cannot write at all (a view past its shard, say) holds only poison.
+// Allocation stays bounded as for any untrusted map: a poison-only shard no larger than
+// the unchecked extract itself would allocate, all shards together no more than a case
+// may use for F. A rank past those bounds, or whose shard shape has no size, gets none.
+ShardSet producer_shards(const Map& map, const Buffer& full, int scale_power) {
+  std::vector<const RankEntry*> entries;
+  for (const auto& entry : map.ranks) {
+    if (entry.shard_shape) entries.push_back(&entry);
+  }
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const RankEntry* a, const RankEntry* b) { return a->rank < b->rank; });
+  const Index per_rank = std::max(full.numel(), CheckLimits{}.max_walked_addresses);
+  Index budget = kMaxCaseElements;
+  ShardSet out;
+  for (const RankEntry* entry : entries) {
+    const auto numel = checked_numel(*entry->shard_shape);
+    if (out.count(entry->rank) > 0 || !numel || *numel < 0 || *numel > std::min(per_rank, budget)) {
+      continue;
+    }
+    budget -= *numel;
+    auto shard = legacy_extract(map, full, entry->rank, scale_power);
+    out.emplace(entry->rank, shard ? std::move(shard).value() : poisoned(full.dtype(), *numel));
+  }
+  return out;
+}
+
 Result<Inputs> prepare_truth(const Case& c, const ConvertOptions& strict) {
   Inputs in;
   const Map& truth = c.truth_map();
   if (needs_full(c, OracleKind::truth) || c.full) {
     auto full = make_full(c, truth, "truth");
-    if (!full) return full.error();
+    if (!full) {
+      // With no truth given the map under test is all that describes the data; when it
+      // is invalid, an F that does not fit it is its fault, not the case's: the case
+      // runs with no data (contract section 9), so strict refuses it with its kind.
+      Status invalid = c.truth ? std::nullopt : check_map(c.map);
+      if (!invalid) return full.error();
+      in.full = Buffer(c.dtype, 0);
+      if (c.shards) {
+        for (const auto& [rank, values] : *c.shards) in.shards.emplace(rank, to_buffer(c.dtype, values));
+      }
+      in.no_truth = *invalid;
+      return in;
+    }
     in.full = std::move(full.value());
   }
   if (!c.shards) {
     auto shards = extract_all(truth, *in.full, strict);
-    if (!shards) {
+    if (shards) {
+      in.shards = std::move(shards.value());
+    } else if (c.truth) {
       Error error = shards.error();
       error.message = "the truth map is refused: " + error.to_string();
       return error;
+    } else {
+      // Nothing is known about the data but the reported map: it wrote the shards.
+      in.shards = producer_shards(c.map, *in.full, c.scale_power);
     }
-    in.shards = std::move(shards.value());
     in.expected = in.full;
     return in;
   }
@@ -163,7 +206,7 @@ OpOutcome run_rebuild(const Case& c, const Inputs& in, const ConvertOptions& opt
   }
   out.output = std::move(result.value());
   if (!in.expected) {
-    out.verdict = Verdict::wrong;
+    out.verdict = Outcome::wrong;
     out.message = "WRONG: rebuild returned a tensor where no correct tensor exists: " +
                   (in.no_truth ? in.no_truth->to_string() : std::string("no ground truth"));
     return out;
@@ -189,7 +232,7 @@ OpOutcome extract_one(const Case& c, const Buffer& full, Rank rank, const Conver
   }
   const Map& truth = c.truth_map();
   if (!has_shard(truth, rank)) {
-    out.verdict = Verdict::wrong;
+    out.verdict = Outcome::wrong;
     out.message = fmt::format("WRONG: extract returned a shard for rank {}, which the truth map "
                               "does not have",
                               rank);
@@ -197,7 +240,7 @@ OpOutcome extract_one(const Case& c, const Buffer& full, Rank rank, const Conver
   }
   auto want = extract(truth, full, rank, strict);
   if (!want) {
-    out.verdict = Verdict::wrong;
+    out.verdict = Outcome::wrong;
     out.message = fmt::format("WRONG: extract rank {} returned a shard where no correct shard "
                               "exists: {}",
                               rank, want.error().to_string());
@@ -218,8 +261,8 @@ OpOutcome run_extract(const Case& c, const Buffer& full, const ConvertOptions& o
   std::optional<OpOutcome> refused;
   for (Rank rank : ranks) {
     OpOutcome out = extract_one(c, full, rank, options, strict);
-    if (out.verdict == Verdict::wrong) return out;
-    if (out.verdict == Verdict::refused && !refused) refused = std::move(out);
+    if (out.verdict == Outcome::wrong) return out;
+    if (out.verdict == Outcome::refused && !refused) refused = std::move(out);
   }
   if (refused) return *refused;
   OpOutcome out;
@@ -242,20 +285,20 @@ bool valid_layout(const Case& c, const ShardSet* shards) {
 void summarize(CaseOutcome& outcome) {
   const OpOutcome* refused = nullptr;
   for (const auto& op : outcome.ops) {
-    if (op.verdict == Verdict::wrong) {
-      outcome.verdict = Verdict::wrong;
+    if (op.verdict == Outcome::wrong) {
+      outcome.verdict = Outcome::wrong;
       outcome.message = op.message;
       return;
     }
-    if (op.verdict == Verdict::refused && refused == nullptr) refused = &op;
+    if (op.verdict == Outcome::refused && refused == nullptr) refused = &op;
   }
   if (refused != nullptr) {
-    outcome.verdict = Verdict::refused;
+    outcome.verdict = Outcome::refused;
     outcome.error = refused->error;
     outcome.message = refused->message;
     return;
   }
-  outcome.verdict = Verdict::exact;
+  outcome.verdict = Outcome::exact;
   outcome.message = "exact";
 }
 
@@ -266,39 +309,43 @@ std::string kinds_text(const Case& c) {
   return fmt::format("{}", fmt::join(names, " or "));
 }
 
+// Whether the outcome is what `expected` names: a wrong verdict is wrong_valid_layout
+// only on a map that passes every check of contract section 3.
+bool is_outcome(const CaseOutcome& outcome, Outcome expected) {
+  if (expected == Outcome::wrong_valid_layout) {
+    return outcome.verdict == Outcome::wrong && outcome.valid_layout;
+  }
+  return outcome.verdict == expected;
+}
+
+std::string got_text(const CaseOutcome& outcome) {
+  if (outcome.verdict == Outcome::wrong && outcome.valid_layout) {
+    return "wrong (on a valid layout)";
+  }
+  return std::string(outcome_name(outcome.verdict));
+}
+
 std::string judge_strict(const Case& c, const CaseOutcome& outcome) {
   bool kinds_given = c.expect_error || !c.accept_errors.empty();
   if (!c.expect && !kinds_given) return {};
-  Expectation expect = c.expect.value_or(Expectation::refused);
-  switch (expect) {
-    case Expectation::refused: {
-      if (outcome.verdict != Verdict::refused) {
-        return fmt::format("expected refused{}, got {}",
-                           kinds_given ? " " + kinds_text(c) : std::string(),
-                           verdict_name(outcome.verdict));
-      }
-      if (!kinds_given) return {};
-      ErrorKind kind = outcome.error->kind;
-      bool accepted = c.expect_error == kind;
-      for (auto k : c.accept_errors) accepted = accepted || k == kind;
-      if (accepted) return {};
-      return fmt::format("expected refused {}, got refused {}", kinds_text(c), kind_name(kind));
-    }
-    case Expectation::exact:
-      if (outcome.verdict == Verdict::exact) return {};
-      return fmt::format("expected exact, got {}", verdict_name(outcome.verdict));
-    case Expectation::wrong_valid_layout:
-      if (outcome.verdict == Verdict::wrong && outcome.valid_layout) return {};
-      return fmt::format("expected wrong on a valid layout, got {} (valid_layout {})",
-                         verdict_name(outcome.verdict), outcome.valid_layout);
+  Outcome expect = c.expect.value_or(Outcome::refused);
+  if (!is_outcome(outcome, expect)) {
+    return fmt::format("expected {}{}, got {}", outcome_name(expect),
+                       expect == Outcome::refused && kinds_given ? " " + kinds_text(c) : std::string(),
+                       got_text(outcome));
   }
-  return {};
+  if (expect != Outcome::refused || !kinds_given) return {};
+  ErrorKind kind = outcome.error->kind;
+  bool accepted = c.expect_error == kind;
+  for (auto k : c.accept_errors) accepted = accepted || k == kind;
+  if (accepted) return {};
+  return fmt::format("expected refused {}, got refused {}", kinds_text(c), kind_name(kind));
 }
 
 std::string judge_legacy(const Case& c, const CaseOutcome& outcome) {
-  if (c.legacy_expect && *c.legacy_expect != verdict_name(outcome.verdict)) {
-    return fmt::format("legacy expected {}, got {}", *c.legacy_expect,
-                       verdict_name(outcome.verdict));
+  if (c.legacy_expect && !is_outcome(outcome, *c.legacy_expect)) {
+    return fmt::format("legacy expected {}, got {}", outcome_name(*c.legacy_expect),
+                       got_text(outcome));
   }
   if (!c.legacy_output) return {};
   const Buffer* output = nullptr;
@@ -317,6 +364,22 @@ void judge(const Case& c, Policy policy, CaseOutcome& outcome) {
   outcome.expectation_message =
       policy == Policy::legacy ? judge_legacy(c, outcome) : judge_strict(c, outcome);
   outcome.matches_expectation = outcome.expectation_message.empty();
+}
+
+// Every op the oracle runs refuses with `error`: no conversion can read the map under test.
+CaseOutcome refused_outright(const Case& c, const Error& error, OracleKind oracle) {
+  CaseOutcome outcome;
+  std::vector<Op> ops;
+  if (oracle == OracleKind::same_map || c.op != Op::extract) ops.push_back(Op::rebuild);
+  if (oracle == OracleKind::truth && c.op != Op::rebuild) ops.push_back(Op::extract);
+  for (Op op : ops) {
+    OpOutcome out;
+    out.op = op;
+    set_refused(out, error);
+    outcome.ops.push_back(std::move(out));
+  }
+  outcome.valid_layout = false;
+  return outcome;
 }
 
 Result<CaseOutcome> run_truth(const Case& c, const ConvertOptions& options,
@@ -338,12 +401,7 @@ Result<CaseOutcome> run_same_map(const Case& c, const ConvertOptions& options) {
   auto full = make_full(c, c.map, "tested");
   if (!full) {
     // A shape no conversion could accept is the map's fault, not the case's.
-    if (auto error = check_structure(c.map)) {
-      set_refused(op, *error);
-      outcome.ops.push_back(std::move(op));
-      outcome.valid_layout = false;
-      return outcome;
-    }
+    if (auto error = check_structure(c.map)) return refused_outright(c, *error, OracleKind::same_map);
     return full.error();
   }
   auto shards = extract_all(c.map, full.value(), options);
@@ -385,7 +443,7 @@ constexpr Index kMaxOutputInJson = 64;
 Json op_to_json(DType dtype, const OpOutcome& op) {
   Json out = Json::object();
   out["op"] = std::string(op_name(op.op));
-  out["verdict"] = std::string(verdict_name(op.verdict));
+  out["verdict"] = std::string(outcome_name(op.verdict));
   if (op.error) out["kind"] = std::string(kind_name(op.error->kind));
   if (op.rank) out["rank"] = *op.rank;
   out["message"] = op.message;
@@ -414,8 +472,14 @@ Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options, Oracl
   tested.scale_power = c.scale_power;
   ConvertOptions strict;
   strict.scale_power = c.scale_power;
-  auto outcome = oracle == OracleKind::same_map ? run_same_map(c, tested)
-                                                : run_truth(c, tested, strict);
+  Result<CaseOutcome> outcome = CaseOutcome{};
+  if (auto error = undecoded_map_error(c)) {
+    outcome = refused_outright(c, *error, oracle);  // contract section 9
+  } else if (oracle == OracleKind::same_map) {
+    outcome = run_same_map(c, tested);
+  } else {
+    outcome = run_truth(c, tested, strict);
+  }
   if (!outcome) return outcome;
   CaseOutcome& result = outcome.value();
   result.policy = options.policy;
@@ -428,7 +492,7 @@ Json outcome_to_json(const Case& c, const CaseOutcome& outcome) {
   Json out = Json::object();
   out["name"] = c.name;
   out["policy"] = std::string(policy_name(outcome.policy));
-  out["verdict"] = std::string(verdict_name(outcome.verdict));
+  out["verdict"] = std::string(outcome_name(outcome.verdict));
   if (outcome.error) out["kind"] = std::string(kind_name(outcome.error->kind));
   out["message"] = outcome.message;
   out["valid_layout"] = outcome.valid_layout;

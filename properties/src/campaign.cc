@@ -13,13 +13,13 @@
 
 namespace shardcheck::campaign {
 
-void Tally::add(props::Category category) {
+void Tally::add(Outcome outcome) {
   ++cases;
-  switch (category) {
-    case props::Category::refused: ++refused; break;
-    case props::Category::exact: ++exact; break;
-    case props::Category::wrong: ++wrong; break;
-    case props::Category::valid_but_different: ++valid_but_different; break;
+  switch (outcome) {
+    case Outcome::refused: ++refused; break;
+    case Outcome::exact: ++exact; break;
+    case Outcome::wrong: ++wrong; break;
+    case Outcome::wrong_valid_layout: ++valid_but_different; break;
   }
 }
 
@@ -258,8 +258,8 @@ Json finding_case_file(const Report& report, const FindingRecord& finding) {
   if (report.options.eval.policy == Policy::legacy &&
       finding.signature.rfind("silently-wrong", 0) == 0) {
     // Found under the legacy model: the strict policy must refuse it.
-    c.expect = Expectation::refused;
-    c.legacy_expect = "wrong";
+    c.expect = Outcome::refused;
+    c.legacy_expect = Outcome::wrong;
   }
   Json j = encode_case(c);
   j["signature"] = finding.signature;

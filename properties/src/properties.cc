@@ -58,16 +58,6 @@ ConvertOptions convert_options(const Case& c, const EvalOptions& options) {
 
 }  // namespace
 
-std::string_view category_name(Category category) {
-  switch (category) {
-    case Category::refused: return "refused";
-    case Category::exact: return "exact";
-    case Category::wrong: return "silently wrong";
-    case Category::valid_but_different: return "valid-but-different";
-  }
-  return "?";
-}
-
 std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBugs& bugs) {
   CheckOptions check_options;
   check_options.bugs = bugs;
@@ -104,13 +94,13 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
     evaluation.finding = check_reference_agreement(c, options.bugs);
   }
   if (!conversion_is_memory_safe(options.bugs)) {
-    evaluation.category = check_map(c.map, CheckOptions{options.bugs, {}}) ? Category::refused
-                                                                         : Category::exact;
+    evaluation.category = check_map(c.map, CheckOptions{options.bugs, {}}) ? Outcome::refused
+                                                                         : Outcome::exact;
     return evaluation;
   }
   const auto outcome = oracles::run_case(c, convert_options(c, options), options.oracle);
   if (!outcome) {
-    evaluation.category = Category::refused;
+    evaluation.category = Outcome::refused;
     evaluation.refusal = outcome.error().kind;
     if (!evaluation.finding) {
       evaluation.finding = make_finding(c, fmt::format("unusable-case:{}", constructor_label(c)),
@@ -121,14 +111,15 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
   }
   const oracles::CaseOutcome& result = outcome.value();
   switch (result.verdict) {
-    case oracles::Verdict::refused:
-      evaluation.category = Category::refused;
+    case Outcome::refused:
+      evaluation.category = Outcome::refused;
       if (result.error) evaluation.refusal = result.error->kind;
       break;
-    case oracles::Verdict::exact:
-      evaluation.category = Category::exact;
+    case Outcome::exact:
+      evaluation.category = Outcome::exact;
       break;
-    case oracles::Verdict::wrong: {
+    case Outcome::wrong:
+    case Outcome::wrong_valid_layout: {
       // Fully valid = conditions 1-6 by the reference model and, for a rebuild,
       // condition 7 (replica data) by the clean strict policy on the very shards the
       // oracle converted. An extract reads no shard data, so 1-6 decide it alone.
@@ -136,12 +127,12 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
       const oracles::OpOutcome* silently_wrong = nullptr;
       const oracles::OpOutcome* different = nullptr;
       for (const auto& op : result.ops) {
-        if (op.verdict != oracles::Verdict::wrong) continue;
+        if (op.verdict != Outcome::wrong) continue;
         const bool valid = map_valid && (op.op == Op::extract || result.valid_layout);
         const oracles::OpOutcome*& first = valid ? different : silently_wrong;
         if (!first) first = &op;
       }
-      evaluation.category = silently_wrong ? Category::wrong : Category::valid_but_different;
+      evaluation.category = silently_wrong ? Outcome::wrong : Outcome::wrong_valid_layout;
       const oracles::OpOutcome* shown = silently_wrong ? silently_wrong : different;
       if ((silently_wrong || options.strict_layout) && !evaluation.finding && shown) {
         evaluation.finding = make_finding(
@@ -195,13 +186,13 @@ namespace {
 // What must not depend on order: the verdict, the refusal's kind/rank/address, and
 // every output buffer. (Error::piece is the index as written and may move.)
 std::string order_fingerprint(const oracles::CaseOutcome& outcome) {
-  std::string out(oracles::verdict_name(outcome.verdict));
+  std::string out(outcome_name(outcome.verdict));
   if (outcome.error) {
     out += fmt::format(" {} r{} a{}", kind_name(outcome.error->kind),
                        outcome.error->rank.value_or(-1), outcome.error->address.value_or(-1));
   }
   for (const auto& op : outcome.ops) {
-    out += fmt::format(" | {} {}", op_name(op.op), oracles::verdict_name(op.verdict));
+    out += fmt::format(" | {} {}", op_name(op.op), outcome_name(op.verdict));
     if (op.output) {
       for (Index i = 0; i < op.output->numel(); ++i) out += fmt::format(" {:x}", op.output->bits(i));
     }
@@ -226,7 +217,7 @@ std::optional<Finding> check_order_independence(const Case& c, gen::ChoiceSource
   const std::string b = order_fingerprint(shuffled.value());
   if (a != b) {
     return make_finding(permuted,
-                        fmt::format("order:{}:{}/{}", oracles::verdict_name(original.value().verdict),
+                        fmt::format("order:{}:{}/{}", outcome_name(original.value().verdict),
                                     constructor_label(c), corruption_label(c)),
                         fmt::format("the outcome depends on rank or piece order: '{}' vs '{}'",
                                     original.value().message, shuffled.value().message));

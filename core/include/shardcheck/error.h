@@ -11,7 +11,7 @@
 
 namespace shardcheck {
 
-// Stable kinds; their names (kind_name) are part of the CLI and case-file format.
+// Stable kinds; their names (kind_name) are spelled in CLI output and stored files, so they never change.
 enum class ErrorKind {
   count,           // a rank's pieces hold a different number of elements than its shard
   bounds,          // a view reaches outside F or outside its shard

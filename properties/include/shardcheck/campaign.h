@@ -25,7 +25,7 @@ struct Tally {
   Index exact = 0;
   Index wrong = 0;
   Index valid_but_different = 0;
-  void add(props::Category category);
+  void add(Outcome outcome);
   void merge(const Tally& other);
   friend bool operator==(const Tally&, const Tally&) = default;
 };

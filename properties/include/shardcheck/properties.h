@@ -18,12 +18,6 @@
 
 namespace shardcheck::props {
 
-// How a case ended, as the campaign table counts it.
-enum class Category { refused, exact, wrong, valid_but_different };
-inline constexpr Category kAllCategories[] = {Category::refused, Category::exact,
-                                              Category::wrong, Category::valid_but_different};
-std::string_view category_name(Category category);
-
 struct Finding {
   std::string signature;  // one line, stable across runs: "<property>:<detail>:..."
   std::string message;
@@ -39,7 +33,9 @@ struct EvalOptions {
 };
 
 struct Evaluation {
-  Category category = Category::exact;
+  // How the case ended, as the campaign table counts it: wrong_valid_layout is the
+  // valid-but-different class.
+  Outcome category = Outcome::exact;
   std::optional<ErrorKind> refusal;  // the kind, when refused
   std::optional<Finding> finding;
 };

@@ -8,11 +8,9 @@
 
 #include "shardcheck/case.h"
 #include "shardcheck/convert.h"
+#include "shardcheck/outcome.h"
 
 namespace shardcheck::oracles {
-
-enum class Verdict { refused, exact, wrong };
-std::string_view verdict_name(Verdict verdict);
 
 enum class OracleKind { truth, same_map };
 
@@ -26,7 +24,7 @@ struct Difference {
 
 struct OpOutcome {
   Op op = Op::rebuild;
-  Verdict verdict = Verdict::exact;
+  Outcome verdict = Outcome::exact;    // refused, exact or wrong
   std::optional<Error> error;          // when refused
   std::optional<Rank> rank;            // extract: the rank that was wrong or refused
   std::optional<Difference> difference;  // when wrong
@@ -35,7 +33,7 @@ struct OpOutcome {
 };
 
 struct CaseOutcome {
-  Verdict verdict = Verdict::exact;  // wrong if any op wrong, else refused if any, else exact
+  Outcome verdict = Outcome::exact;  // wrong if any op wrong, else refused if any, else exact
   std::optional<Error> error;        // the first refusal
   bool valid_layout = false;  // the map passes every check of spec 3 (strict conversion accepts)
   std::vector<OpOutcome> ops;
@@ -46,8 +44,11 @@ struct CaseOutcome {
   Policy policy = Policy::strict;  // the policy the case ran under (for outcome_to_json)
 };
 
-// Runs a case. Errors in the case itself (an invalid truth map, values of the wrong
-// count) come back as a Result error of kind format/shape: the case is unusable.
+// Runs a case. The map under test always gets a verdict (contract section 9): one that
+// does not decode is refused with kind format; with neither truth nor shards an invalid
+// one converts the shards it wrote itself through DeepSpeed's unchecked extract.
+// Errors in what the case knows about the data (a refused truth map, values of the
+// wrong count for a valid map) come back as a Result error: the case is unusable.
 Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options = {},
                              OracleKind oracle = OracleKind::truth);
 

@@ -11,13 +11,12 @@
 #include "shardcheck/error.h"
 #include "shardcheck/json.h"
 #include "shardcheck/map.h"
+#include "shardcheck/outcome.h"
 
 namespace shardcheck {
 
 enum class Op { rebuild, extract, both };
 std::string_view op_name(Op op);
-
-enum class Expectation { refused, exact, wrong_valid_layout };
 
 // What produced a generated case (spec 7: kind, rank, piece, field, old, new).
 struct CorruptionRecord {
@@ -33,18 +32,22 @@ struct CorruptionRecord {
 struct Case {
   std::string name;
   Map map;                      // the map under test
+  // The map under test as the case file gives it, when it does not decode: conversion
+  // refuses it with kind format, a verdict like any other (contract section 9), and the
+  // case re-encodes it as given. `map` is then empty and unused.
+  std::optional<Json> undecoded_map;
   std::optional<Map> truth;     // the map that wrote the shards; default: map
   DType dtype = DType::float32;
   std::optional<std::vector<std::uint64_t>> full;                 // F's bits
   std::optional<std::map<Rank, std::vector<std::uint64_t>>> shards;  // supplied shards' bits
   int scale_power = 1;
   Op op = Op::rebuild;
-  std::optional<Expectation> expect;
+  std::optional<Outcome> expect;
   std::optional<ErrorKind> expect_error;
   std::vector<ErrorKind> accept_errors;
   // Expectations under --policy legacy (reported corruptions): the verdict the
   // pre-fix model gives, and for rebuild the exact F it returns (bits).
-  std::optional<std::string> legacy_expect;  // "refused" | "exact" | "wrong"
+  std::optional<Outcome> legacy_expect;
   std::optional<std::vector<std::uint64_t>> legacy_output;
   std::string constructor;  // generator provenance, informational
   std::optional<CorruptionRecord> corruption;
@@ -52,6 +55,10 @@ struct Case {
   const Map& truth_map() const { return truth ? *truth : map; }
   friend bool operator==(const Case&, const Case&) = default;
 };
+
+// Why the map under test does not decode (kind format, its path under "$.map"), or
+// nullopt when it does.
+Status undecoded_map_error(const Case& c);
 
 // Case file codec. Unknown fields (comment, section, ...) are ignored. Values are JSON
 // numbers or "0x..." raw-bit strings.
