@@ -134,9 +134,7 @@ Result<Inputs> prepare_truth(const Case& c, const ConvertOptions& strict) {
   if (!c.shards) {
     auto shards = extract_all(truth, *in.full, strict);
     if (!shards) {
-      Error error = shards.error();
-      error.message = "the truth map is refused: " + error.to_string();
-      return error;
+      return reworded(shards.error(), "in the truth map, " + shards.error().sentence);
     }
     in.shards = std::move(shards.value());
     in.expected = in.full;
@@ -231,7 +229,7 @@ OpOutcome run_extract(const Case& c, const Buffer& full, const ConvertOptions& o
 // Spec 3 validity, judged by the clean strict policy whatever policy is under test:
 // the map passes conditions 1-6 and, where data is converted, condition 7.
 bool valid_layout(const Case& c, const ShardSet* shards) {
-  if (check_map(c.map)) return false;
+  if (!check_map(c.map).ok()) return false;
   if (shards == nullptr || c.op == Op::extract) return true;
   ConvertOptions strict;
   strict.scale_power = c.scale_power;
@@ -338,8 +336,8 @@ Result<CaseOutcome> run_same_map(const Case& c, const ConvertOptions& options) {
   auto full = make_full(c, c.map, "tested");
   if (!full) {
     // A shape no conversion could accept is the map's fault, not the case's.
-    if (auto error = check_structure(c.map)) {
-      set_refused(op, *error);
+    if (Status error = check_structure(c.map); !error.ok()) {
+      set_refused(op, error.error());
       outcome.ops.push_back(std::move(op));
       outcome.valid_layout = false;
       return outcome;
