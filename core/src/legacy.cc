@@ -80,6 +80,13 @@ Status check_counts(const Map& map) {
   return {};
 }
 
+// DeepSpeed scales in torch's arithmetic, which may quieten or canonicalise a NaN; the
+// legacy model keeps that behaviour rather than the contract's (section 1.2).
+BlockCopy torch_arithmetic(BlockCopy copy) {
+  copy.nan = NanScaling::arithmetic;
+  return copy;
+}
+
 Buffer poisoned(DType dtype, Index numel) {
   Buffer out(dtype, numel);
   const std::uint64_t poison = poison_bits(dtype);
@@ -120,14 +127,15 @@ Result<Buffer> legacy_rebuild(const Map& map, const ShardSet& shards, DType dtyp
       if (Status e = check_piece(piece, entry.rank, index, *numel_f, shard.numel(), !compare); !e.ok()) {
         return e.error();
       }
-      const BlockCopy copy = rebuild_block(piece, shard, full, scale_power);
+      const BlockCopy copy = torch_arithmetic(rebuild_block(piece, shard, full, scale_power));
       if (compare) {
         if (auto k = backend.compare_block(dtype, copy)) {
           const Index element = address_at(piece.shape, piece.source, *k);
           const Index shard_address = address_at(piece.shape, piece.dest, *k);
           return fault::replicas_differ(
               PieceAt{entry.rank, index, &piece}, element, shard_address, dtype,
-              apply_scale(dtype, shard.bits(shard_address), piece.scale, scale_power, false), full.bits(element),
+              apply_scale(dtype, shard.bits(shard_address), piece.scale, scale_power, false, NanScaling::arithmetic),
+              full.bits(element),
               nullptr);
         }
       } else {
@@ -155,7 +163,7 @@ Result<Buffer> legacy_extract(const Map& map, const Buffer& full, Rank rank, int
     const Piece& piece = entry->pieces[i];
     const auto index = static_cast<Index>(i);
     if (Status e = check_piece(piece, rank, index, *numel_f, *shard_numel, false); !e.ok()) return e.error();
-    backend.copy_block(full.dtype(), extract_block(piece, full, shard, scale_power));
+    backend.copy_block(full.dtype(), torch_arithmetic(extract_block(piece, full, shard, scale_power)));
   }
   return shard;
 }
