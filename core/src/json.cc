@@ -187,17 +187,20 @@ Result<RankEntry> decode_rank(const Json& value, Rank rank, Cursor where) {
     if (!extents) return extents.error();
     entry.shard_shape = std::move(extents.value());
   }
-  if (const Json* pieces = member(value, "pieces")) {
-    const Cursor list = where.key("pieces");
-    if (!pieces->is_array()) return fail(list, fmt::format("expected an array of pieces, got {}", show(*pieces)));
-    entry.pieces.reserve(pieces->size());
-    for (std::size_t i = 0; i < pieces->size(); ++i) {
-      Cursor at = list.at(i);
-      at.piece = static_cast<Index>(i);
-      auto piece = decode_piece((*pieces)[i], at);
-      if (!piece) return piece.error();
-      entry.pieces.push_back(std::move(piece.value()));
-    }
+  // Every rank entry lists its pieces, possibly none (contract section 2): a missing
+  // list is not read as an empty one.
+  auto listed = required(value, "pieces", where);
+  if (!listed) return listed.error();
+  const Json& pieces = *listed.value();
+  const Cursor list = where.key("pieces");
+  if (!pieces.is_array()) return fail(list, fmt::format("expected an array of pieces, got {}", show(pieces)));
+  entry.pieces.reserve(pieces.size());
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    Cursor at = list.at(i);
+    at.piece = static_cast<Index>(i);
+    auto piece = decode_piece(pieces[i], at);
+    if (!piece) return piece.error();
+    entry.pieces.push_back(std::move(piece.value()));
   }
   return entry;
 }
