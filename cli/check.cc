@@ -38,9 +38,9 @@ int run_check(const CheckArgs& args) {
   bool bare = params.size() == 1 && params.front().name.empty() && !json.value().contains("params");
   int exit_code = kExitOk;
   for (const auto& param : params) {
-    Status error = param.map ? check_map(param.map.value()) : Status(param.map.error());
-    std::string verdict = error ? "refused " + error->to_string() : "valid";
-    if (error) exit_code = kExitFound;
+    Status status = param.map ? check_map(param.map.value()) : Status(param.map.error());
+    std::string verdict = status.ok() ? "valid" : "refused " + status.error().to_string();
+    if (!status.ok()) exit_code = kExitFound;
     if (bare) fmt::print("{}\n", verdict);
     else fmt::print("{}: {}\n", param.name, verdict);
   }

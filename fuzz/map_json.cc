@@ -47,9 +47,10 @@ Map reversed(const Map& map) {
 // What must not depend on order: the verdict and the error's kind, rank and address
 // (Error::piece is the index as written and moves with the pieces).
 std::string verdict_key(const Status& status) {
-  if (!status) return "valid";
-  return fmt::format("{} r{} a{} s{}", kind_name(status->kind), status->rank.value_or(-1),
-                     status->address.value_or(-1), static_cast<int>(status->side));
+  if (status.ok()) return "valid";
+  const Error& error = status.error();
+  return fmt::format("{} r{} a{} s{}", kind_name(error.kind), error.rank.value_or(-1), error.address.value_or(-1),
+                     static_cast<int>(error.side));
 }
 
 void check_codec_roundtrip(const Map& map) {
@@ -72,13 +73,13 @@ void check_codec_roundtrip(const Map& map) {
 void check_one(const Map& map) {
   check_codec_roundtrip(map);
   const Status verdict = check_map(map);
-  if (verdict && verdict->message.empty()) {
-    fail(map, fmt::format("map_json:empty-message:{}", kind_name(verdict->kind)),
-         "a refusal without a message: " + verdict->to_string());
+  if (!verdict.ok() && verdict.error().message.empty()) {
+    fail(map, fmt::format("map_json:empty-message:{}", kind_name(verdict.error().kind)),
+         "a refusal without a message: " + verdict.error().to_string());
   }
   const Status other_order = check_map(reversed(map));
   if (verdict_key(verdict) != verdict_key(other_order)) {
-    fail(map, fmt::format("map_json:order:{}", verdict ? kind_name(verdict->kind) : "valid"),
+    fail(map, fmt::format("map_json:order:{}", verdict.ok() ? "valid" : kind_name(verdict.error().kind)),
          fmt::format("the verdict depends on rank or piece order: '{}' vs '{}'", verdict_key(verdict),
                      verdict_key(other_order)));
   }

@@ -28,17 +28,17 @@ CheckOptions with(void (*set)(PlantedBugs&)) {
 }
 
 void expect_valid(const Map& map, const CheckOptions& options = {}) {
-  auto err = check_map(map, options);
-  EXPECT_FALSE(err.has_value()) << err->to_string() << "\n" << describe(map);
+  Status err = check_map(map, options);
+  EXPECT_TRUE(err.ok()) << err.error().to_string() << "\n" << describe(map);
 }
 
 Error expect_refused(const Map& map, ErrorKind kind, const CheckOptions& options = {}) {
-  auto err = check_map(map, options);
-  EXPECT_TRUE(err.has_value()) << describe(map);
-  if (!err) return Error{};
-  EXPECT_EQ(kind_name(err->kind), kind_name(kind)) << err->to_string() << "\n" << describe(map);
-  EXPECT_FALSE(err->message.empty());
-  return *err;
+  Status err = check_map(map, options);
+  EXPECT_FALSE(err.ok()) << describe(map);
+  if (err.ok()) return Error{};
+  EXPECT_EQ(kind_name(err.error().kind), kind_name(kind)) << err.error().to_string() << "\n" << describe(map);
+  EXPECT_FALSE(err.error().message.empty());
+  return err.error();
 }
 
 // ---- spec section 6: reported corruptions -----------------------------------------
@@ -235,10 +235,10 @@ TEST(Itself, AgreesWithIsUniqueOnRandomViews) {
     Map map = M({std::max<Index>(src_span, 1)}, {R(0, Extents{dst_span}, {piece})});
     const bool empty = checked_numel(shape) == 0;
     const bool unique = empty || (is_unique(shape, src) && is_unique(shape, dst));
-    auto err = check_map(map);
-    const bool itself = err && err->kind == ErrorKind::itself;
+    Status err = check_map(map);
+    const bool itself = !err.ok() && err.error().kind == ErrorKind::itself;
     refused += itself;
-    ASSERT_EQ(itself, !unique) << describe(map) << (err ? err->to_string() : "");
+    ASSERT_EQ(itself, !unique) << describe(map) << (err.ok() ? "" : err.error().to_string());
   }
   EXPECT_GT(refused, 500);
 }
@@ -296,9 +296,9 @@ TEST(Structure, OverflowIsFormatNeverUB) {
   expect_refused(M({4}, {R(0, Extents{4}, {P({3, 3}, 0, {max / 2, max / 2}, 0, {1, 1}, {0})})}), ErrorKind::format);
   // Huge but representable numbers parse and then point outside F.
   expect_refused(M({4}, {R(0, Extents{4}, {P({1}, max - 1, {1}, 0, {1}, {0})})}), ErrorKind::bounds);
-  EXPECT_FALSE(check_structure(M({4}, {R(0, Extents{4}, {P({1}, max, {1}, 0, {1}, {0})})})).has_value());
-  EXPECT_TRUE(check_structure(M({4}, {R(0, Extents{4}, {P({2}, max, {1}, 0, {1}, {0})})})).has_value());
-  EXPECT_FALSE(check_structure(M({4}, {R(0, Extents{4}, {P({1}, max - 1, {1}, 0, {1}, {0})})})).has_value());
+  EXPECT_TRUE(check_structure(M({4}, {R(0, Extents{4}, {P({1}, max, {1}, 0, {1}, {0})})})).ok());
+  EXPECT_FALSE(check_structure(M({4}, {R(0, Extents{4}, {P({2}, max, {1}, 0, {1}, {0})})})).ok());
+  EXPECT_TRUE(check_structure(M({4}, {R(0, Extents{4}, {P({1}, max - 1, {1}, 0, {1}, {0})})})).ok());
 }
 
 // ---- conditions 2 and 4 --------------------------------------------------------------
@@ -322,24 +322,26 @@ TEST(Tiling, CountMismatch) {
 // ---- order independence ------------------------------------------------------------
 
 void expect_order_independent(const Map& map, std::uint32_t seed) {
-  auto base = check_map(map);
-  ASSERT_TRUE(base.has_value()) << describe(map);
+  Status base_status = check_map(map);
+  ASSERT_FALSE(base_status.ok()) << describe(map);
+  const Error base = base_status.error();
   const Piece* base_piece = nullptr;
-  if (base->piece) base_piece = &map.find_rank(*base->rank)->pieces[*base->piece];
+  if (base.piece) base_piece = &map.find_rank(*base.rank)->pieces[*base.piece];
   std::mt19937 rng(seed);
   for (int round = 0; round < 200; ++round) {
     Map shuffled = map;
     std::shuffle(shuffled.ranks.begin(), shuffled.ranks.end(), rng);
     for (auto& r : shuffled.ranks) std::shuffle(r.pieces.begin(), r.pieces.end(), rng);
-    auto err = check_map(shuffled);
-    ASSERT_TRUE(err.has_value());
-    EXPECT_EQ(err->kind, base->kind);
-    EXPECT_EQ(err->rank, base->rank);
-    EXPECT_EQ(err->address, base->address);
-    EXPECT_EQ(err->side, base->side);
-    ASSERT_EQ(err->piece.has_value(), base->piece.has_value());
+    Status status = check_map(shuffled);
+    ASSERT_FALSE(status.ok());
+    const Error& err = status.error();
+    EXPECT_EQ(err.kind, base.kind);
+    EXPECT_EQ(err.rank, base.rank);
+    EXPECT_EQ(err.address, base.address);
+    EXPECT_EQ(err.side, base.side);
+    ASSERT_EQ(err.piece.has_value(), base.piece.has_value());
     if (base_piece) {
-      EXPECT_EQ(shuffled.find_rank(*err->rank)->pieces[*err->piece], *base_piece) << err->to_string();
+      EXPECT_EQ(shuffled.find_rank(*err.rank)->pieces[*err.piece], *base_piece) << err.to_string();
     }
   }
 }
@@ -456,22 +458,22 @@ TEST(PlantedBugs, RandomGarbageUnderEveryBugCombination) {
     options.bugs.skip_dest_tiling = bits & 8;
     options.bugs.skip_coverage = bits & 16;
     options.bugs.skip_homogeneity = bits & 32;
-    auto err = check_map(map, options);
-    if (err) {
+    Status err = check_map(map, options);
+    if (!err.ok()) {
       ++refused;
-      EXPECT_FALSE(err->message.empty());
+      EXPECT_FALSE(err.error().message.empty());
     }
-    if (!check_structure(map)) {
+    if (check_structure(map).ok()) {
       // A structurally sound map gets the same verdict kind from the full check
       // whatever order it is written in.
-      auto a = check_map(map, {});
+      Status a = check_map(map, {});
       Map reversed = map;
       std::reverse(reversed.ranks.begin(), reversed.ranks.end());
       for (auto& r : reversed.ranks) std::reverse(r.pieces.begin(), r.pieces.end());
-      auto b = check_map(reversed, {});
-      ASSERT_EQ(a.has_value(), b.has_value()) << describe(map);
-      if (a) {
-        EXPECT_EQ(a->kind, b->kind) << describe(map);
+      Status b = check_map(reversed, {});
+      ASSERT_EQ(a.ok(), b.ok()) << describe(map);
+      if (!a.ok()) {
+        EXPECT_EQ(a.error().kind, b.error().kind) << describe(map);
       }
     }
   }
@@ -536,7 +538,7 @@ TEST(Large, SmallMapsAreFast) {
 #endif
   int refused = 0;
   const double elapsed = cpu_seconds([&] {
-    for (int i = 0; i < n; ++i) refused += check_map(map).has_value();
+    for (int i = 0; i < n; ++i) refused += !check_map(map).ok();
   });
   EXPECT_EQ(refused, 0);
   std::printf("interleaved map: %.0f checks per CPU second\n", n / elapsed);
@@ -708,7 +710,8 @@ TEST(CrossCheck, MatchesNaiveModelOnSmallRandomMaps) {
   int compared = 0, refused = 0;
   for (int i = 0; i < 20000; ++i) {
     Map map = random_map(rng);
-    auto err = check_map(map);
+    Status status = check_map(map);
+    const std::optional<Error> err = status.ok() ? std::nullopt : std::optional<Error>(status.error());
     if (err && (err->kind == ErrorKind::format || err->kind == ErrorKind::bounds || err->kind == ErrorKind::itself)) {
       continue;  // conditions 1-3 are metadata-only; the naive model starts at 4
     }

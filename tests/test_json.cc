@@ -86,7 +86,7 @@ TEST(JsonDecode, ArrayFormRanksDecodeLikeStringKeys) {
 }
 
 TEST(JsonDecode, LeadingZeroKeyNamesTheSameRank) {
-  const Map map = decode_ok(R"({"logical_shape": [0], "ranks": {"007": {"shard_shape": [0]}}})");
+  const Map map = decode_ok(R"({"logical_shape": [0], "ranks": {"007": {"shard_shape": [0], "pieces": []}}})");
   ASSERT_EQ(map.ranks.size(), 1u);
   EXPECT_EQ(map.ranks[0].rank, 7);
 }
@@ -95,8 +95,8 @@ TEST(JsonDecode, NonContiguousRanksAndEmptyShards) {
   const Map map = decode_ok(R"({"logical_shape": [2], "ranks": {
     "3": {"shard_shape": [2], "pieces": [{"shape": [2], "source": [0, [1]], "dest": [0, [1]], "locations": [3, 9]}]},
     "9": {"shard_shape": [2], "pieces": [{"shape": [2], "source": [0, [1]], "dest": [0, [1]], "locations": [3, 9]}]},
-    "12": {"shard_shape": [0, 4]},
-    "20": {}}})");
+    "12": {"shard_shape": [0, 4], "pieces": []},
+    "20": {"pieces": []}}})");
   ASSERT_EQ(map.ranks.size(), 4u);
   EXPECT_EQ(map.ranks[0].rank, 3);
   EXPECT_EQ(map.ranks[1].rank, 9);
@@ -107,12 +107,34 @@ TEST(JsonDecode, NonContiguousRanksAndEmptyShards) {
   EXPECT_EQ(map.find_rank(9), &map.ranks[1]);
 }
 
+// Contract section 2: every rank entry has `pieces`; only the shard shape of a rank
+// without pieces may be left out.
+TEST(JsonDecode, PiecesIsRequiredShardShapeOnlyWithoutPieces) {
+  for (const char* text : {R"({"logical_shape": [4], "ranks": {"2": {"shard_shape": [4]}}})",
+                           R"({"logical_shape": [0], "ranks": {"2": {}}})",
+                           R"({"logical_shape": [4], "ranks": [{"rank": 2, "shard_shape": [0]}]})"}) {
+    SCOPED_TRACE(text);
+    auto map = decode_map(parse_ok(text));
+    ASSERT_FALSE(map.ok()) << "a rank without a pieces key was read";
+    EXPECT_EQ(map.error().kind, ErrorKind::format);
+    EXPECT_EQ(map.error().rank, 2);
+    EXPECT_TRUE(map.error().path == "$.ranks.2.pieces" || map.error().path == "$.ranks[0].pieces")
+        << map.error().path;
+    EXPECT_EQ(map.error().message.rfind(map.error().path + ": ", 0), 0u) << map.error().message;
+    EXPECT_NE(map.error().sentence.find("\"pieces\""), std::string::npos) << map.error().message;
+  }
+  const Map empty = decode_ok(R"({"logical_shape": [0], "ranks": {"2": {"pieces": []}}})");
+  ASSERT_EQ(empty.ranks.size(), 1u);
+  EXPECT_EQ(empty.ranks[0].shard_shape, std::nullopt);
+  EXPECT_TRUE(empty.ranks[0].pieces.empty());
+}
+
 TEST(JsonDecode, RankAndPieceOrderAreKeptAsWritten) {
   const Map map = decode_ok(R"({"logical_shape": [4], "ranks": {
     "9": {"shard_shape": [4], "pieces": [
       {"shape": [2], "source": [2, [1]], "dest": [2, [1]], "locations": [9]},
       {"shape": [2], "source": [0, [1]], "dest": [0, [1]], "locations": [9]}]},
-    "3": {"shard_shape": [0]}}})");
+    "3": {"shard_shape": [0], "pieces": []}}})");
   ASSERT_EQ(map.ranks.size(), 2u);
   EXPECT_EQ(map.ranks[0].rank, 9);
   EXPECT_EQ(map.ranks[1].rank, 3);
@@ -267,19 +289,25 @@ std::vector<Malformed> malformed_inputs() {
       {"rank key with space", R"({"logical_shape": [4], "ranks": {" 1": {}}})", R"($.ranks[" 1"])"},
       {"rank key over 64 bits", R"({"logical_shape": [4], "ranks": {"99999999999999999999": {}}})",
        "$.ranks.99999999999999999999"},
-      {"duplicate rank 1 and 01", R"({"logical_shape": [4], "ranks": {"1": {}, "01": {}}})", "$.ranks.01"},
+      {"duplicate rank 1 and 01", R"({"logical_shape": [4], "ranks": {"1": {"pieces": []}, "01": {"pieces": []}}})",
+       "$.ranks.01"},
       {"rank entry not an object", R"({"logical_shape": [4], "ranks": {"0": [1]}})", "$.ranks.0"},
       {"array rank missing rank field", R"({"logical_shape": [4], "ranks": [{"shard_shape": [4]}]})",
        "$.ranks[0].rank"},
       {"array rank negative", R"({"logical_shape": [4], "ranks": [{"rank": -1}]})", "$.ranks[0].rank"},
       {"array rank a string", R"({"logical_shape": [4], "ranks": [{"rank": "0"}]})", "$.ranks[0].rank"},
-      {"array rank duplicate", R"({"logical_shape": [4], "ranks": [{"rank": 2}, {"rank": 2}]})", "$.ranks[1]"},
+      {"array rank duplicate",
+       R"({"logical_shape": [4], "ranks": [{"rank": 2, "pieces": []}, {"rank": 2, "pieces": []}]})", "$.ranks[1]"},
       {"array rank element a number", R"({"logical_shape": [4], "ranks": [0]})", "$.ranks[0]"},
       {"shard_shape not an array", R"({"logical_shape": [4], "ranks": {"0": {"shard_shape": {}}}})",
        "$.ranks.0.shard_shape"},
       {"shard_shape null", R"({"logical_shape": [4], "ranks": {"0": {"shard_shape": null}}})",
        "$.ranks.0.shard_shape"},
       {"pieces an object", R"({"logical_shape": [4], "ranks": {"0": {"pieces": {}}}})", "$.ranks.0.pieces"},
+      {"pieces missing", R"({"logical_shape": [4], "ranks": {"0": {"shard_shape": [4]}}})", "$.ranks.0.pieces"},
+      {"pieces missing on an empty rank", R"({"logical_shape": [0], "ranks": {"0": {}}})", "$.ranks.0.pieces"},
+      {"pieces missing in array form", R"({"logical_shape": [4], "ranks": [{"rank": 3, "shard_shape": [4]}]})",
+       "$.ranks[0].pieces"},
       {"piece not an object", R"({"logical_shape": [4], "ranks": {"0": {"pieces": [[4]]}}})",
        "$.ranks.0.pieces[0]"},
       {"shape missing", piece_without(kShape, ""), "$.ranks.1.pieces[0].shape"},
@@ -338,7 +366,7 @@ TEST(JsonMalformed, ErrorsNameRankPieceAndWhatWasExpected) {
   EXPECT_NE(error->message.find("integer"), std::string::npos) << error->message;
   EXPECT_NE(error->message.find("2.5"), std::string::npos) << error->message;
 
-  auto duplicate = first_error(R"({"logical_shape": [4], "ranks": {"1": {}, "01": {}}})");
+  auto duplicate = first_error(R"({"logical_shape": [4], "ranks": {"1": {"pieces": []}, "01": {"pieces": []}}})");
   ASSERT_TRUE(duplicate);
   EXPECT_EQ(duplicate->rank, 1);
   EXPECT_NE(duplicate->message.find(R"("1")"), std::string::npos) << duplicate->message;

@@ -100,6 +100,7 @@ ConstView2<S> const_dest_view(const std::byte* base, const Slab& s) {
 struct Scaling {
   bool active = false;
   bool up = true;
+  bool keep_nan = true;  // a NaN passes with its bits (contract section 1.2)
   std::uint64_t factor_bits = 0;
 };
 
@@ -108,6 +109,7 @@ Scaling resolve_scaling(DType dtype, const BlockCopy& copy) {
   if (!is_floating(dtype) || copy.scale == 1.0 || copy.power == 0) return out;
   out.active = true;
   out.up = copy.multiply == (copy.power > 0);
+  out.keep_nan = copy.nan == NanScaling::keep_bits;
   const int steps = copy.power > 0 ? copy.power : -copy.power;
   // 1 * s is exact, so this is s^steps in the element type, computed by apply_scale.
   out.factor_bits = apply_scale(dtype, *bits_from_double(dtype, 1.0), copy.scale, steps, true);
@@ -124,13 +126,23 @@ void copy_slabs(const BlockCopy& copy, const Scaling& scaling) {
   for_each_slab(*copy.shape, copy.from_view, copy.to_view, [&](const Slab& s) {
     if (!scaling.active) {
       dest_view<U>(copy.to, s) = const_view<U>(copy.from, s);
-    } else {
-      const T factor = scalar_from_bits<U, T>(scaling.factor_bits);
-      if (scaling.up) {
-        dest_view<T>(copy.to, s).array() = const_view<T>(copy.from, s).array() * factor;
+      return false;
+    }
+    const T factor = scalar_from_bits<U, T>(scaling.factor_bits);
+    const auto values = const_view<T>(copy.from, s);
+    const auto bits = const_view<U>(copy.from, s);
+    auto assign = [&](const auto& scaled) {
+      if (scaling.keep_nan) {
+        auto to_bits = [](const T& x) { return Eigen::numext::bit_cast<U>(x); };
+        dest_view<U>(copy.to, s).array() = values.array().isNaN().select(bits.array(), scaled.unaryExpr(to_bits));
       } else {
-        dest_view<T>(copy.to, s).array() = const_view<T>(copy.from, s).array() / factor;
+        dest_view<T>(copy.to, s).array() = scaled;
       }
+    };
+    if (scaling.up) {
+      assign(values.array() * factor);
+    } else {
+      assign(values.array() / factor);
     }
     return false;
   });
@@ -144,21 +156,30 @@ std::optional<Index> compare_slabs(const BlockCopy& copy, const Scaling& scaling
   auto first_in = [](const auto& differs) -> std::optional<Index> {
     if (!differs.any()) return std::nullopt;
     Index c = 0;
-    while (!differs(c)) ++c;
+    while (!differs(0, c)) ++c;  // rows: (0, c) works for every expression
     return c;
   };
   for_each_slab(*copy.shape, copy.from_view, copy.to_view, [&](const Slab& s) {
     const auto from_bits = const_view<U>(copy.from, s);
     const auto from_values = const_view<T>(copy.from, s);
     const auto held = const_dest_view<U>(copy.to, s);
+    // The first mismatch of a scaled row; a NaN keeps its own bits unless the copy asks
+    // for arithmetic.
+    auto scaled_mismatch = [&](Index r, const auto& scaled) {
+      if (scaling.keep_nan) {
+        const auto kept = from_values.row(r).array().isNaN();
+        return first_in(kept.select(from_bits.row(r).array(), scaled.unaryExpr(to_bits)) != held.row(r).array());
+      }
+      return first_in(scaled.unaryExpr(to_bits) != held.row(r).array());
+    };
     for (Index r = 0; r < s.rows; ++r) {
       std::optional<Index> c;
       if (!scaling.active) {
         c = first_in(from_bits.row(r).array() != held.row(r).array());
       } else if (scaling.up) {
-        c = first_in((from_values.row(r).array() * factor).unaryExpr(to_bits) != held.row(r).array());
+        c = scaled_mismatch(r, from_values.row(r).array() * factor);
       } else {
-        c = first_in((from_values.row(r).array() / factor).unaryExpr(to_bits) != held.row(r).array());
+        c = scaled_mismatch(r, from_values.row(r).array() / factor);
       }
       if (c) {
         mismatch = s.first_index + r * s.cols + *c;
@@ -182,7 +203,7 @@ void copy_ordered(DType dtype, const BlockCopy& copy) {
         const Index to_at = s.to_offset + r * s.to_row_stride + c * s.to_col_stride;
         std::uint64_t bits = 0;
         std::memcpy(&bits, copy.from + from_at * static_cast<Index>(size), size);
-        if (scaled) bits = apply_scale(dtype, bits, copy.scale, copy.power, copy.multiply);
+        if (scaled) bits = apply_scale(dtype, bits, copy.scale, copy.power, copy.multiply, copy.nan);
         std::memcpy(copy.to + to_at * static_cast<Index>(size), &bits, size);
       }
     }
@@ -237,7 +258,9 @@ class CpuBackend final : public Backend {
                                           static_cast<Index>(size), size);
           std::memcpy(&b, copy.to + (s.to_offset + r * s.to_row_stride + c * s.to_col_stride) *
                                         static_cast<Index>(size), size);
-          if (is_floating(dtype) && copy.scale != 1.0 && copy.power != 0) a = apply_scale(dtype, a, copy.scale, copy.power, copy.multiply);
+          if (is_floating(dtype) && copy.scale != 1.0 && copy.power != 0) {
+            a = apply_scale(dtype, a, copy.scale, copy.power, copy.multiply, copy.nan);
+          }
           if (a != b) {
             mismatch = s.first_index + r * s.cols + c;
             return true;

@@ -7,8 +7,6 @@
 #include <cstdint>
 #include <limits>
 
-#include <fmt/format.h>
-
 namespace shardcheck {
 
 namespace {
@@ -96,24 +94,7 @@ Scratch& scratch() {
   return s;
 }
 
-std::string shape_text(const Extents& shape) { return fmt::format("({})", fmt::join(shape, ",")); }
-
-std::string label(const PieceInfo& p) {
-  return fmt::format("rank {} piece {} ({})", p.rank, p.written, describe(*p.piece));
-}
-
-Error piece_error(ErrorKind kind, const PieceInfo& p, std::string message) {
-  Error e = make_error(kind, std::move(message));
-  e.rank = p.rank;
-  e.piece = p.written;
-  return e;
-}
-
-Error at(Error e, Index address, Side side) {
-  e.address = address;
-  e.side = side;
-  return e;
-}
+PieceAt at(const PieceInfo& p) { return PieceAt{p.rank, p.written, p.piece}; }
 
 // ---- condition 1 -----------------------------------------------------------------
 
@@ -121,41 +102,21 @@ bool all_non_negative(const std::vector<Index>& values) {
   return std::all_of(values.begin(), values.end(), [](Index v) { return v >= 0; });
 }
 
-std::string rank_path(Rank rank) { return fmt::format("$.ranks.{}", rank); }
-
 // The first structural fault of one piece, in a fixed order of fields. Sets p.sound
-// once the piece's addresses can be computed without overflow.
-// Messages are only formatted when `describe_error` is set: once an earlier error is
-// known, later faults just mark the piece.
-Status piece_structure(PieceInfo& p, bool describe_error) {
+// once the piece's addresses can be computed without overflow. Only the fault is
+// returned: its message is formatted once, for the error actually reported.
+std::optional<PieceFault> piece_structure(PieceInfo& p) {
   const Piece& piece = *p.piece;
-  auto fail = [&](ErrorKind kind, const char* field, std::string what) {
-    if (!describe_error) return make_error(kind, {});
-    Error e = piece_error(kind, p, fmt::format("{} {}", label(p), what));
-    e.path = fmt::format("$.ranks.{}.pieces[{}]{}", p.rank, p.written, field);
-    return e;
-  };
   const std::size_t n = piece.shape.size();
-  if (piece.source.strides.size() != n || piece.dest.strides.size() != n) {
-    return fail(ErrorKind::format, "",
-                fmt::format("has {} extents but {} source and {} dest strides", n,
-                            piece.source.strides.size(), piece.dest.strides.size()));
-  }
-  if (!all_non_negative(piece.shape)) return fail(ErrorKind::format, ".shape", "has a negative extent");
-  if (piece.source.offset < 0) return fail(ErrorKind::format, ".source", "has a negative source offset");
-  if (piece.dest.offset < 0) return fail(ErrorKind::format, ".dest", "has a negative dest offset");
-  if (!all_non_negative(piece.source.strides)) {
-    return fail(ErrorKind::format, ".source", "has a negative stride in its source view");
-  }
-  if (!all_non_negative(piece.dest.strides)) {
-    return fail(ErrorKind::format, ".dest", "has a negative stride in its dest view");
-  }
+  if (piece.source.strides.size() != n || piece.dest.strides.size() != n) return PieceFault::axes;
+  if (!all_non_negative(piece.shape)) return PieceFault::negative_extent;
+  if (piece.source.offset < 0) return PieceFault::negative_source_offset;
+  if (piece.dest.offset < 0) return PieceFault::negative_dest_offset;
+  if (!all_non_negative(piece.source.strides)) return PieceFault::negative_source_stride;
+  if (!all_non_negative(piece.dest.strides)) return PieceFault::negative_dest_stride;
   auto src = span_facts(piece.shape, piece.source);
   auto dst = span_facts(piece.shape, piece.dest);
-  if (!src || !dst) {
-    return fail(ErrorKind::format, !src ? ".source" : ".dest",
-                "has a view whose size or last address overflows 64 bits");
-  }
+  if (!src || !dst) return !src ? PieceFault::source_overflow : PieceFault::dest_overflow;
   // Addresses are now safe to compute; bad locations or scale do not change that,
   // which matters when structure checks are planted off.
   p.sound = true;
@@ -166,17 +127,12 @@ Status piece_structure(PieceInfo& p, bool describe_error) {
   p.numel = src->numel;
   p.empty = src->empty;
   const auto& loc = piece.locations;
-  if (loc.empty()) return fail(ErrorKind::format, ".locations", "has empty locations");
+  if (loc.empty()) return PieceFault::no_locations;
   for (std::size_t k = 0; k < loc.size(); ++k) {
-    if (loc[k] < 0) return fail(ErrorKind::format, ".locations", "names a negative rank in its locations");
-    if (k > 0 && loc[k] <= loc[k - 1]) {
-      return fail(ErrorKind::format, ".locations",
-                  "has locations that are not strictly increasing (unsorted or repeated)");
-    }
+    if (loc[k] < 0) return PieceFault::negative_location;
+    if (k > 0 && loc[k] <= loc[k - 1]) return PieceFault::unsorted_locations;
   }
-  if (!std::isfinite(piece.scale) || piece.scale == 0.0) {
-    return fail(ErrorKind::scale, ".scale", fmt::format("has scale {}, which is not a finite non-zero number", piece.scale));
-  }
+  if (!std::isfinite(piece.scale) || piece.scale == 0.0) return PieceFault::bad_scale;
   return std::nullopt;
 }
 
@@ -189,21 +145,14 @@ Status prepare(const Map& map, Scratch& s, Index& numel_f, bool& logical_ok) {
   s.rank_ids.clear();
   Status first;
   auto note = [&](Error e) {
-    if (!first) first = std::move(e);
+    if (first.ok()) first = std::move(e);
   };
 
   logical_ok = false;
   numel_f = 0;
-  if (!all_non_negative(map.logical_shape)) {
-    Error e = make_error(ErrorKind::format, fmt::format("logical_shape {} has a negative extent",
-                                                        shape_text(map.logical_shape)));
-    e.path = "$.logical_shape";
-    note(std::move(e));
-  } else if (auto n = checked_numel(map.logical_shape); !n) {
-    Error e = make_error(ErrorKind::format, fmt::format("logical_shape {} has more elements than fit in 64 bits",
-                                                        shape_text(map.logical_shape)));
-    e.path = "$.logical_shape";
-    note(std::move(e));
+  auto n = all_non_negative(map.logical_shape) ? checked_numel(map.logical_shape) : std::nullopt;
+  if (!n) {
+    note(fault::bad_logical_shape(map.logical_shape));
   } else {
     numel_f = *n;
     logical_ok = true;
@@ -225,38 +174,23 @@ Status prepare(const Map& map, Scratch& s, Index& numel_f, bool& logical_ok) {
     RankInfo info;
     info.entry = &entry;
     if (entry.rank < 0) {
-      Error e = make_error(ErrorKind::format, fmt::format("rank {} has a negative rank id", entry.rank));
-      e.rank = entry.rank;
-      e.path = rank_path(entry.rank);
-      note(std::move(e));
+      note(fault::negative_rank_id(entry.rank));
     } else if (oi > 0 && map.ranks[s.order[oi - 1]].rank == entry.rank) {
-      Error e = make_error(ErrorKind::format, fmt::format("rank {} appears more than once", entry.rank));
-      e.rank = entry.rank;
-      e.path = rank_path(entry.rank);
-      note(std::move(e));
+      note(fault::duplicate_rank(entry.rank));
     }
     if (entry.shard_shape) {
       const Extents& shard = *entry.shard_shape;
-      auto n = all_non_negative(shard) ? checked_numel(shard) : std::nullopt;
-      if (n) {
+      auto shard_numel = all_non_negative(shard) ? checked_numel(shard) : std::nullopt;
+      if (shard_numel) {
         info.shard_sound = true;
-        info.shard_numel = *n;
+        info.shard_numel = *shard_numel;
       } else {
-        Error e = make_error(ErrorKind::format,
-                             fmt::format("rank {} has shard_shape {}, which is negative or overflows 64 bits",
-                                         entry.rank, shape_text(shard)));
-        e.rank = entry.rank;
-        e.path = rank_path(entry.rank) + ".shard_shape";
-        note(std::move(e));
+        note(fault::bad_shard_shape(entry.rank, shard));
       }
     } else if (entry.pieces.empty()) {
       info.shard_sound = true;  // a rank without pieces may omit its shard: it holds nothing
     } else {
-      Error e = make_error(ErrorKind::format,
-                           fmt::format("rank {} lists pieces but has no shard_shape", entry.rank));
-      e.rank = entry.rank;
-      e.path = rank_path(entry.rank) + ".shard_shape";
-      note(std::move(e));
+      note(fault::missing_shard_shape(entry.rank));
     }
 
     info.first = static_cast<std::int32_t>(s.pieces.size());
@@ -284,10 +218,10 @@ Status prepare(const Map& map, Scratch& s, Index& numel_f, bool& logical_ok) {
 
     for (std::int32_t g = info.first; g < info.last; ++g) {
       PieceInfo& p = s.pieces[g];
-      auto err = piece_structure(p, !first.has_value());
+      auto broken = piece_structure(p);
       // A piece on a broken shard is not sound either: its dest cannot be checked.
       p.sound = p.sound && info.shard_sound;
-      if (err) note(std::move(*err));
+      if (broken && first.ok()) note(fault::piece(*broken, at(p)));
     }
     s.ranks.push_back(info);
   }
@@ -300,23 +234,12 @@ Status check_bounds(const Scratch& s, Index numel_f) {
   for (const PieceInfo& p : s.pieces) {
     if (!p.sound || p.empty) continue;
     const Index shard_numel = s.ranks[p.owner].shard_numel;
-    if (p.src.max_address >= numel_f) {
-      Index last = p.src.max_address;
-      return at(piece_error(ErrorKind::bounds, p,
-                            fmt::format("{} reads element {} of F, which has only {} elements",
-                                        label(p), last, numel_f)),
-                last, Side::full);
-    }
+    if (p.src.max_address >= numel_f) return fault::out_of_bounds(at(p), Side::full, p.src.max_address, numel_f);
     if (p.dst.max_address >= shard_numel) {
-      Index last = p.dst.max_address;
-      return at(piece_error(ErrorKind::bounds, p,
-                            fmt::format("{} writes shard address {}, but the shard {} has only {} elements",
-                                        label(p), last, shape_text(*s.ranks[p.owner].entry->shard_shape),
-                                        shard_numel)),
-                last, Side::shard);
+      return fault::out_of_bounds(at(p), Side::shard, p.dst.max_address, shard_numel);
     }
   }
-  return std::nullopt;
+  return {};
 }
 
 // ---- address runs ------------------------------------------------------------------
@@ -422,14 +345,9 @@ Status check_itself(const Scratch& s) {
     if (!p.sound || p.empty) continue;
     const bool src_ok = p.src_layout.unique;
     if (src_ok && p.dst_layout.unique) continue;
-    Error e = piece_error(ErrorKind::itself, p,
-                          fmt::format("{} has a {} view that may touch one address twice (a zero stride, "
-                                      "or strides that are not nested; the rule is conservative)",
-                                      label(p), src_ok ? "dest" : "source"));
-    e.side = src_ok ? Side::shard : Side::full;
-    return e;
+    return fault::overlaps_itself(at(p), src_ok ? Side::shard : Side::full);
   }
-  return std::nullopt;
+  return {};
 }
 
 // ---- condition 4 -------------------------------------------------------------------
@@ -448,13 +366,7 @@ Status check_rank_tiling(Scratch& s, const RankInfo& r) {
   }
   const Rank id = r.entry->rank;
   if (overflow || written != r.shard_numel) {
-    Error e = make_error(ErrorKind::count,
-                         fmt::format("rank {} pieces hold {} elements but its shard {} has {}", id,
-                                     overflow ? std::string("more than 2^63") : std::to_string(written),
-                                     r.entry->shard_shape ? shape_text(*r.entry->shard_shape) : "()",
-                                     r.shard_numel));
-    e.rank = id;
-    return e;
+    return fault::count(id, overflow ? std::nullopt : std::optional<Index>(written), r.shard_numel);
   }
 
   auto& runs = s.runs;
@@ -486,12 +398,8 @@ Status check_rank_tiling(Scratch& s, const RankInfo& r) {
         }
       }
       if (b < 0) b = a;  // only possible when a view overlaps itself (condition 3 planted off)
-      const PieceInfo& first = s.pieces[a];
-      std::string other = b == a ? std::string("itself")
-                                 : fmt::format("piece {} ({})", s.pieces[b].written, describe(*s.pieces[b].piece));
-      return at(piece_error(ErrorKind::twice, first,
-                            fmt::format("{} writes shard address {} that {} also writes", label(first), address, other)),
-                address, Side::shard);
+      const PieceAt other = at(s.pieces[b]);
+      return fault::shard_address_twice(at(s.pieces[a]), address, &other);
     }
     reach = std::max(reach, run.start + run.len);
   }
@@ -500,13 +408,8 @@ Status check_rank_tiling(Scratch& s, const RankInfo& r) {
     if (run.start > cursor) break;
     cursor = std::max(cursor, run.start + run.len);
   }
-  if (cursor < r.shard_numel) {
-    Error e = make_error(ErrorKind::uncovered,
-                         fmt::format("rank {} has shard address {} that none of its pieces writes", id, cursor));
-    e.rank = id;
-    return at(std::move(e), cursor, Side::shard);
-  }
-  return std::nullopt;
+  if (cursor < r.shard_numel) return fault::shard_address_uncovered(id, cursor);
+  return {};
 }
 
 // ---- conditions 5 and 6 -------------------------------------------------------------
@@ -554,13 +457,9 @@ struct Violation {
   ErrorKind kind = ErrorKind::holders;
 };
 
-std::string holders_text(const std::vector<Rank>& ranks) { return fmt::format("{{{}}}", fmt::join(ranks, ",")); }
-
 Error homogeneity_error(Scratch& s, const Violation& v) {
   const PieceInfo& p = s.pieces[v.piece];
-  if (v.address == kNoAddress) {
-    return piece_error(ErrorKind::holders, p, fmt::format("{} does not name its own rank in its locations", label(p)));
-  }
+  if (v.address == kNoAddress) return fault::not_own_rank(at(p));
   // Recover who covers the address; only done once, for the reported error.
   s.holders.clear();
   std::int32_t other = -1;
@@ -574,18 +473,9 @@ Error homogeneity_error(Scratch& s, const Violation& v) {
   }
   std::sort(s.holders.begin(), s.holders.end());
   s.holders.erase(std::unique(s.holders.begin(), s.holders.end()), s.holders.end());
-  Error e;
-  if (v.kind == ErrorKind::twice && other >= 0) {
-    e = piece_error(ErrorKind::twice, p,
-                    fmt::format("{} and {} both claim element {} of F as its only holder", label(p),
-                                label(s.pieces[other]), v.address));
-  } else {
-    e = piece_error(v.kind, p,
-                    fmt::format("{} says element {} of F is held by {{{}}} but ranks {} list pieces covering it",
-                                label(p), v.address, fmt::join(p.piece->locations, ","),
-                                holders_text(s.holders)));
-  }
-  return at(std::move(e), v.address, Side::full);
+  // Two single holders of one element always leave another one to name.
+  if (v.kind == ErrorKind::twice && other >= 0) return fault::claimed_twice(at(p), v.address, at(s.pieces[other]));
+  return fault::holders(at(p), v.address, s.holders);
 }
 
 // Sweeps the source runs of all pieces in address order. Between consecutive run
@@ -664,10 +554,7 @@ Status check_full_side(Scratch& s, Index numel_f, const PlantedBugs& bugs) {
   const bool judge_holders = !bugs.skip_homogeneity;
   Status gap;
   auto note_gap = [&](Index pos) {
-    if (!gap && pos < numel_f) {
-      Error e = make_error(ErrorKind::uncovered, fmt::format("element {} of F is covered by no piece", pos));
-      gap = at(std::move(e), pos, Side::full);
-    }
+    if (gap.ok() && pos < numel_f) gap = fault::element_uncovered(pos);
   };
   Index pos = 0;
   std::size_t next = 0;
@@ -677,7 +564,7 @@ Status check_full_side(Scratch& s, Index numel_f, const PlantedBugs& bugs) {
       if (runs[next].start > pos) note_gap(pos);
       pos = runs[next].start;
     }
-    if (gap && !bugs.skip_coverage) return gap;
+    if (!gap.ok() && !bugs.skip_coverage) return gap;
     while (next < runs.size() && runs[next].start == pos) {
       heap.emplace_back(pos + runs[next].len, static_cast<std::int32_t>(next));
       std::push_heap(heap.begin(), heap.end(), heap_greater);
@@ -695,9 +582,9 @@ Status check_full_side(Scratch& s, Index numel_f, const PlantedBugs& bugs) {
     }
   }
   note_gap(pos);
-  if (gap && !bugs.skip_coverage) return gap;
+  if (!gap.ok() && !bugs.skip_coverage) return gap;
   if (judge_holders && best.piece < static_cast<std::int32_t>(piece_count)) return homogeneity_error(s, best);
-  return std::nullopt;
+  return {};
 }
 
 
@@ -726,31 +613,29 @@ Status check_map(const Map& map, const CheckOptions& options) {
   TrimScratch trim{s};
   Index numel_f = 0;
   bool logical_ok = false;
-  if (auto err = prepare(map, s, numel_f, logical_ok); err && !bugs.skip_structure) return err;
-  if (!logical_ok) return std::nullopt;  // nothing later can be judged without F's size
+  if (Status err = prepare(map, s, numel_f, logical_ok); !err.ok() && !bugs.skip_structure) return err;
+  if (!logical_ok) return {};  // nothing later can be judged without F's size
   build_layouts(s);
 
   if (!bugs.skip_bounds) {
-    if (auto err = check_bounds(s, numel_f)) return err;
+    if (Status err = check_bounds(s, numel_f); !err.ok()) return err;
   }
   if (!bugs.skip_itself) {
-    if (auto err = check_itself(s)) return err;
+    if (Status err = check_itself(s); !err.ok()) return err;
   }
   const bool tiling = !bugs.skip_dest_tiling;
-  if (!tiling && bugs.skip_coverage && bugs.skip_homogeneity) return std::nullopt;
+  if (!tiling && bugs.skip_coverage && bugs.skip_homogeneity) return {};
 
   if (!total_runs(s, tiling, options.limits.max_walked_addresses)) {
-    return make_error(ErrorKind::format,
-                      fmt::format("the map is too large to verify: it needs more than {} address runs",
-                                  options.limits.max_walked_addresses));
+    return fault::too_large_to_verify(options.limits.max_walked_addresses);
   }
   if (tiling) {
     for (const RankInfo& r : s.ranks) {
       if (!r.shard_sound) continue;
-      if (auto err = check_rank_tiling(s, r)) return err;
+      if (Status err = check_rank_tiling(s, r); !err.ok()) return err;
     }
   }
-  if (bugs.skip_coverage && bugs.skip_homogeneity) return std::nullopt;
+  if (bugs.skip_coverage && bugs.skip_homogeneity) return {};
   return check_full_side(s, numel_f, bugs);
 }
 

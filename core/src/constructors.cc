@@ -21,10 +21,11 @@ struct Chunk {
   std::vector<Rank> locations;
 };
 
-Error bad(std::string message, std::optional<Rank> rank = std::nullopt) {
-  Error error = make_error(ErrorKind::format, std::move(message));
-  error.rank = rank;
-  return error;
+// A constructor's refusal of its arguments: "in <who>, <what is wrong>".
+Error bad(std::string_view who, std::string_view what, std::optional<Rank> rank = std::nullopt) {
+  Where where;
+  where.rank = rank;
+  return make_error(ErrorKind::format, fmt::format("in {}, {}", who, what), where);
 }
 
 std::string shape_text(const Extents& shape) {
@@ -34,23 +35,23 @@ std::string shape_text(const Extents& shape) {
 Status check_shape(std::string_view who, const Extents& shape) {
   for (std::size_t k = 0; k < shape.size(); ++k) {
     if (shape[k] < 0) {
-      return bad(fmt::format("{}: shape {} has a negative extent at axis {}", who,
-                             shape_text(shape), k));
+      return bad(who, fmt::format("shape {} has a negative extent at axis {}",
+                                  shape_text(shape), k));
     }
   }
   if (!checked_numel(shape)) {
-    return bad(fmt::format("{}: shape {} has more elements than fit in 64 bits", who,
-                           shape_text(shape)));
+    return bad(who, fmt::format("shape {} has more elements than fit in 64 bits",
+                                shape_text(shape)));
   }
-  return std::nullopt;
+  return {};
 }
 
 Status check_dim(std::string_view who, const Extents& shape, int dim) {
   if (dim < 0 || static_cast<std::size_t>(dim) >= shape.size()) {
-    return bad(fmt::format("{}: dim {} is out of range for the {}-d shape {}", who, dim,
-                           shape.size(), shape_text(shape)));
+    return bad(who, fmt::format("dim {} is out of range for the {}-d shape {}", dim,
+                                shape.size(), shape_text(shape)));
   }
-  return std::nullopt;
+  return {};
 }
 
 // `what` names the list in messages, e.g. "sizes" or "widths[1]"; with per_rank, entry
@@ -61,27 +62,27 @@ Status check_widths(std::string_view who, std::string_view what, const std::vect
   for (std::size_t r = 0; r < widths.size(); ++r) {
     if (widths[r] < 0) {
       if (!per_rank) {
-        return bad(fmt::format("{}: {}[{}] = {} is negative", who, what, r, widths[r]));
+        return bad(who, fmt::format("{}[{}] = {} is negative", what, r, widths[r]));
       }
-      return bad(fmt::format("{}: {}[{}] = {} is negative (rank {})", who, what, r, widths[r], r),
+      return bad(who, fmt::format("{}[{}] = {} is negative", what, r, widths[r]),
                  static_cast<Rank>(r));
     }
     auto next = checked_add(sum, widths[r]);
-    if (!next) return bad(fmt::format("{}: the entries of {} overflow 64 bits", who, what));
+    if (!next) return bad(who, fmt::format("the entries of {} overflow 64 bits", what));
     sum = *next;
   }
   if (sum != total) {
-    return bad(fmt::format("{}: {} sum to {} but {} is {}", who, what, sum, total_name, total));
+    return bad(who, fmt::format("{} sum to {} but {} is {}", what, sum, total_name, total));
   }
-  return std::nullopt;
+  return {};
 }
 
 Status check_tp(std::string_view who, Index tp) {
-  if (tp < 1) return bad(fmt::format("{}: tp must be at least 1, got {}", who, tp));
+  if (tp < 1) return bad(who, fmt::format("tp must be at least 1, got {}", tp));
   if (tp > kMaxLocationEntries / tp) {
-    return bad(fmt::format("{}: tp {} is too large to list every rank in each replica", who, tp));
+    return bad(who, fmt::format("tp {} is too large to list every rank in each replica", tp));
   }
-  return std::nullopt;
+  return {};
 }
 
 std::vector<Rank> all_ranks(Index tp) {
@@ -107,14 +108,14 @@ Result<Map> assemble(std::string_view who, const Extents& shape, int dim,
     Index along = 0;
     for (const Chunk& chunk : chunks_by_rank[r]) {
       auto next = checked_add(along, chunk.width);
-      if (!next) return bad(fmt::format("{}: rank {}'s shard overflows 64 bits", who, r));
+      if (!next) return bad(who, fmt::format("rank {}'s shard overflows 64 bits", r));
       along = *next;
     }
     Extents shard = shape;
     shard[d] = along;
     if (!checked_numel(shard)) {
-      return bad(fmt::format("{}: rank {}'s shard {} has more elements than fit in 64 bits", who,
-                             r, shape_text(shard)),
+      return bad(who, fmt::format("rank {}'s shard {} has more elements than fit in 64 bits",
+                                  r, shape_text(shard)),
                  static_cast<Rank>(r));
     }
     RankEntry entry;
@@ -144,10 +145,10 @@ Result<Map> assemble(std::string_view who, const Extents& shape, int dim,
 
 Result<Map> replicated_map(const Extents& shape, int tp, double scale) {
   constexpr std::string_view who = "replicated_map";
-  if (auto err = check_shape(who, shape)) return *err;
-  if (auto err = check_tp(who, tp)) return *err;
+  if (Status err = check_shape(who, shape); !err.ok()) return err.error();
+  if (Status err = check_tp(who, tp); !err.ok()) return err.error();
   if (scale == 0.0 || !std::isfinite(scale)) {
-    return bad(fmt::format("{}: scale must be finite and non-zero, got {}", who, scale));
+    return bad(who, fmt::format("scale must be finite and non-zero, got {}", scale));
   }
   const bool empty = *checked_numel(shape) == 0;
   const Strides strides = row_major_strides(shape);
@@ -174,13 +175,13 @@ Result<Map> replicated_map(const Extents& shape, int tp, double scale) {
 
 Result<Map> contiguous_split_map(const Extents& shape, const std::vector<Index>& sizes, int dim) {
   constexpr std::string_view who = "contiguous_split_map";
-  if (auto err = check_shape(who, shape)) return *err;
-  if (auto err = check_dim(who, shape, dim)) return *err;
-  if (sizes.empty()) return bad(fmt::format("{}: sizes must list at least one rank", who));
+  if (Status err = check_shape(who, shape); !err.ok()) return err.error();
+  if (Status err = check_dim(who, shape, dim); !err.ok()) return err.error();
+  if (sizes.empty()) return bad(who, "sizes must list at least one rank");
   const std::string extent_name = fmt::format("shape[{}]", dim);
-  if (auto err = check_widths(who, "sizes", sizes, shape[static_cast<std::size_t>(dim)],
-                              extent_name)) {
-    return *err;
+  if (Status err = check_widths(who, "sizes", sizes, shape[static_cast<std::size_t>(dim)], extent_name);
+      !err.ok()) {
+    return err.error();
   }
   std::vector<std::vector<Chunk>> chunks(sizes.size());
   Index start = 0;
@@ -194,30 +195,31 @@ Result<Map> contiguous_split_map(const Extents& shape, const std::vector<Index>&
 Result<Map> sub_param_map(const Extents& shape, const std::vector<Index>& sub_sizes,
                           const std::vector<std::vector<Index>>& widths, int dim) {
   constexpr std::string_view who = "sub_param_map";
-  if (auto err = check_shape(who, shape)) return *err;
-  if (auto err = check_dim(who, shape, dim)) return *err;
+  if (Status err = check_shape(who, shape); !err.ok()) return err.error();
+  if (Status err = check_dim(who, shape, dim); !err.ok()) return err.error();
   if (sub_sizes.empty()) {
-    return bad(fmt::format("{}: sub_sizes must list at least one sub-parameter", who));
+    return bad(who, "sub_sizes must list at least one sub-parameter");
   }
   const std::string extent_name = fmt::format("shape[{}]", dim);
-  if (auto err = check_widths(who, "sub_sizes", sub_sizes, shape[static_cast<std::size_t>(dim)],
-                              extent_name, false)) {
-    return *err;
+  if (Status err = check_widths(who, "sub_sizes", sub_sizes, shape[static_cast<std::size_t>(dim)], extent_name, false);
+      !err.ok()) {
+    return err.error();
   }
   if (widths.size() != sub_sizes.size()) {
-    return bad(fmt::format("{}: {} width lists given for {} sub-parameters", who, widths.size(),
-                           sub_sizes.size()));
+    return bad(who, fmt::format("{} width lists given for {} sub-parameters", widths.size(),
+                                sub_sizes.size()));
   }
   const std::size_t tp = widths[0].size();
-  if (tp < 1) return bad(fmt::format("{}: widths[0] must list at least one rank", who));
+  if (tp < 1) return bad(who, "widths[0] must list at least one rank");
   for (std::size_t i = 0; i < widths.size(); ++i) {
     if (widths[i].size() != tp) {
-      return bad(fmt::format("{}: widths[{}] lists {} ranks but widths[0] lists {}", who, i,
-                             widths[i].size(), tp));
+      return bad(who, fmt::format("widths[{}] lists {} ranks but widths[0] lists {}", i,
+                                  widths[i].size(), tp));
     }
-    if (auto err = check_widths(who, fmt::format("widths[{}]", i), widths[i], sub_sizes[i],
-                                fmt::format("sub_sizes[{}]", i))) {
-      return *err;
+    if (Status err = check_widths(who, fmt::format("widths[{}]", i), widths[i], sub_sizes[i],
+                                  fmt::format("sub_sizes[{}]", i));
+        !err.ok()) {
+      return err.error();
     }
   }
   std::vector<std::vector<Chunk>> chunks(tp);
@@ -236,9 +238,9 @@ Result<Map> sub_param_map(const Extents& shape, const std::vector<Index>& sub_si
 Result<Map> segmented_map(const Extents& shape, const std::vector<Segment>& segments, int dim,
                           int tp, const std::vector<std::vector<Index>>& split_widths) {
   constexpr std::string_view who = "segmented_map";
-  if (auto err = check_shape(who, shape)) return *err;
-  if (auto err = check_dim(who, shape, dim)) return *err;
-  if (auto err = check_tp(who, tp)) return *err;
+  if (Status err = check_shape(who, shape); !err.ok()) return err.error();
+  if (Status err = check_dim(who, shape, dim); !err.ok()) return err.error();
+  if (Status err = check_tp(who, tp); !err.ok()) return err.error();
   std::vector<Index> sizes;
   Index replicated_count = 0;
   for (const Segment& segment : segments) {
@@ -246,19 +248,19 @@ Result<Map> segmented_map(const Extents& shape, const std::vector<Segment>& segm
     if (segment.replicated) ++replicated_count;
   }
   const std::string extent_name = fmt::format("shape[{}]", dim);
-  if (auto err = check_widths(who, "segment sizes", sizes, shape[static_cast<std::size_t>(dim)],
-                              extent_name, false)) {
-    return *err;
+  if (Status err = check_widths(who, "segment sizes", sizes, shape[static_cast<std::size_t>(dim)], extent_name, false);
+      !err.ok()) {
+    return err.error();
   }
   const auto split_count = static_cast<Index>(segments.size()) - replicated_count;
   if (static_cast<Index>(split_widths.size()) != split_count) {
-    return bad(fmt::format("{}: {} width lists given for {} split segments", who,
-                           split_widths.size(), split_count));
+    return bad(who, fmt::format("{} width lists given for {} split segments",
+                                split_widths.size(), split_count));
   }
   // Each replicated segment puts tp locations on each of tp ranks.
   if (replicated_count > kMaxLocationEntries / (Index{tp} * tp)) {
-    return bad(fmt::format("{}: {} replicated segments on {} ranks list too many locations", who,
-                           replicated_count, tp));
+    return bad(who, fmt::format("{} replicated segments on {} ranks list too many locations",
+                                replicated_count, tp));
   }
   const std::vector<Rank> everyone = all_ranks(tp);
   std::vector<std::vector<Chunk>> chunks(static_cast<std::size_t>(tp));
@@ -271,11 +273,11 @@ Result<Map> segmented_map(const Extents& shape, const std::vector<Segment>& segm
       const auto& widths = split_widths[split_index];
       const std::string what = fmt::format("split_widths[{}]", split_index);
       if (widths.size() != static_cast<std::size_t>(tp)) {
-        return bad(fmt::format("{}: {} lists {} ranks but tp is {}", who, what, widths.size(), tp));
+        return bad(who, fmt::format("{} lists {} ranks but tp is {}", what, widths.size(), tp));
       }
-      if (auto err = check_widths(who, what, widths, segments[s].size,
-                                  fmt::format("segment {}'s size", s))) {
-        return *err;
+      if (Status err = check_widths(who, what, widths, segments[s].size, fmt::format("segment {}'s size", s));
+          !err.ok()) {
+        return err.error();
       }
       Index at = start;
       for (std::size_t r = 0; r < widths.size(); ++r) {
@@ -293,18 +295,18 @@ Result<Map> block_gather_map(const Extents& shape,
                              const std::vector<std::vector<Index>>& block_ids_by_rank,
                              Index block_size, int dim) {
   constexpr std::string_view who = "block_gather_map";
-  if (auto err = check_shape(who, shape)) return *err;
-  if (auto err = check_dim(who, shape, dim)) return *err;
+  if (Status err = check_shape(who, shape); !err.ok()) return err.error();
+  if (Status err = check_dim(who, shape, dim); !err.ok()) return err.error();
   if (block_ids_by_rank.empty()) {
-    return bad(fmt::format("{}: block_ids_by_rank must list at least one rank", who));
+    return bad(who, "block_ids_by_rank must list at least one rank");
   }
   if (block_size < 1) {
-    return bad(fmt::format("{}: block_size must be at least 1, got {}", who, block_size));
+    return bad(who, fmt::format("block_size must be at least 1, got {}", block_size));
   }
   const Index extent = shape[static_cast<std::size_t>(dim)];
   if (extent % block_size != 0) {
-    return bad(fmt::format("{}: shape[{}] = {} is not a multiple of block_size {}", who, dim,
-                           extent, block_size));
+    return bad(who, fmt::format("shape[{}] = {} is not a multiple of block_size {}", dim,
+                                extent, block_size));
   }
   const Index blocks = extent / block_size;
   // Every block is listed exactly once, so the listings bound the block count; checking
@@ -312,9 +314,8 @@ Result<Map> block_gather_map(const Extents& shape,
   std::size_t listed = 0;
   for (const auto& ids : block_ids_by_rank) listed += ids.size();
   if (static_cast<std::size_t>(blocks) != listed) {
-    return bad(fmt::format("{}: {} block ids are listed but shape[{}] holds {} blocks; each "
-                           "block must be held exactly once",
-                           who, listed, dim, blocks));
+    return bad(who, fmt::format("{} block ids are listed but shape[{}] holds {} blocks; each "
+                                "block must be held exactly once", listed, dim, blocks));
   }
   std::vector<Rank> owner(static_cast<std::size_t>(blocks), -1);
   std::vector<std::vector<Chunk>> chunks(block_ids_by_rank.size());
@@ -322,14 +323,14 @@ Result<Map> block_gather_map(const Extents& shape,
     const auto rank = static_cast<Rank>(r);
     for (Index id : block_ids_by_rank[r]) {
       if (id < 0 || id >= blocks) {
-        return bad(fmt::format("{}: rank {} lists block {}, outside 0..{}", who, r, id,
-                               blocks - 1),
+        return bad(who, fmt::format("rank {} lists block {}, outside 0..{}", r, id,
+                                    blocks - 1),
                    rank);
       }
       Rank& held_by = owner[static_cast<std::size_t>(id)];
       if (held_by >= 0) {
-        return bad(fmt::format("{}: block {} is listed by rank {} and again by rank {}", who, id,
-                               held_by, r),
+        return bad(who, fmt::format("block {} is listed by rank {} and again by rank {}", id,
+                                    held_by, r),
                    rank);
       }
       held_by = rank;
@@ -348,12 +349,12 @@ Result<Map> block_gather_map(const Extents& shape,
 Result<Map> expert_placement_map(const Extents& shape,
                                  const std::vector<std::vector<Index>>& experts_by_rank) {
   constexpr std::string_view who = "expert_placement_map";
-  if (auto err = check_shape(who, shape)) return *err;
+  if (Status err = check_shape(who, shape); !err.ok()) return err.error();
   if (shape.empty()) {
-    return bad(fmt::format("{}: shape must have a leading expert axis, got a 0-d shape", who));
+    return bad(who, "shape must have a leading expert axis, got a 0-d shape");
   }
   if (experts_by_rank.empty()) {
-    return bad(fmt::format("{}: experts_by_rank must list at least one rank", who));
+    return bad(who, "experts_by_rank must list at least one rank");
   }
   const Index experts = shape[0];
   std::size_t listed = 0;
@@ -361,22 +362,21 @@ Result<Map> expert_placement_map(const Extents& shape,
   // Every expert has a holder, so E <= listings: the table below stays proportional
   // to input the caller already holds.
   if (static_cast<std::size_t>(experts) > listed) {
-    return bad(fmt::format("{}: {} experts but only {} placements; every expert needs a holder",
-                           who, experts, listed));
+    return bad(who, fmt::format("{} experts but only {} placements; every expert needs a holder", experts, listed));
   }
   std::vector<std::vector<Rank>> holders(static_cast<std::size_t>(experts));
   for (std::size_t r = 0; r < experts_by_rank.size(); ++r) {
     const auto rank = static_cast<Rank>(r);
     for (Index id : experts_by_rank[r]) {
       if (id < 0 || id >= experts) {
-        return bad(fmt::format("{}: rank {} lists expert {}, outside 0..{}", who, r, id,
-                               experts - 1),
+        return bad(who, fmt::format("rank {} lists expert {}, outside 0..{}", r, id,
+                                    experts - 1),
                    rank);
       }
       auto& list = holders[static_cast<std::size_t>(id)];
       // Ranks are visited in increasing order, so a repeat shows up at the back.
       if (!list.empty() && list.back() == rank) {
-        return bad(fmt::format("{}: rank {} lists expert {} twice", who, r, id), rank);
+        return bad(who, fmt::format("rank {} lists expert {} twice", r, id), rank);
       }
       list.push_back(rank);
     }
@@ -384,13 +384,13 @@ Result<Map> expert_placement_map(const Extents& shape,
   Index location_entries = 0;
   for (std::size_t e = 0; e < holders.size(); ++e) {
     if (holders[e].empty()) {
-      return bad(fmt::format("{}: expert {} is held by no rank", who, e));
+      return bad(who, fmt::format("expert {} is held by no rank", e));
     }
     // holders.size() <= number of ranks, so the square cannot overflow before the
     // running sum is compared with the bound.
     const auto k = static_cast<Index>(holders[e].size());
     if (k > kMaxLocationEntries || k * k > kMaxLocationEntries - location_entries) {
-      return bad(fmt::format("{}: replicated experts list too many locations", who));
+      return bad(who, "replicated experts list too many locations");
     }
     location_entries += k * k;
   }

@@ -5,8 +5,6 @@
 #include <cstdint>
 #include <limits>
 
-#include <fmt/format.h>
-
 namespace shardcheck {
 
 namespace {
@@ -58,24 +56,7 @@ bool visit_less(const Visit& a, const Visit& b) {
   return a.written < b.written;
 }
 
-std::string label(const Visit& v) {
-  return fmt::format("rank {} piece {} ({})", v.rank, v.written, describe(*v.piece));
-}
-
-Error error_for(ErrorKind kind, const Visit* v, std::string message) {
-  Error e = make_error(kind, std::move(message));
-  if (v != nullptr) {
-    e.rank = v->rank;
-    e.piece = v->written;
-  }
-  return e;
-}
-
-Error at(Error e, Index address, Side side) {
-  e.address = address;
-  e.side = side;
-  return e;
-}
+PieceAt at(const Visit& v) { return PieceAt{v.rank, v.written, v.piece}; }
 
 // Calls fn(k, a, b) for every element k of the block in row-major order with its
 // addresses in views a and b; stops early (returning true) when fn returns true.
@@ -123,31 +104,22 @@ Status guard_piece(const Visit& v, Index numel_f, Index shard_numel, Index& nume
   auto negative = [](const std::vector<Index>& xs) {
     return std::any_of(xs.begin(), xs.end(), [](Index x) { return x < 0; });
   };
-  if (p.source.strides.size() != n || p.dest.strides.size() != n || negative(p.shape) ||
-      negative(p.source.strides) || negative(p.dest.strides) || p.source.offset < 0 || p.dest.offset < 0) {
-    return error_for(ErrorKind::format, &v,
-                     fmt::format("{} is malformed: mismatched lengths or a negative number.", label(v)));
-  }
+  if (p.source.strides.size() != n || p.dest.strides.size() != n) return fault::piece(PieceFault::axes, at(v));
+  if (negative(p.shape)) return fault::piece(PieceFault::negative_extent, at(v));
+  if (p.source.offset < 0) return fault::piece(PieceFault::negative_source_offset, at(v));
+  if (p.dest.offset < 0) return fault::piece(PieceFault::negative_dest_offset, at(v));
+  if (negative(p.source.strides)) return fault::piece(PieceFault::negative_source_stride, at(v));
+  if (negative(p.dest.strides)) return fault::piece(PieceFault::negative_dest_stride, at(v));
   auto src = span_facts(p.shape, p.source);
   auto dst = span_facts(p.shape, p.dest);
-  if (!src || !dst) {
-    return error_for(ErrorKind::format, &v, fmt::format("{} has a view that overflows 64 bits.", label(v)));
-  }
+  if (!src || !dst) return fault::piece(!src ? PieceFault::source_overflow : PieceFault::dest_overflow, at(v));
   numel = src->numel;
-  if (src->empty) return std::nullopt;
-  if (src->max_address >= numel_f) {
-    return at(error_for(ErrorKind::bounds, &v,
-                        fmt::format("{} reaches element {} of F, which has {} elements.", label(v),
-                                    src->max_address, numel_f)),
-              src->max_address, Side::full);
-  }
+  if (src->empty) return {};
+  if (src->max_address >= numel_f) return fault::out_of_bounds(at(v), Side::full, src->max_address, numel_f);
   if (dst->max_address >= shard_numel) {
-    return at(error_for(ErrorKind::bounds, &v,
-                        fmt::format("{} reaches shard address {}, but the shard has {} elements.",
-                                    label(v), dst->max_address, shard_numel)),
-              dst->max_address, Side::shard);
+    return fault::out_of_bounds(at(v), Side::shard, dst->max_address, shard_numel);
   }
-  return std::nullopt;
+  return {};
 }
 
 // Guards every visit and checks that each rank's pieces hold as many elements as its
@@ -159,21 +131,15 @@ Status guard_visits(std::vector<Visit>& visits, Index numel_f) {
     Index total = 0;
     for (; end < visits.size() && visits[end].rank == visits[begin].rank; ++end) {
       Visit& v = visits[end];
-      if (auto e = guard_piece(v, numel_f, v.shard_numel, v.numel)) return e;
+      if (Status e = guard_piece(v, numel_f, v.shard_numel, v.numel); !e.ok()) return e;
       auto sum = checked_add(total, v.numel);
-      if (!sum) return error_for(ErrorKind::format, &v, fmt::format("The pieces of rank {} overflow 64 bits.", v.rank));
+      if (!sum) return fault::count(v.rank, std::nullopt, v.shard_numel);
       total = *sum;
     }
-    if (total != visits[begin].shard_numel) {
-      Error e = make_error(ErrorKind::count,
-                           fmt::format("Rank {}'s pieces hold {} elements but its shard has {}.",
-                                       visits[begin].rank, total, visits[begin].shard_numel));
-      e.rank = visits[begin].rank;
-      return e;
-    }
+    if (total != visits[begin].shard_numel) return fault::count(visits[begin].rank, total, visits[begin].shard_numel);
     begin = end;
   }
-  return std::nullopt;
+  return {};
 }
 
 // Integers cannot be scaled exactly, and a scaled map says nothing about how to
@@ -181,20 +147,10 @@ Status guard_visits(std::vector<Visit>& visits, Index numel_f) {
 Status check_scales(const std::vector<Visit>& visits, DType dtype, int scale_power) {
   for (const Visit& v : visits) {
     if (v.piece->scale == 1.0) continue;
-    if (scale_power != 1) {
-      return error_for(ErrorKind::scale, &v,
-                       fmt::format("{} has scale {} but scale_power is {}; a scaled map can only "
-                                   "convert a parameter (scale_power 1).",
-                                   label(v), v.piece->scale, scale_power));
-    }
-    if (!is_floating(dtype)) {
-      return error_for(ErrorKind::scale, &v,
-                       fmt::format("{} has scale {} but the dtype {} is not floating point and "
-                                   "cannot be scaled exactly.",
-                                   label(v), v.piece->scale, dtype_name(dtype)));
-    }
+    if (scale_power != 1) return fault::scale_needs_power_one(at(v), scale_power);
+    if (!is_floating(dtype)) return fault::scale_on_integer(at(v), dtype);
   }
-  return std::nullopt;
+  return {};
 }
 
 std::optional<Index> logical_numel(const Map& map) {
@@ -210,17 +166,6 @@ std::optional<Index> shard_numel_of(const RankEntry& entry) {
     if (e < 0) return std::nullopt;
   }
   return checked_numel(*entry.shard_shape);
-}
-
-Error malformed_map(std::string what) { return make_error(ErrorKind::format, std::move(what)); }
-
-// A buffer size the map asks for but nothing real backs: refused rather than allocated.
-Status allocation_guard(Index wanted, Index backed, const CheckOptions& checks, std::string_view what) {
-  if (wanted <= std::max(backed, checks.limits.max_walked_addresses)) return std::nullopt;
-  return make_error(ErrorKind::format,
-                    fmt::format("The map asks for {} of {} elements, more than the data supplied "
-                                "can account for; refusing to allocate it.",
-                                what, wanted));
 }
 
 BlockCopy rebuild_copy(const Visit& v, Buffer& full, int scale_power) {
@@ -241,12 +186,8 @@ Error replica_mismatch(const Visit& first, const Visit& v, const Buffer& full, D
   const std::uint64_t held = full.bits(element);
   const std::uint64_t theirs =
       apply_scale(dtype, v.shard->bits(shard_address), v.piece->scale, scale_power, false);
-  return at(error_for(ErrorKind::different_data, &v,
-                      fmt::format("Element {} of F differs between replicas: {} holds {}, but {} "
-                                  "holds {} at shard address {} (after unscaling).",
-                                  element, label(first), format_element(dtype, held), label(v),
-                                  format_element(dtype, theirs), shard_address)),
-            element, Side::full);
+  const PieceAt earlier = at(first);
+  return fault::replicas_differ(at(v), element, shard_address, dtype, theirs, held, &earlier);
 }
 
 // Checks the supplied shards against the map: dtype, element count, none missing for a
@@ -256,38 +197,20 @@ Status check_shards(const std::vector<const RankEntry*>& ranks, const ShardSet& 
     auto it = shards.find(entry->rank);
     if (it == shards.end()) {
       if (entry->pieces.empty()) continue;
-      Error e = make_error(ErrorKind::shape, fmt::format("Rank {} lists {} pieces but no shard was "
-                                                         "supplied for it.",
-                                                         entry->rank, entry->pieces.size()));
-      e.rank = entry->rank;
-      return e;
+      return fault::missing_shard(entry->rank, entry->pieces.size());
     }
     const Buffer& shard = it->second;
     auto expected = shard_numel_of(*entry);
-    std::string problem;
-    if (shard.dtype() != dtype) {
-      problem = fmt::format("has dtype {} but the conversion is for {}", dtype_name(shard.dtype()),
-                            dtype_name(dtype));
-    } else if (!expected) {
-      problem = "has no valid shard shape in the map to compare its size with";
-    } else if (shard.numel() != *expected) {
-      problem = fmt::format("has {} elements but the map's shard shape holds {}", shard.numel(), *expected);
-    }
-    if (!problem.empty()) {
-      Error e = make_error(ErrorKind::shape, fmt::format("The shard supplied for rank {} {}.", entry->rank, problem));
-      e.rank = entry->rank;
-      return e;
-    }
+    if (shard.dtype() != dtype) return fault::shard_dtype(entry->rank, shard.dtype(), dtype);
+    if (!expected) return fault::shard_without_shape(entry->rank);
+    if (shard.numel() != *expected) return fault::shard_numel(entry->rank, shard.numel(), *expected);
   }
   for (const auto& [rank, shard] : shards) {
     if (std::none_of(ranks.begin(), ranks.end(), [&, r = rank](const RankEntry* e) { return e->rank == r; })) {
-      Error e = make_error(ErrorKind::shape,
-                           fmt::format("A shard was supplied for rank {}, which the map does not list.", rank));
-      e.rank = rank;
-      return e;
+      return fault::unlisted_shard(rank);
     }
   }
-  return std::nullopt;
+  return {};
 }
 
 void sorted_ranks(const Map& map, std::vector<const RankEntry*>& out) {
@@ -305,13 +228,13 @@ Status move_piece(Scratch& s, std::size_t vi, Index fresh, Buffer& full, DType d
   const BlockCopy block = rebuild_copy(v, full, options.scale_power);
   if (fresh == v.numel) {
     backend.copy_block(dtype, block);
-    return std::nullopt;
+    return {};
   }
   const bool compare = !options.checks.bugs.skip_replica_compare;
   if (fresh == 0) {
-    if (!compare) return std::nullopt;
+    if (!compare) return {};
     auto k = backend.compare_block(dtype, block);
-    if (!k) return std::nullopt;
+    if (!k) return {};
     const Index element = address_at(v.piece->shape, v.piece->source, *k);
     const Index shard_address = address_at(v.piece->shape, v.piece->dest, *k);
     const Visit& first = s.visits[s.writer[element] - 1];
@@ -345,10 +268,7 @@ Status record_piece(Scratch& s, std::size_t vi, Index& fresh) {
   walk(v.piece->shape, v.piece->source, v.piece->dest, s.counter, [&](Index, Index element, Index shard_address) {
     auto& read = s.seen[static_cast<std::size_t>(v.read_base + shard_address)];
     if (read != 0) {
-      result = at(error_for(ErrorKind::twice, &v,
-                            fmt::format("Shard address {} of rank {} is read twice ({}).", shard_address,
-                                        v.rank, label(v))),
-                  shard_address, Side::shard);
+      result = fault::shard_address_twice(at(v), shard_address, nullptr);
       return true;
     }
     read = 1;
@@ -360,11 +280,8 @@ Status record_piece(Scratch& s, std::size_t vi, Index& fresh) {
     }
     const Visit& prior = s.visits[writer - 1];
     if (writer == mine || !is_replica(*prior.piece) || !is_replica(*v.piece)) {
-      result = at(error_for(ErrorKind::twice, &v,
-                            fmt::format("Element {} of F is written by {} and again by {}; only replicas "
-                                        "may write an element twice.",
-                                        element, label(prior), label(v))),
-                  element, Side::full);
+      const PieceAt earlier = at(prior);
+      result = fault::written_twice(at(v), element, &earlier);
       return true;
     }
     return false;
@@ -376,30 +293,22 @@ Status find_unwritten(const Scratch& s, Index numel_f) {
   // Shard addresses first: per-rank tiling (condition 4) comes before coverage (5).
   for (const ShardSpan& span : s.spans) {
     for (Index a = 0; a < span.numel; ++a) {
-      if (s.seen[static_cast<std::size_t>(span.base + a)] == 0) {
-        Error e = make_error(ErrorKind::uncovered,
-                             fmt::format("Shard address {} of rank {} is never read by any piece.", a, span.rank));
-        e.rank = span.rank;
-        return at(e, a, Side::shard);
-      }
+      if (s.seen[static_cast<std::size_t>(span.base + a)] == 0) return fault::shard_address_uncovered(span.rank, a);
     }
   }
   for (Index element = 0; element < numel_f; ++element) {
-    if (s.writer[static_cast<std::size_t>(element)] == 0) {
-      return at(make_error(ErrorKind::uncovered, fmt::format("Element {} of F is written by no piece.", element)),
-                element, Side::full);
-    }
+    if (s.writer[static_cast<std::size_t>(element)] == 0) return fault::element_uncovered(element);
   }
-  return std::nullopt;
+  return {};
 }
 
 Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtype, const ConvertOptions& options) {
-  if (auto e = check_map(map, options.checks)) return *e;
+  if (Status e = check_map(map, options.checks); !e.ok()) return e.error();
   auto numel_f = logical_numel(map);
-  if (!numel_f) return malformed_map("The logical shape has a negative extent or overflows 64 bits.");
+  if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
   Scratch& s = scratch();
   sorted_ranks(map, s.ranks);
-  if (auto e = check_shards(s.ranks, shards, dtype)) return *e;
+  if (Status e = check_shards(s.ranks, shards, dtype); !e.ok()) return e.error();
 
   s.visits.clear();
   s.spans.clear();
@@ -416,12 +325,10 @@ Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtyp
     read_total += shard_numel;  // real buffers: their total cannot overflow
   }
   std::sort(s.visits.begin(), s.visits.end(), visit_less);
-  if (auto e = guard_visits(s.visits, *numel_f)) return *e;
-  if (auto e = check_scales(s.visits, dtype, options.scale_power)) return *e;
-  if (auto e = allocation_guard(*numel_f, read_total, options.checks, "F")) return *e;
-  if (s.visits.size() >= std::numeric_limits<std::uint32_t>::max()) {
-    return malformed_map("The map has more pieces than a conversion can record.");
-  }
+  if (Status e = guard_visits(s.visits, *numel_f); !e.ok()) return e.error();
+  if (Status e = check_scales(s.visits, dtype, options.scale_power); !e.ok()) return e.error();
+  if (Status e = allocation_guard(*numel_f, read_total, options.checks.limits, "F"); !e.ok()) return e.error();
+  if (s.visits.size() >= std::numeric_limits<std::uint32_t>::max()) return fault::too_many_pieces();
 
   Buffer full(dtype, *numel_f);
   if (options.checks.bugs.skip_writer_record) {
@@ -433,10 +340,10 @@ Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtyp
   for (std::size_t vi = 0; vi < s.visits.size(); ++vi) {
     if (s.visits[vi].numel == 0) continue;
     Index fresh = 0;
-    if (auto e = record_piece(s, vi, fresh)) return *e;
-    if (auto e = move_piece(s, vi, fresh, full, dtype, options)) return *e;
+    if (Status e = record_piece(s, vi, fresh); !e.ok()) return e.error();
+    if (Status e = move_piece(s, vi, fresh, full, dtype, options); !e.ok()) return e.error();
   }
-  if (auto e = find_unwritten(s, *numel_f)) return *e;
+  if (Status e = find_unwritten(s, *numel_f); !e.ok()) return e.error();
   return full;
 }
 
@@ -444,25 +351,10 @@ Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtyp
 Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank rank, Index numel_f,
                                       const ConvertOptions& options) {
   const RankEntry* entry = map.find_rank(rank);
-  if (entry == nullptr || !entry->shard_shape) {
-    Error e = make_error(ErrorKind::format,
-                         fmt::format("Rank {} is not listed in the map with a shard shape, so it has "
-                                     "no shard to extract.",
-                                     rank));
-    e.rank = rank;
-    return e;
-  }
-  if (full.numel() != numel_f) {
-    return make_error(ErrorKind::shape, fmt::format("The supplied F has {} elements but the map's logical "
-                                                    "shape holds {}.",
-                                                    full.numel(), numel_f));
-  }
+  if (entry == nullptr || !entry->shard_shape) return fault::no_shard_to_extract(rank);
+  if (full.numel() != numel_f) return fault::full_numel(full.numel(), numel_f);
   auto shard_numel = shard_numel_of(*entry);
-  if (!shard_numel) {
-    Error e = malformed_map(fmt::format("Rank {}'s shard shape has a negative extent or overflows.", rank));
-    e.rank = rank;
-    return e;
-  }
+  if (!shard_numel) return fault::bad_shard_shape(rank, *entry->shard_shape);
   const DType dtype = full.dtype();
   Scratch& s = scratch();
   s.visits.clear();
@@ -470,16 +362,12 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
     s.visits.push_back(Visit{rank, static_cast<Index>(i), &entry->pieces[i], nullptr, 0, *shard_numel, 0});
   }
   std::sort(s.visits.begin(), s.visits.end(), visit_less);
-  if (s.visits.empty() && *shard_numel != 0) {
-    Error e = make_error(ErrorKind::uncovered, fmt::format("Shard address 0 of rank {} is written by no piece.", rank));
-    e.rank = rank;
-    return at(e, 0, Side::shard);
-  }
-  if (auto e = guard_visits(s.visits, numel_f)) return *e;
-  if (auto e = check_scales(s.visits, dtype, options.scale_power)) return *e;
+  if (s.visits.empty() && *shard_numel != 0) return fault::shard_address_uncovered(rank, 0);
+  if (Status e = guard_visits(s.visits, numel_f); !e.ok()) return e.error();
+  if (Status e = check_scales(s.visits, dtype, options.scale_power); !e.ok()) return e.error();
   const Index backed =
       checked_mul(numel_f, static_cast<Index>(s.visits.size())).value_or(std::numeric_limits<Index>::max());
-  if (auto e = allocation_guard(*shard_numel, backed, options.checks, "a shard")) return *e;
+  if (Status e = allocation_guard(*shard_numel, backed, options.checks.limits, "a shard"); !e.ok()) return e.error();
 
   Buffer shard(dtype, *shard_numel);
   s.seen.assign(static_cast<std::size_t>(*shard_numel), 0);
@@ -493,26 +381,23 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
         written = 1;
         return false;
       }
-      twice = at(error_for(ErrorKind::twice, &v,
-                           fmt::format("Shard address {} of rank {} is written twice ({}).", address, rank, label(v))),
-                 address, Side::shard);
+      twice = fault::shard_address_twice(at(v), address, nullptr);
       return true;
     });
-    if (twice) return *twice;
+    if (!twice.ok()) return twice.error();
     backend.copy_block(dtype, extract_block(*v.piece, full, shard, options.scale_power));
   }
   auto hole = std::find(s.seen.begin(), s.seen.end(), std::uint8_t{0});
-  if (hole != s.seen.end()) {
-    const Index address = hole - s.seen.begin();
-    Error e = make_error(ErrorKind::uncovered,
-                         fmt::format("Shard address {} of rank {} is written by no piece.", address, rank));
-    e.rank = rank;
-    return at(e, address, Side::shard);
-  }
+  if (hole != s.seen.end()) return fault::shard_address_uncovered(rank, hole - s.seen.begin());
   return shard;
 }
 
 }  // namespace
+
+Status allocation_guard(Index wanted, Index backed, const CheckLimits& limits, std::string_view what) {
+  if (wanted <= std::max(backed, limits.max_walked_addresses)) return {};
+  return fault::allocation(what, wanted);
+}
 
 std::string_view policy_name(Policy policy) { return policy == Policy::legacy ? "legacy" : "strict"; }
 
@@ -529,18 +414,18 @@ Result<Buffer> rebuild(const Map& map, const ShardSet& shards, DType dtype, cons
 
 Result<Buffer> extract(const Map& map, const Buffer& full, Rank rank, const ConvertOptions& options) {
   if (options.policy == Policy::legacy) return legacy_extract(map, full, rank, options.scale_power);
-  if (auto e = check_map(map, options.checks)) return *e;
+  if (Status e = check_map(map, options.checks); !e.ok()) return e.error();
   auto numel_f = logical_numel(map);
-  if (!numel_f) return malformed_map("The logical shape has a negative extent or overflows 64 bits.");
+  if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
   return strict_extract_checked(map, full, rank, *numel_f, options);
 }
 
 Result<ShardSet> extract_all(const Map& map, const Buffer& full, const ConvertOptions& options) {
   std::optional<Index> numel_f;
   if (options.policy == Policy::strict) {
-    if (auto e = check_map(map, options.checks)) return *e;
+    if (Status e = check_map(map, options.checks); !e.ok()) return e.error();
     numel_f = logical_numel(map);
-    if (!numel_f) return malformed_map("The logical shape has a negative extent or overflows 64 bits.");
+    if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
   }
   std::vector<Rank> ranks;
   for (const auto& entry : map.ranks) {

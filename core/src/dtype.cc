@@ -328,7 +328,20 @@ std::string format_element(DType dtype, std::uint64_t bits) {
   return fmt::format("{} (0x{:0{}x})", value, bits, digits);
 }
 
-std::uint64_t apply_scale(DType dtype, std::uint64_t bits, double scale, int power, bool multiply) {
+bool is_nan_bits(DType dtype, std::uint64_t bits) {
+  // A NaN has every exponent bit set and a non-zero mantissa: its magnitude bits
+  // compare above those of infinity.
+  switch (dtype) {
+    case DType::float64: return (bits & 0x7fffffffffffffffULL) > 0x7ff0000000000000ULL;
+    case DType::float32: return (bits & 0x7fffffffULL) > 0x7f800000ULL;
+    case DType::float16: return (bits & 0x7fffULL) > 0x7c00ULL;
+    case DType::bfloat16: return (bits & 0x7fffULL) > 0x7f80ULL;
+    default: return false;
+  }
+}
+
+std::uint64_t apply_scale(DType dtype, std::uint64_t bits, double scale, int power, bool multiply, NanScaling nan) {
+  if (nan == NanScaling::keep_bits && is_nan_bits(dtype, bits)) return bits;
   switch (dtype) {
     case DType::float64: return to_bits(scale_in_type(from_bits<double>(bits), scale, power, multiply));
     case DType::float32: return to_bits(scale_in_type(from_bits<float>(bits), scale, power, multiply));

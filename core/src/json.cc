@@ -61,28 +61,21 @@ std::string show(const Json& value) {
 }
 
 // The path of a value plus the rank and piece it belongs to once known, so a
-// format error names them like every other error does.
-struct Where {
+// format error carries them in its fields like every other error does.
+struct Cursor {
   std::string path;
   std::optional<Rank> rank{};
   std::optional<Index> piece{};
 
-  Where key(std::string_view name) const { return {path + key_segment(name), rank, piece}; }
-  Where at(std::size_t i) const { return {fmt::format("{}[{}]", path, i), rank, piece}; }
+  Cursor key(std::string_view name) const { return {path + key_segment(name), rank, piece}; }
+  Cursor at(std::size_t i) const { return {fmt::format("{}[{}]", path, i), rank, piece}; }
 };
 
-Error fail(const Where& where, std::string_view problem) {
-  std::string owner;
-  if (where.rank && where.piece) {
-    owner = fmt::format(" (rank {}, piece {})", *where.rank, *where.piece);
-  } else if (where.rank) {
-    owner = fmt::format(" (rank {})", *where.rank);
-  }
-  Error error = make_error(ErrorKind::format, fmt::format("{}: {}{}.", where.path, problem, owner));
-  error.path = where.path;
-  error.rank = where.rank;
-  error.piece = where.piece;
-  return error;
+Error fail(const Cursor& cursor, std::string problem) {
+  Where where = Where::in_json(cursor.path);
+  where.rank = cursor.rank;
+  where.piece = cursor.piece;
+  return make_error(ErrorKind::format, std::move(problem), where);
 }
 
 const Json* member(const Json& object, const char* name) {
@@ -90,17 +83,17 @@ const Json* member(const Json& object, const char* name) {
   return it == object.end() ? nullptr : &*it;
 }
 
-Result<const Json*> required(const Json& object, const char* name, const Where& where) {
+Result<const Json*> required(const Json& object, const char* name, const Cursor& where) {
   if (const Json* value = member(object, name)) return value;
   return fail(where.key(name), fmt::format("the required key \"{}\" is missing", name));
 }
 
-Status expect_object(const Json& value, const Where& where) {
-  if (value.is_object()) return std::nullopt;
+Status expect_object(const Json& value, const Cursor& where) {
+  if (value.is_object()) return {};
   return fail(where, fmt::format("expected an object, got {}", show(value)));
 }
 
-Result<Index> read_int(const Json& value, const Where& where) {
+Result<Index> read_int(const Json& value, const Cursor& where) {
   constexpr auto kMax = std::numeric_limits<Index>::max();
   if (value.is_number_integer() && !value.is_number_unsigned()) return value.get<Index>();
   if (value.is_number_unsigned()) {
@@ -123,7 +116,7 @@ Result<Index> read_int(const Json& value, const Where& where) {
   return fail(where, fmt::format("expected an integer, got {}", show(value)));
 }
 
-Result<std::vector<Index>> read_ints(const Json& value, const Where& where) {
+Result<std::vector<Index>> read_ints(const Json& value, const Cursor& where) {
   if (!value.is_array()) return fail(where, fmt::format("expected an array of integers, got {}", show(value)));
   std::vector<Index> out;
   out.reserve(value.size());  // bounded by the input's length, not by a number in it
@@ -135,7 +128,7 @@ Result<std::vector<Index>> read_ints(const Json& value, const Where& where) {
   return out;
 }
 
-Result<StridedView> read_view(const Json& value, const Where& where) {
+Result<StridedView> read_view(const Json& value, const Cursor& where) {
   if (!value.is_array() || value.size() != 2) {
     return fail(where, fmt::format("expected [offset, [strides...]], got {}", show(value)));
   }
@@ -146,15 +139,15 @@ Result<StridedView> read_view(const Json& value, const Where& where) {
   return StridedView{offset.value(), std::move(strides.value())};
 }
 
-Result<double> read_scale(const Json& value, const Where& where) {
+Result<double> read_scale(const Json& value, const Cursor& where) {
   if (!value.is_number()) return fail(where, fmt::format("expected a number, got {}", show(value)));
   const double scale = value.get<double>();
   if (!std::isfinite(scale)) return fail(where, "expected a finite number");
   return scale;
 }
 
-Result<Piece> decode_piece(const Json& value, const Where& where) {
-  if (auto bad = expect_object(value, where)) return *bad;
+Result<Piece> decode_piece(const Json& value, const Cursor& where) {
+  if (Status bad = expect_object(value, where); !bad.ok()) return bad.error();
   Piece piece;
   auto shape = required(value, "shape", where);
   if (!shape) return shape.error();
@@ -184,9 +177,9 @@ Result<Piece> decode_piece(const Json& value, const Where& where) {
   return piece;
 }
 
-Result<RankEntry> decode_rank(const Json& value, Rank rank, Where where) {
+Result<RankEntry> decode_rank(const Json& value, Rank rank, Cursor where) {
   where.rank = rank;
-  if (auto bad = expect_object(value, where)) return *bad;
+  if (Status bad = expect_object(value, where); !bad.ok()) return bad.error();
   RankEntry entry;
   entry.rank = rank;
   if (const Json* shard = member(value, "shard_shape")) {
@@ -194,22 +187,25 @@ Result<RankEntry> decode_rank(const Json& value, Rank rank, Where where) {
     if (!extents) return extents.error();
     entry.shard_shape = std::move(extents.value());
   }
-  if (const Json* pieces = member(value, "pieces")) {
-    const Where list = where.key("pieces");
-    if (!pieces->is_array()) return fail(list, fmt::format("expected an array of pieces, got {}", show(*pieces)));
-    entry.pieces.reserve(pieces->size());
-    for (std::size_t i = 0; i < pieces->size(); ++i) {
-      Where at = list.at(i);
-      at.piece = static_cast<Index>(i);
-      auto piece = decode_piece((*pieces)[i], at);
-      if (!piece) return piece.error();
-      entry.pieces.push_back(std::move(piece.value()));
-    }
+  // Every rank entry lists its pieces, possibly none (contract section 2): a missing
+  // list is not read as an empty one.
+  auto listed = required(value, "pieces", where);
+  if (!listed) return listed.error();
+  const Json& pieces = *listed.value();
+  const Cursor list = where.key("pieces");
+  if (!pieces.is_array()) return fail(list, fmt::format("expected an array of pieces, got {}", show(pieces)));
+  entry.pieces.reserve(pieces.size());
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    Cursor at = list.at(i);
+    at.piece = static_cast<Index>(i);
+    auto piece = decode_piece(pieces[i], at);
+    if (!piece) return piece.error();
+    entry.pieces.push_back(std::move(piece.value()));
   }
   return entry;
 }
 
-Result<Rank> rank_from_key(const std::string& key, const Where& where) {
+Result<Rank> rank_from_key(const std::string& key, const Cursor& where) {
   const bool negative = !key.empty() && key[0] == '-';
   const std::string_view digits = negative ? std::string_view(key).substr(1) : std::string_view(key);
   const bool all_digits = !digits.empty() && std::all_of(digits.begin(), digits.end(),
@@ -230,17 +226,17 @@ Result<Rank> rank_from_key(const std::string& key, const Where& where) {
 // ("1" and "01" are the same rank).
 class RankCollector {
  public:
-  Status add(Rank rank, std::string label, const Json& value, const Where& where) {
+  Status add(Rank rank, std::string label, const Json& value, const Cursor& where) {
     auto [it, fresh] = seen_.emplace(rank, label);
     if (!fresh) {
-      Where at = where;
+      Cursor at = where;
       at.rank = rank;
       return fail(at, fmt::format("this rank id appears twice, as {} and as {}", it->second, label));
     }
     auto entry = decode_rank(value, rank, where);
     if (!entry) return entry.error();
     ranks_.push_back(std::move(entry.value()));
-    return std::nullopt;
+    return {};
   }
   std::vector<RankEntry> take() { return std::move(ranks_); }
 
@@ -249,21 +245,22 @@ class RankCollector {
   std::vector<RankEntry> ranks_;
 };
 
-Result<std::vector<RankEntry>> decode_ranks(const Json& value, const Where& where) {
+Result<std::vector<RankEntry>> decode_ranks(const Json& value, const Cursor& where) {
   RankCollector ranks;
   if (value.is_object()) {
     for (const auto& [key, entry] : value.items()) {
-      const Where at = where.key(key);
+      const Cursor at = where.key(key);
       auto rank = rank_from_key(key, at);
       if (!rank) return rank.error();
-      if (auto bad = ranks.add(rank.value(), fmt::format("key {}", quote_text(key)), entry, at)) return *bad;
+      Status added = ranks.add(rank.value(), fmt::format("key {}", quote_text(key)), entry, at);
+      if (!added.ok()) return added.error();
     }
     return ranks.take();
   }
   if (value.is_array()) {
     for (std::size_t i = 0; i < value.size(); ++i) {
-      const Where at = where.at(i);
-      if (auto bad = expect_object(value[i], at)) return *bad;
+      const Cursor at = where.at(i);
+      if (Status bad = expect_object(value[i], at); !bad.ok()) return bad.error();
       auto field = required(value[i], "rank", at);
       if (!field) return field.error();
       auto rank = read_int(*field.value(), at.key("rank"));
@@ -271,7 +268,8 @@ Result<std::vector<RankEntry>> decode_ranks(const Json& value, const Where& wher
       if (rank.value() < 0) {
         return fail(at.key("rank"), fmt::format("rank ids must be non-negative, got {}", rank.value()));
       }
-      if (auto bad = ranks.add(rank.value(), fmt::format("entry [{}]", i), value[i], at)) return *bad;
+      Status added = ranks.add(rank.value(), fmt::format("entry [{}]", i), value[i], at);
+      if (!added.ok()) return added.error();
     }
     return ranks.take();
   }
@@ -280,7 +278,7 @@ Result<std::vector<RankEntry>> decode_ranks(const Json& value, const Where& wher
 }
 
 Result<std::vector<NamedMap>> decode_envelope(const Json& json) {
-  const Where root{"$"};
+  const Cursor root{"$"};
   auto version_field = required(json, "version", root);
   if (!version_field) return version_field.error();
   auto version = read_int(*version_field.value(), root.key("version"));
@@ -351,7 +349,7 @@ class DuplicateKeys {
           Frame& top = open_.back();
           top.last_key = parsed.get<std::string>();
           if (!found_ && !top.keys.insert(top.last_key).second) {
-            found_ = Where{top.path}.key(top.last_key);
+            found_ = Cursor{top.path}.key(top.last_key);
           }
         }
         break;
@@ -359,7 +357,7 @@ class DuplicateKeys {
     }
     return true;
   }
-  const std::optional<Where>& found() const { return found_; }
+  const std::optional<Cursor>& found() const { return found_; }
 
  private:
   struct Frame {
@@ -374,12 +372,12 @@ class DuplicateKeys {
   std::string child_path() {
     if (open_.empty()) return "$";
     Frame& parent = open_.back();
-    if (parent.is_array) return Where{parent.path}.at(parent.count++).path;
-    return Where{parent.path}.key(parent.last_key).path;
+    if (parent.is_array) return Cursor{parent.path}.at(parent.count++).path;
+    return Cursor{parent.path}.key(parent.last_key).path;
   }
 
   std::vector<Frame> open_;
-  std::optional<Where> found_;
+  std::optional<Cursor> found_;
 };
 
 // Scans brackets outside strings so that deep input is refused before a parser
@@ -425,25 +423,30 @@ std::string reason(std::string_view what) {
   std::string out;
   for (const char c : what.substr(0, 4 * kMaxShown)) {
     const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte >= 0x7f) {
+    // A double quote too: the echo of broken input must not open a quotation the
+    // rest of the message never closes (error.h's grammar reads quotes).
+    if (byte < 0x20 || byte >= 0x7f || c == '"') {
       out += fmt::format("\\x{:02x}", byte);
     } else {
       out += c;
     }
   }
+  // An error's sentence has no ": " and no trailing period (error.h).
+  for (auto colon = out.find(": "); colon != std::string::npos; colon = out.find(": ", colon)) out[colon] = ',';
+  while (!out.empty() && (out.back() == '.' || out.back() == ' ')) out.pop_back();
   return out;
 }
 
 }  // namespace
 
 Result<Json> parse_json(std::string_view text) {
-  const Where root{"$"};
+  const Cursor root{"$"};
   if (text.size() > kMaxInputBytes) {
     return fail(root, fmt::format("the input is {} bytes, more than the {} bytes accepted", text.size(),
                                   kMaxInputBytes));
   }
   if (auto at = too_deep_at(text)) {
-    return fail(root, fmt::format("invalid JSON at byte {}: nesting deeper than {} levels", *at, kMaxDepth));
+    return fail(root, fmt::format("invalid JSON at byte {}, nesting deeper than {} levels", *at, kMaxDepth));
   }
   DuplicateKeys duplicates;
   try {
@@ -455,17 +458,17 @@ Result<Json> parse_json(std::string_view text) {
     }
     return json;
   } catch (const Json::parse_error& e) {
-    return fail(root, fmt::format("invalid JSON at byte {}: {}", e.byte, reason(e.what())));
+    return fail(root, fmt::format("invalid JSON at byte {} ({})", e.byte, reason(e.what())));
   } catch (const Json::exception& e) {
-    return fail(root, fmt::format("invalid JSON: {}", reason(e.what())));
+    return fail(root, fmt::format("invalid JSON ({})", reason(e.what())));
   } catch (const std::bad_alloc&) {
     return fail(root, "the input needs more memory to parse than is available");
   }
 }
 
 Result<Map> decode_map(const Json& json, const std::string& path) {
-  const Where root{path};
-  if (auto bad = expect_object(json, root)) return *bad;
+  const Cursor root{path};
+  if (Status bad = expect_object(json, root); !bad.ok()) return bad.error();
   Map map;
   auto shape = required(json, "logical_shape", root);
   if (!shape) return shape.error();
@@ -482,7 +485,7 @@ Result<Map> decode_map(const Json& json, const std::string& path) {
 }
 
 Result<std::vector<NamedMap>> decode_document(const Json& json) {
-  const Where root{"$"};
+  const Cursor root{"$"};
   if (json.is_object() && json.contains("logical_shape")) {
     std::vector<NamedMap> out;
     out.push_back(NamedMap{"", decode_map(json, "$")});

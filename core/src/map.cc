@@ -15,7 +15,6 @@ std::optional<SpanFacts> span_facts(const std::vector<Index>& extents, const Str
   auto numel = checked_numel(extents);
   if (!numel) return std::nullopt;
   facts.numel = *numel;
-  facts.min_address = view.offset;
   if (*numel == 0) {
     facts.empty = true;
     facts.required_span_size = 0;

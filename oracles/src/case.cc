@@ -22,9 +22,7 @@ namespace {
 constexpr int kCaseVersion = 1;
 
 Error format_error(const std::string& path, std::string message) {
-  Error error = make_error(ErrorKind::format, fmt::format("{} at {}", message, path));
-  error.path = path;
-  return error;
+  return make_error(ErrorKind::format, std::move(message), Where::in_json(path));
 }
 
 std::optional<Op> parse_op(std::string_view name) {
@@ -158,7 +156,7 @@ Result<ErrorKind> get_kind(const Json& json, const std::string& path) {
   auto name = get_string(json, path);
   if (!name) return name.error();
   auto kind = parse_kind(name.value());
-  if (!kind) return format_error(path, fmt::format("\"{}\" is not an error kind", name.value()));
+  if (!kind) return format_error(path, fmt::format("expected an error kind, got \"{}\"", name.value()));
   return *kind;
 }
 
@@ -216,7 +214,7 @@ Status decode_legacy(const Json& json, DType dtype, Case& c) {
     if (!output) return output.error();
     c.legacy_output = std::move(output.value());
   }
-  return std::nullopt;
+  return {};
 }
 
 Status decode_expectations(const Json& json, Case& c) {
@@ -239,7 +237,7 @@ Status decode_expectations(const Json& json, Case& c) {
       c.accept_errors.push_back(kind.value());
     }
   }
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace
@@ -247,7 +245,7 @@ Status decode_expectations(const Json& json, Case& c) {
 Result<Case> decode_case(const Json& json) {
   if (!json.is_object()) return format_error("$", "a case file must be a JSON object");
   if (!json.contains("shardcheck_case")) {
-    return format_error("$", "not a case file: \"shardcheck_case\" is missing");
+    return format_error("$", "not a case file, as \"shardcheck_case\" is missing");
   }
   const Json& version = json["shardcheck_case"];
   if (!version.is_number_integer() || version.dump() != std::to_string(kCaseVersion)) {
@@ -275,7 +273,7 @@ Result<Case> decode_case(const Json& json) {
     if (!name) return name.error();
     auto dtype = parse_dtype(name.value());
     if (!dtype) {
-      return format_error("$.dtype", fmt::format("\"{}\" is not a dtype", name.value()));
+      return format_error("$.dtype", fmt::format("expected a dtype, got \"{}\"", name.value()));
     }
     c.dtype = *dtype;
   }
@@ -303,14 +301,14 @@ Result<Case> decode_case(const Json& json) {
     if (!name) return name.error();
     auto op = parse_op(name.value());
     if (!op) {
-      return format_error("$.op", fmt::format("\"{}\" is not rebuild, extract or both",
+      return format_error("$.op", fmt::format("expected rebuild, extract or both, got \"{}\"",
                                               name.value()));
     }
     c.op = *op;
   }
-  if (auto status = decode_expectations(json, c)) return *status;
+  if (Status status = decode_expectations(json, c); !status.ok()) return status.error();
   if (json.contains("legacy")) {
-    if (auto status = decode_legacy(json["legacy"], c.dtype, c)) return *status;
+    if (Status status = decode_legacy(json["legacy"], c.dtype, c); !status.ok()) return status.error();
   }
   if (json.contains("constructor")) {
     auto constructor = get_string(json["constructor"], "$.constructor");

@@ -18,13 +18,10 @@
 namespace shardcheck::oracles {
 namespace {
 
-struct Problem {
-  ErrorKind kind;
-  std::string reason;
-};
-using Finding = std::optional<Problem>;
-
-Problem problem(ErrorKind kind, std::string reason) { return Problem{kind, std::move(reason)}; }
+// The first fault found, if any. Faults are worded by the core's fault table, so the
+// same fault reads the same here and in the fast checks; what is found, and where, is
+// decided here alone.
+using Finding = std::optional<Error>;
 
 // A piece together with the rank that lists it and its index as written.
 struct PieceRef {
@@ -33,9 +30,7 @@ struct PieceRef {
   const Piece* piece = nullptr;
 };
 
-std::string name(const PieceRef& ref) {
-  return fmt::format("rank {} piece {} ({})", ref.rank, ref.index, describe(*ref.piece));
-}
+PieceAt at(const PieceRef& ref) { return PieceAt{ref.rank, ref.index, ref.piece}; }
 
 // Ranks in id order, so that no verdict depends on the order they were written in.
 std::vector<const RankEntry*> ranks_by_id(const Map& map) {
@@ -139,63 +134,37 @@ Index shard_numel(const RankEntry& entry) {
 
 // ---- condition 1: structure ------------------------------------------------
 
-Finding piece_format(const PieceRef& ref) {
-  const Piece& p = *ref.piece;
-  const std::string who = fmt::format("rank {} piece {}", ref.rank, ref.index);
+// One piece's malformed fields, in the order the contract's condition 1 lists them:
+// lengths, extents, offsets, strides, overflow, locations; then its scale.
+std::optional<PieceFault> piece_fault(const Piece& p) {
   if (p.source.strides.size() != p.shape.size() || p.dest.strides.size() != p.shape.size()) {
-    return problem(ErrorKind::format,
-                   fmt::format("{} has {} extents but {} source and {} dest strides", who,
-                               p.shape.size(), p.source.strides.size(), p.dest.strides.size()));
+    return PieceFault::axes;
   }
-  if (any_negative(p.shape)) return problem(ErrorKind::format, who + " has a negative extent");
-  if (p.source.offset < 0 || p.dest.offset < 0) {
-    return problem(ErrorKind::format, who + " has a negative offset");
-  }
-  if (any_negative(p.source.strides) || any_negative(p.dest.strides)) {
-    return problem(ErrorKind::format, who + " has a negative stride");
-  }
-  if (p.locations.empty()) return problem(ErrorKind::format, who + " names no locations");
-  for (std::size_t k = 0; k < p.locations.size(); ++k) {
-    if (p.locations[k] < 0) {
-      return problem(ErrorKind::format, who + " names a negative rank in its locations");
-    }
-    if (k > 0 && p.locations[k] <= p.locations[k - 1]) {
-      return problem(ErrorKind::format,
-                     who + "'s locations are not strictly increasing (unsorted or repeated)");
-    }
-  }
+  if (any_negative(p.shape)) return PieceFault::negative_extent;
+  if (p.source.offset < 0) return PieceFault::negative_source_offset;
+  if (p.dest.offset < 0) return PieceFault::negative_dest_offset;
+  if (any_negative(p.source.strides)) return PieceFault::negative_source_stride;
+  if (any_negative(p.dest.strides)) return PieceFault::negative_dest_stride;
   auto numel = checked_numel(p.shape);
-  if (!numel) return problem(ErrorKind::format, who + "'s element count overflows 64 bits");
-  if (*numel > 0 && (!last_address(p.shape, p.source) || !last_address(p.shape, p.dest))) {
-    return problem(ErrorKind::format, who + "'s address arithmetic overflows 64 bits");
+  if (!numel) return PieceFault::source_overflow;
+  if (*numel > 0 && !last_address(p.shape, p.source)) return PieceFault::source_overflow;
+  if (*numel > 0 && !last_address(p.shape, p.dest)) return PieceFault::dest_overflow;
+  if (p.locations.empty()) return PieceFault::no_locations;
+  for (std::size_t k = 0; k < p.locations.size(); ++k) {
+    if (p.locations[k] < 0) return PieceFault::negative_location;
+    if (k > 0 && p.locations[k] <= p.locations[k - 1]) return PieceFault::unsorted_locations;
   }
-  return std::nullopt;
-}
-
-Finding piece_structure(const PieceRef& ref) {
-  if (auto found = piece_format(ref)) return found;
-  const double s = ref.piece->scale;
-  if (s == 0.0 || !std::isfinite(s)) {
-    return problem(ErrorKind::scale,
-                   fmt::format("rank {} piece {} has scale {}, which cannot be undone", ref.rank,
-                               ref.index, s));
-  }
+  if (p.scale == 0.0 || !std::isfinite(p.scale)) return PieceFault::bad_scale;
   return std::nullopt;
 }
 
 Finding shard_structure(const RankEntry& entry) {
   if (entry.shard_shape) {
-    if (any_negative(*entry.shard_shape)) {
-      return problem(ErrorKind::format,
-                     fmt::format("rank {}'s shard shape has a negative extent", entry.rank));
-    }
-    if (!checked_numel(*entry.shard_shape)) {
-      return problem(ErrorKind::format,
-                     fmt::format("rank {}'s shard element count overflows 64 bits", entry.rank));
+    if (any_negative(*entry.shard_shape) || !checked_numel(*entry.shard_shape)) {
+      return fault::bad_shard_shape(entry.rank, *entry.shard_shape);
     }
   } else if (!entry.pieces.empty()) {
-    return problem(ErrorKind::format,
-                   fmt::format("rank {} lists pieces but no shard shape", entry.rank));
+    return fault::missing_shard_shape(entry.rank);
   }
   return std::nullopt;
 }
@@ -203,23 +172,16 @@ Finding shard_structure(const RankEntry& entry) {
 // The first fault in spec order: F's shape, then rank by rank (id, shard, pieces by
 // content), each piece's malformed fields before its scale.
 Finding structure(const Map& map) {
-  if (any_negative(map.logical_shape)) {
-    return problem(ErrorKind::format, "the logical shape has a negative extent");
-  }
-  if (!checked_numel(map.logical_shape)) {
-    return problem(ErrorKind::format, "the logical shape's element count overflows 64 bits");
+  if (any_negative(map.logical_shape) || !checked_numel(map.logical_shape)) {
+    return fault::bad_logical_shape(map.logical_shape);
   }
   std::set<Rank> seen;
   for (const RankEntry* entry : ranks_by_id(map)) {
-    if (entry->rank < 0) {
-      return problem(ErrorKind::format, fmt::format("rank id {} is negative", entry->rank));
-    }
-    if (!seen.insert(entry->rank).second) {
-      return problem(ErrorKind::format, fmt::format("rank {} is listed twice", entry->rank));
-    }
+    if (entry->rank < 0) return fault::negative_rank_id(entry->rank);
+    if (!seen.insert(entry->rank).second) return fault::duplicate_rank(entry->rank);
     if (auto found = shard_structure(*entry)) return found;
     for (const PieceRef& ref : pieces_of(*entry)) {
-      if (auto found = piece_structure(ref)) return found;
+      if (auto which = piece_fault(*ref.piece)) return fault::piece(*which, at(ref));
     }
   }
   return std::nullopt;
@@ -239,34 +201,29 @@ Finding too_large(const Map& map, Index max_elements) {
     total = *next;
   }
   if (!large) return std::nullopt;
-  return problem(ErrorKind::format,
-                 fmt::format("the map is too large for the reference model (more than {} "
-                             "elements in F, a shard, or all pieces together)",
-                             max_elements));
+  return fault::too_large_for_reference(max_elements);
 }
 
 // ---- condition 2: bounds ---------------------------------------------------
+
+// The largest address a view really reaches, found by walking it.
+Index walked_max(const Extents& shape, const StridedView& view) {
+  Index most = -1;
+  for_each_index(shape, [&](const std::vector<Index>& index) {
+    most = std::max(most, *address_of(view, index));
+    return true;
+  });
+  return most;
+}
 
 Finding bounds(const Map& map) {
   const Index full = numel_of(map.logical_shape);
   for (const PieceRef& ref : all_pieces(map)) {
     const Index shard = shard_numel(*map.find_rank(ref.rank));
-    Finding found;
-    for_each_index(ref.piece->shape, [&](const std::vector<Index>& index) {
-      auto src = address_of(ref.piece->source, index);
-      auto dst = address_of(ref.piece->dest, index);
-      if (!src || *src >= full) {
-        found = problem(ErrorKind::bounds,
-                        fmt::format("{} reads F address {} but F has {} elements", name(ref),
-                                    src.value_or(-1), full));
-      } else if (!dst || *dst >= shard) {
-        found = problem(ErrorKind::bounds,
-                        fmt::format("{} writes shard address {} but the shard has {} elements",
-                                    name(ref), dst.value_or(-1), shard));
-      }
-      return !found;
-    });
-    if (found) return found;
+    const Index src = walked_max(ref.piece->shape, ref.piece->source);
+    if (src >= full) return fault::out_of_bounds(at(ref), Side::full, src, full);
+    const Index dst = walked_max(ref.piece->shape, ref.piece->dest);
+    if (dst >= shard) return fault::out_of_bounds(at(ref), Side::shard, dst, shard);
   }
   return std::nullopt;
 }
@@ -312,14 +269,9 @@ SelfOverlap self_overlap(const Map& map) {
   SelfOverlap out;
   for (const PieceRef& ref : all_pieces(map)) {
     const Piece& p = *ref.piece;
-    for (const auto& [view, side] : {std::pair{&p.source, "source"}, std::pair{&p.dest, "dest"}}) {
+    for (const auto& [view, side] : {std::pair{&p.source, Side::full}, std::pair{&p.dest, Side::shard}}) {
       if (stride_rule_accepts(p.shape, view->strides)) continue;
-      if (!out.first) {
-        out.first = problem(ErrorKind::itself,
-                            fmt::format("the {} view of {} may overlap itself (strides must "
-                                        "exceed the reach of the smaller axes)",
-                                        side, name(ref)));
-      }
+      if (!out.first) out.first = fault::overlaps_itself(at(ref), side);
       out.all_really_unique = out.all_really_unique && walks_injectively(p.shape, *view);
     }
   }
@@ -333,11 +285,7 @@ Finding dest_tiling(const Map& map) {
     const Index shard = shard_numel(*entry);
     Index written = 0;
     for (const Piece& p : entry->pieces) written += numel_of(p.shape);
-    if (written != shard) {
-      return problem(ErrorKind::count,
-                     fmt::format("rank {}'s pieces hold {} elements but its shard has {}",
-                                 entry->rank, written, shard));
-    }
+    if (written != shard) return fault::count(entry->rank, written, shard);
     std::vector<Index> hits(static_cast<std::size_t>(shard), 0);
     for (const Piece& p : entry->pieces) {
       for_each_index(p.shape, [&](const std::vector<Index>& index) {
@@ -348,16 +296,22 @@ Finding dest_tiling(const Map& map) {
     // With equal counts a collision always leaves a hole too; the collision is the cause.
     for (Index a = 0; a < shard; ++a) {
       if (hits[a] > 1) {
-        return problem(ErrorKind::twice, fmt::format("rank {}'s pieces write shard address {} "
-                                                     "{} times",
-                                                     entry->rank, a, hits[a]));
+        // The two lowest pieces writing it; one piece alone only when its view overlaps itself.
+        std::vector<PieceRef> writers;
+        for (const PieceRef& ref : pieces_of(*entry)) {
+          for_each_index(ref.piece->shape, [&](const std::vector<Index>& index) {
+            if (*address_of(ref.piece->dest, index) != a) return true;
+            writers.push_back(ref);
+            return false;
+          });
+          if (writers.size() == 2) break;
+        }
+        const PieceAt other = at(writers.back());
+        return fault::shard_address_twice(at(writers.front()), a, &other);
       }
     }
     for (Index a = 0; a < shard; ++a) {
-      if (hits[a] == 0) {
-        return problem(ErrorKind::uncovered,
-                       fmt::format("no piece of rank {} writes shard address {}", entry->rank, a));
-      }
+      if (hits[a] == 0) return fault::shard_address_uncovered(entry->rank, a);
     }
   }
   return std::nullopt;
@@ -409,8 +363,7 @@ Finding coverage(const Map& map, const std::vector<Cover>& covers) {
     if (c.element == expected) ++expected;
   }
   if (expected >= full) return std::nullopt;
-  return problem(ErrorKind::uncovered,
-                 fmt::format("element {} of F is covered by no piece", expected));
+  return fault::element_uncovered(expected);
 }
 
 struct Fault {
@@ -450,18 +403,24 @@ Finding homogeneity(const std::vector<Cover>& covers, const std::vector<PieceRef
     const PieceRef& ref = pieces[i];
     if (numel_of(ref.piece->shape) == 0 && !names_itself(ref)) {
       // An empty piece covers nothing, but it must still name the rank listing it.
-      return problem(ErrorKind::holders,
-                     fmt::format("{} does not name its own rank in its locations", name(ref)));
+      return fault::not_own_rank(at(ref));
     }
     if (!first[i]) continue;
+    const Index element = first[i]->element;
     std::set<Rank> holders;
+    std::optional<std::size_t> other_single;  // the lowest other single holder there
     for (const Cover& c : covers) {
-      if (c.element == first[i]->element) holders.insert(pieces[c.piece].rank);
+      if (c.element != element) continue;
+      holders.insert(pieces[c.piece].rank);
+      if (c.piece != i && pieces[c.piece].piece->locations.size() == 1 &&
+          (!other_single || c.piece < *other_single)) {
+        other_single = c.piece;
+      }
     }
-    return problem(first[i]->kind,
-                   fmt::format("{} covers element {} of F, which ranks {{{}}} hold: its locations "
-                               "disagree or it is not a replica of the other pieces there",
-                               name(ref), first[i]->element, fmt::join(holders, ",")));
+    if (first[i]->kind == ErrorKind::twice && other_single) {
+      return fault::claimed_twice(at(ref), element, at(pieces[*other_single]));
+    }
+    return fault::holders(at(ref), element, std::vector<Rank>(holders.begin(), holders.end()));
   }
   return std::nullopt;
 }
@@ -477,61 +436,31 @@ Finding walked_conditions(const Map& map) {
 
 // ---- conversion ------------------------------------------------------------
 
-Error refusal(ErrorKind kind, std::string message) { return make_error(kind, std::move(message)); }
-
-Error located(ErrorKind kind, std::string message, Rank rank, Index piece, Index address,
-              Side side) {
-  Error error = make_error(kind, std::move(message));
-  error.rank = rank;
-  error.piece = piece;
-  error.address = address;
-  error.side = side;
-  return error;
-}
-
 // Spec 1.2: scaling with p != 1 would need the optimizer's lr and eps rescaled too,
 // and integers cannot be scaled at all.
 Status scale_refusal(const Map& map, DType dtype, int power) {
   for (const PieceRef& ref : all_pieces(map)) {
     if (ref.piece->scale == 1.0) continue;
-    if (power != 1) {
-      return refusal(ErrorKind::scale,
-                     fmt::format("{} has scale {} but scale_power is {}; only p = 1 may be "
-                                 "converted through a scaled map",
-                                 name(ref), ref.piece->scale, power));
-    }
-    if (!is_floating(dtype)) {
-      return refusal(ErrorKind::scale, fmt::format("{} has scale {} but dtype {} cannot be "
-                                                   "scaled",
-                                                   name(ref), ref.piece->scale, dtype_name(dtype)));
-    }
+    if (power != 1) return fault::scale_needs_power_one(at(ref), power);
+    if (!is_floating(dtype)) return fault::scale_on_integer(at(ref), dtype);
   }
-  return std::nullopt;
+  return {};
 }
 
 Status shard_refusal(const Map& map, const ShardSet& shards, DType dtype) {
   for (const auto& [rank, shard] : shards) {
-    if (shard.dtype() != dtype) {
-      return refusal(ErrorKind::shape, fmt::format("the shard of rank {} is {} but {} was asked "
-                                                   "for",
-                                                   rank, dtype_name(shard.dtype()),
-                                                   dtype_name(dtype)));
-    }
+    if (shard.dtype() != dtype) return fault::shard_dtype(rank, shard.dtype(), dtype);
     const RankEntry* entry = map.find_rank(rank);
     if (entry && entry->shard_shape && shard.numel() != shard_numel(*entry)) {
-      return refusal(ErrorKind::shape,
-                     fmt::format("the shard of rank {} has {} elements but the map says {}", rank,
-                                 shard.numel(), shard_numel(*entry)));
+      return fault::shard_numel(rank, shard.numel(), shard_numel(*entry));
     }
   }
   for (const RankEntry* entry : ranks_by_id(map)) {
     if (!entry->pieces.empty() && !shards.contains(entry->rank)) {
-      return refusal(ErrorKind::shape,
-                     fmt::format("no shard was supplied for rank {}, which lists pieces",
-                                 entry->rank));
+      return fault::missing_shard(entry->rank, entry->pieces.size());
     }
   }
-  return std::nullopt;
+  return {};
 }
 
 enum class Writer { nobody, single, replica };
@@ -539,10 +468,11 @@ enum class Writer { nobody, single, replica };
 }  // namespace
 
 ReferenceVerdict reference_check(const Map& map, Index max_elements) {
-  auto refuse = [](const Problem& p) {
+  auto refuse = [](const Error& error) {
     ReferenceVerdict verdict;
-    verdict.kind = p.kind;
-    verdict.reason = p.reason;
+    verdict.kind = error.kind;
+    verdict.reason = error.message;
+    verdict.error = error;
     return verdict;
   };
   if (auto found = structure(map)) return refuse(*found);
@@ -568,54 +498,47 @@ ReferenceVerdict reference_check(const Map& map, Index max_elements) {
 Result<Buffer> reference_rebuild(const Map& map, const ShardSet& shards, DType dtype,
                                  int scale_power) {
   const ReferenceVerdict verdict = reference_check(map);
-  if (!verdict.valid()) return refusal(*verdict.kind, verdict.reason);
-  if (auto error = shard_refusal(map, shards, dtype)) return *error;
-  if (auto error = scale_refusal(map, dtype, scale_power)) return *error;
+  if (!verdict.valid()) return *verdict.error;
+  if (Status error = shard_refusal(map, shards, dtype); !error.ok()) return error.error();
+  if (Status error = scale_refusal(map, dtype, scale_power); !error.ok()) return error.error();
 
   const Index full_numel = numel_of(map.logical_shape);
   Buffer full(dtype, full_numel);
   std::vector<Writer> writer(static_cast<std::size_t>(full_numel), Writer::nobody);
-  for (const PieceRef& ref : all_pieces(map)) {
+  std::vector<std::size_t> first_writer(static_cast<std::size_t>(full_numel), 0);
+  const std::vector<PieceRef> pieces = all_pieces(map);
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const PieceRef& ref = pieces[i];
     const Piece& p = *ref.piece;
     const Buffer& shard = shards.at(ref.rank);
     const bool replica = p.locations.size() >= 2;
-    std::optional<Error> error;
+    Finding error;
     for_each_index(p.shape, [&](const std::vector<Index>& index) {
       const Index src = *address_of(p.source, index);
       const Index dst = *address_of(p.dest, index);
       std::uint64_t value = shard.bits(dst);
       if (p.scale != 1.0) value = apply_scale(dtype, value, p.scale, scale_power, false);
-      Writer& who = writer[static_cast<std::size_t>(src)];
-      if (who == Writer::nobody) {
+      const auto e = static_cast<std::size_t>(src);
+      if (writer[e] == Writer::nobody) {
         full.set_bits(src, value);
-        who = replica ? Writer::replica : Writer::single;
-      } else if (who == Writer::replica && replica) {
+        writer[e] = replica ? Writer::replica : Writer::single;
+        first_writer[e] = i;
+        return true;
+      }
+      const PieceAt earlier = at(pieces[first_writer[e]]);
+      if (writer[e] == Writer::replica && replica) {
         if (full.bits(src) != value) {
-          error = located(ErrorKind::different_data,
-                          fmt::format("{} holds {} for element {} of F but another replica "
-                                      "holds {}",
-                                      name(ref), format_element(dtype, value), src,
-                                      format_element(dtype, full.bits(src))),
-                          ref.rank, ref.index, src, Side::full);
+          error = fault::replicas_differ(at(ref), src, dst, dtype, value, full.bits(src), &earlier);
         }
       } else {
-        error = located(ErrorKind::twice,
-                        fmt::format("{} writes element {} of F, which another piece already "
-                                    "wrote, and they are not both replicas",
-                                    name(ref), src),
-                        ref.rank, ref.index, src, Side::full);
+        error = fault::written_twice(at(ref), src, &earlier);
       }
       return !error;
     });
     if (error) return *error;
   }
   for (Index e = 0; e < full_numel; ++e) {
-    if (writer[static_cast<std::size_t>(e)] == Writer::nobody) {
-      Error error = refusal(ErrorKind::uncovered, fmt::format("no piece writes element {} of F", e));
-      error.address = e;
-      error.side = Side::full;
-      return error;
-    }
+    if (writer[static_cast<std::size_t>(e)] == Writer::nobody) return fault::element_uncovered(e);
   }
   return full;
 }
@@ -623,35 +546,26 @@ Result<Buffer> reference_rebuild(const Map& map, const ShardSet& shards, DType d
 Result<Buffer> reference_extract(const Map& map, const Buffer& full, Rank rank,
                                  int scale_power) {
   const ReferenceVerdict verdict = reference_check(map);
-  if (!verdict.valid()) return refusal(*verdict.kind, verdict.reason);
+  if (!verdict.valid()) return *verdict.error;
   if (full.numel() != numel_of(map.logical_shape)) {
-    return refusal(ErrorKind::shape, fmt::format("F has {} elements but the map says {}",
-                                                 full.numel(), numel_of(map.logical_shape)));
+    return fault::full_numel(full.numel(), numel_of(map.logical_shape));
   }
   const RankEntry* entry = map.find_rank(rank);
-  if (!entry || !entry->shard_shape) {
-    Error error = refusal(ErrorKind::format,
-                          fmt::format("rank {} is not listed with a shard shape in the map", rank));
-    error.rank = rank;
-    return error;
-  }
+  if (!entry || !entry->shard_shape) return fault::no_shard_to_extract(rank);
   const DType dtype = full.dtype();
-  if (auto error = scale_refusal(map, dtype, scale_power)) return *error;
+  if (Status error = scale_refusal(map, dtype, scale_power); !error.ok()) return error.error();
 
   const Index numel = shard_numel(*entry);
   Buffer shard(dtype, numel);
   std::vector<bool> written(static_cast<std::size_t>(numel), false);
   for (std::size_t j = 0; j < entry->pieces.size(); ++j) {
     const Piece& p = entry->pieces[j];
-    std::optional<Error> error;
+    Finding error;
     for_each_index(p.shape, [&](const std::vector<Index>& index) {
       const Index src = *address_of(p.source, index);
       const Index dst = *address_of(p.dest, index);
       if (written[static_cast<std::size_t>(dst)]) {
-        error = located(ErrorKind::twice,
-                        fmt::format("rank {} piece {} writes shard address {} a second time",
-                                    rank, j, dst),
-                        rank, static_cast<Index>(j), dst, Side::shard);
+        error = fault::shard_address_twice(PieceAt{rank, static_cast<Index>(j), &p}, dst, nullptr);
         return false;
       }
       std::uint64_t value = full.bits(src);
@@ -663,14 +577,7 @@ Result<Buffer> reference_extract(const Map& map, const Buffer& full, Rank rank,
     if (error) return *error;
   }
   for (Index a = 0; a < numel; ++a) {
-    if (!written[static_cast<std::size_t>(a)]) {
-      Error error = refusal(ErrorKind::uncovered,
-                            fmt::format("no piece of rank {} writes shard address {}", rank, a));
-      error.rank = rank;
-      error.address = a;
-      error.side = Side::shard;
-      return error;
-    }
+    if (!written[static_cast<std::size_t>(a)]) return fault::shard_address_uncovered(rank, a);
   }
   return shard;
 }

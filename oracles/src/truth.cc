@@ -175,9 +175,7 @@ Result<Inputs> prepare_truth(const Case& c, const ConvertOptions& strict) {
     if (shards) {
       in.shards = std::move(shards.value());
     } else if (c.truth) {
-      Error error = shards.error();
-      error.message = "the truth map is refused: " + error.to_string();
-      return error;
+      return reworded(shards.error(), "in the truth map, " + shards.error().sentence);
     } else {
       // Nothing is known about the data but the reported map: it wrote the shards.
       in.shards = producer_shards(c.map, *in.full, c.scale_power);
@@ -274,7 +272,7 @@ OpOutcome run_extract(const Case& c, const Buffer& full, const ConvertOptions& o
 // Spec 3 validity, judged by the clean strict policy whatever policy is under test:
 // the map passes conditions 1-6 and, where data is converted, condition 7.
 bool valid_layout(const Case& c, const ShardSet* shards) {
-  if (check_map(c.map)) return false;
+  if (!check_map(c.map).ok()) return false;
   if (shards == nullptr || c.op == Op::extract) return true;
   ConvertOptions strict;
   strict.scale_power = c.scale_power;
@@ -401,7 +399,7 @@ Result<CaseOutcome> run_same_map(const Case& c, const ConvertOptions& options) {
   auto full = make_full(c, c.map, "tested");
   if (!full) {
     // A shape no conversion could accept is the map's fault, not the case's.
-    if (auto error = check_structure(c.map)) return refused_outright(c, *error, OracleKind::same_map);
+    if (Status error = check_structure(c.map); !error.ok()) return refused_outright(c, error.error(), OracleKind::same_map);
     return full.error();
   }
   auto shards = extract_all(c.map, full.value(), options);

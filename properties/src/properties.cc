@@ -65,25 +65,25 @@ std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBug
   const oracles::ReferenceVerdict reference = oracles::reference_check(c.map);
   if (reference.too_large) return std::nullopt;  // beyond what the naive model walks
   const std::string where = fmt::format("{}/{}", constructor_label(c), corruption_label(c));
-  if (!fast && reference.kind) {
+  if (fast.ok() && reference.kind) {
     return make_finding(c, fmt::format("reference:fast-accepts:{}:{}", kind_name(*reference.kind), where),
                         fmt::format("the core checks accept a map the reference model refuses ({}: {})",
                                     kind_name(*reference.kind), reference.reason));
   }
-  if (fast && !reference.kind) {
-    return make_finding(c, fmt::format("reference:fast-refuses:{}:{}", kind_name(fast->kind), where),
+  if (!fast.ok() && !reference.kind) {
+    return make_finding(c, fmt::format("reference:fast-refuses:{}:{}", kind_name(fast.error().kind), where),
                         fmt::format("the core checks refuse a map the reference model accepts: {}",
-                                    fast->to_string()));
+                                    fast.error().to_string()));
   }
-  if (fast && reference.kind && fast->kind != *reference.kind) {
+  if (!fast.ok() && reference.kind && fast.error().kind != *reference.kind) {
     // The conservative stride rule is the one documented place where the two may
     // legitimately see different first conditions.
-    if (reference.refused_only_by_stride_rule && fast->kind == ErrorKind::itself) return std::nullopt;
+    if (reference.refused_only_by_stride_rule && fast.error().kind == ErrorKind::itself) return std::nullopt;
     return make_finding(
         c,
-        fmt::format("reference:kind:{}-vs-{}:{}", kind_name(fast->kind), kind_name(*reference.kind), where),
+        fmt::format("reference:kind:{}-vs-{}:{}", kind_name(fast.error().kind), kind_name(*reference.kind), where),
         fmt::format("the core checks refuse with {} but the reference model with {} ({})",
-                    fast->to_string(), kind_name(*reference.kind), reference.reason));
+                    fast.error().to_string(), kind_name(*reference.kind), reference.reason));
   }
   return std::nullopt;
 }
@@ -94,8 +94,8 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
     evaluation.finding = check_reference_agreement(c, options.bugs);
   }
   if (!conversion_is_memory_safe(options.bugs)) {
-    evaluation.category = check_map(c.map, CheckOptions{options.bugs, {}}) ? Outcome::refused
-                                                                         : Outcome::exact;
+    evaluation.category = check_map(c.map, CheckOptions{options.bugs, {}}).ok() ? Outcome::exact
+                                                                              : Outcome::refused;
     return evaluation;
   }
   const auto outcome = oracles::run_case(c, convert_options(c, options), options.oracle);
@@ -149,9 +149,10 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
 
 std::optional<Finding> check_constructor_roundtrip(const Case& c) {
   const Map& layout = c.truth_map();
-  if (Status refused = check_map(layout)) {
-    return make_finding(c, fmt::format("roundtrip:refused:{}:{}", kind_name(refused->kind), constructor_label(c)),
-                        "a constructor map is refused: " + refused->to_string());
+  if (Status refused = check_map(layout); !refused.ok()) {
+    return make_finding(c,
+                        fmt::format("roundtrip:refused:{}:{}", kind_name(refused.error().kind), constructor_label(c)),
+                        "a constructor map is refused: " + refused.error().to_string());
   }
   auto numel = checked_numel(layout.logical_shape);
   if (!numel) return make_finding(c, "roundtrip:numel", "the constructor map's numel overflows");

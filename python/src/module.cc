@@ -168,7 +168,7 @@ void py_check(const std::string& text) {
     nb::gil_scoped_release release;
     status = check_map(map);
   }
-  if (status) throw MapFailure{*status};
+  if (!status.ok()) throw MapFailure{status.error()};
 }
 
 nb::object py_rebuild(const std::string& text, const std::vector<std::tuple<Rank, Array, bool>>& shards,

@@ -34,7 +34,7 @@ struct CheckOptions {
   CheckLimits limits;
 };
 
-// Conditions 1-6 on the whole map. std::nullopt when the map is valid.
+// Conditions 1-6 on the whole map; ok() when the map is valid.
 Status check_map(const Map& map, const CheckOptions& options = {});
 
 // Only condition 1 (structure) and the overflow checks: what every later stage,

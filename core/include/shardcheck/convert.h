@@ -43,6 +43,11 @@ Result<Buffer> extract(const Map& map, const Buffer& full, Rank rank,
 Result<ShardSet> extract_all(const Map& map, const Buffer& full,
                              const ConvertOptions& options = {});
 
+// A buffer of `wanted` elements that the map asks for but that nothing real backs
+// (`backed`: what the supplied data can account for) is refused rather than
+// allocated; strict and legacy conversion both ask here.
+Status allocation_guard(Index wanted, Index backed, const CheckLimits& limits, std::string_view what);
+
 // The legacy entry points, also reachable through options.policy.
 Result<Buffer> legacy_rebuild(const Map& map, const ShardSet& shards, DType dtype,
                               int scale_power = 1);

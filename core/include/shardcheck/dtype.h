@@ -74,10 +74,20 @@ double bits_to_double(DType dtype, std::uint64_t bits);
 // Human form of one element: "1.5 (0x3fc00000)".
 std::string format_element(DType dtype, std::uint64_t bits);
 
+// True when `bits` are a NaN of a floating dtype (any payload, either sign, quiet or
+// signalling); false for every integer dtype.
+bool is_nan_bits(DType dtype, std::uint64_t bits);
+
+// What scaling does to a NaN. The contract (section 1.2) keeps its bits: scaling is
+// arithmetic on numbers and a NaN is not one. The legacy model leaves it to the
+// arithmetic, as torch does, which may quieten or canonicalise it.
+enum class NanScaling { keep_bits, arithmetic };
+
 // scale^p applied in the element type's arithmetic: multiply=true computes
 // value * scale^p (extract), false computes value / scale^p (rebuild).
 // Only meaningful for floating dtypes.
-std::uint64_t apply_scale(DType dtype, std::uint64_t bits, double scale, int power, bool multiply);
+std::uint64_t apply_scale(DType dtype, std::uint64_t bits, double scale, int power, bool multiply,
+                          NanScaling nan = NanScaling::keep_bits);
 
 // Distinct, finite, moderate-magnitude marker bit pattern for element i (distinct as
 // far as the dtype's width allows); power-of-two scaling of a marker is exact.

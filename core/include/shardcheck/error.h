@@ -1,15 +1,51 @@
-// Typed errors. One table of kinds (spec section 3), one place that formats them.
+// Typed errors: one table of kinds (contract section 3), one builder, one message
+// grammar, and one sentence per fault.
+//
+// Message grammar. Every error reads
+//
+//     <kind>: <location>: <sentence>
+//     <kind>: <sentence>                  (when there is nothing to locate)
+//
+// <location> is the parts that are known, always in this order, separated by one space:
+//
+//     rank R                          the rank whose piece list or shard is concerned
+//     piece I (<notation>)            the piece's index in that rank's list as written,
+//                                     and the piece in contract notation, e.g.
+//                                     "piece 0 (P(4) src(0,(1)) dst(0,(1)) loc{0})"
+//     F address A | shard address A   the element of F or the shard address concerned
+//
+// An error that points into the JSON input (kind `format`: decoding, and the structure
+// of condition 1) gives its JSON path as the whole location instead, e.g.
+// "$.ranks.1.pieces[0].source"; the rank and piece are still in the Error's fields.
+// <sentence> is one sentence that starts in lower case, has no trailing period, and has
+// no ": " outside double quotes, so the location is everything before the first ": "
+// after the kind (a JSON path may quote a key that holds one). Examples:
+//
+//     count: rank 1: the pieces hold 6 elements but the shard holds 8
+//     twice: rank 0 piece 0 (P(2) src(0,(1)) dst(0,(1)) loc{0}) shard address 0: piece 1
+//         (P(2) src(2,(1)) dst(0,(1)) loc{0}) also maps to this shard address   (one line)
+//     uncovered: F address 7: no piece covers this element of F
+//     format: $.ranks.0.pieces[1].dest: the dest offset -1 is negative
+//
+// Every fault a check or a conversion can report (strict, legacy or the reference
+// model) is worded once, by the functions in namespace `fault` below, so the same
+// fault reads the same whichever path refused it.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "shardcheck/types.h"
 
 namespace shardcheck {
+
+struct Piece;
+enum class DType;
 
 // Stable kinds; their names (kind_name) are spelled in CLI output and stored files, so they never change.
 enum class ErrorKind {
@@ -25,6 +61,7 @@ enum class ErrorKind {
   format,          // malformed input: types, missing keys, negative numbers, overflow
 };
 
+// Every kind, in the order above.
 inline constexpr ErrorKind kAllErrorKinds[] = {
     ErrorKind::count,     ErrorKind::bounds,         ErrorKind::itself,
     ErrorKind::twice,     ErrorKind::uncovered,      ErrorKind::different_data,
@@ -37,22 +74,44 @@ std::optional<ErrorKind> parse_kind(std::string_view name);
 // Which buffer an `address` refers to.
 enum class Side { none, full, shard };
 
+// Where an error points; every part is optional (see the grammar above).
+struct Where {
+  std::optional<Rank> rank;
+  std::optional<Index> piece;  // index in the rank's list as written
+  const Piece* content = nullptr;  // the piece itself, for its notation
+  Side side = Side::none;
+  std::optional<Index> address;
+  std::string path;  // JSON path; when set it is the whole location in the message
+
+  static Where in_rank(Rank rank);
+  static Where in_piece(Rank rank, Index written, const Piece& piece);
+  static Where in_json(std::string path);
+  // The same location narrowed to one address of F (Side::full) or of the shard.
+  Where at(Side address_side, Index address_value) const;
+};
+
 struct Error {
   ErrorKind kind = ErrorKind::format;
   std::optional<Rank> rank;    // the rank whose piece list is concerned
   std::optional<Index> piece;  // index of the piece in that rank's list, as written
   std::optional<Index> address;  // element of F (Side::full) or shard address (Side::shard)
   Side side = Side::none;
-  std::string path;     // JSON path for format errors, e.g. "$.ranks.1.pieces[0].source"
-  std::string message;  // one sentence a user can act on
+  std::string path;      // JSON path for format errors, e.g. "$.ranks.1.pieces[0].source"
+  std::string sentence;  // the fault, in one sentence a user can act on
+  std::string message;   // "<location>: <sentence>", or the sentence alone
 
   // "<kind>: <message>"
   std::string to_string() const;
   friend bool operator==(const Error&, const Error&) = default;
 };
 
-// Builds an error; `message` should already name rank/piece/address in words.
-Error make_error(ErrorKind kind, std::string message);
+// The one builder: every error in shardcheck is made here, so every message follows
+// the grammar above.
+Error make_error(ErrorKind kind, std::string sentence, const Where& where = {});
+
+// The same error (kind and location) with another sentence, e.g. to say which of two
+// maps refused.
+Error reworded(const Error& error, std::string sentence);
 
 // A value or a typed error. The core returns these; it never throws for bad input.
 template <class T>
@@ -72,7 +131,104 @@ class Result {
   std::variant<T, Error> state_;
 };
 
-// std::nullopt means "no error".
-using Status = std::optional<Error>;
+// The outcome of a check: ok(), or an error(). It has no conversion to bool on purpose:
+// "if (check_map(m))" would read as "if the map checks out" and mean the opposite.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;                                // success
+  Status(Error error) : error_(std::move(error)) {}  // NOLINT: implicit, so a check can `return make_error(...)`
+
+  bool ok() const { return !error_.has_value(); }
+  const Error& error() const& { return *error_; }
+  Error&& error() && { return std::move(*error_); }
+
+ private:
+  std::optional<Error> error_;
+};
+
+// The structural faults of one piece (contract section 3, condition 1), in the order
+// the checks look for them.
+enum class PieceFault {
+  axes,                    // shape and strides have different lengths
+  negative_extent,
+  negative_source_offset,
+  negative_dest_offset,
+  negative_source_stride,
+  negative_dest_stride,
+  source_overflow,         // element count or last source address beyond 64 bits
+  dest_overflow,           // last dest address beyond 64 bits
+  no_locations,
+  negative_location,
+  unsorted_locations,
+  bad_scale,               // zero or not finite (kind scale)
+};
+
+// One piece as an error names it: its rank, its index as written, and the piece.
+struct PieceAt {
+  Rank rank = 0;
+  Index written = 0;
+  const Piece* piece = nullptr;
+};
+
+// Every fault that checks, conversion (strict and legacy) and the reference model
+// report, each worded once.
+namespace fault {
+
+// Condition 1: structure (located by JSON path).
+Error piece(PieceFault which, const PieceAt& at);
+Error bad_logical_shape(const Extents& shape);  // a negative extent, or beyond 64 bits
+Error negative_rank_id(Rank rank);
+Error duplicate_rank(Rank rank);
+Error bad_shard_shape(Rank rank, const Extents& shape);  // a negative extent, or beyond 64 bits
+Error missing_shard_shape(Rank rank);
+
+// Condition 2: `address` is the last address the view reaches, `numel` the buffer's size.
+Error out_of_bounds(const PieceAt& at, Side side, Index address, Index numel);
+
+// Condition 3 (`side`: which view), and torch's refusal of a write through a zero stride.
+Error overlaps_itself(const PieceAt& at, Side side);
+Error zero_stride_write(const PieceAt& at, Side side, std::size_t axis);
+
+// Condition 4. `pieces_numel` nullopt: the pieces' sizes add up beyond 64 bits.
+Error count(Rank rank, std::optional<Index> pieces_numel, Index shard_numel);
+// `other`: the next piece mapping to the same address; itself when its dest view
+// overlaps itself; nullptr when the caller did not record which piece it was.
+Error shard_address_twice(const PieceAt& at, Index address, const PieceAt* other);
+Error shard_address_uncovered(Rank rank, Index address);
+
+// Condition 5.
+Error element_uncovered(Index element);
+
+// Condition 6.
+Error not_own_rank(const PieceAt& at);
+Error holders(const PieceAt& at, Index element, const std::vector<Rank>& holder_ranks);
+Error claimed_twice(const PieceAt& at, Index element, const PieceAt& other);
+
+// Condition 7 and the writer record of rebuild.
+// `earlier`: the piece that wrote the element first, nullptr when not recorded.
+Error replicas_differ(const PieceAt& at, Index element, Index shard_address, DType dtype,
+                      std::uint64_t unscaled, std::uint64_t held, const PieceAt* earlier);
+Error written_twice(const PieceAt& at, Index element, const PieceAt* earlier);
+
+// Scaling (contract section 1.2).
+Error scale_needs_power_one(const PieceAt& at, int scale_power);
+Error scale_on_integer(const PieceAt& at, DType dtype);
+
+// The buffers a conversion is given.
+Error missing_shard(Rank rank, std::size_t pieces);
+Error shard_dtype(Rank rank, DType got, DType wanted);
+Error shard_numel(Rank rank, Index got, Index wanted);
+Error shard_without_shape(Rank rank);
+Error unlisted_shard(Rank rank);
+Error full_numel(Index got, Index wanted);
+Error no_shard_to_extract(Rank rank);
+
+// Resource limits on untrusted maps.
+Error too_large_to_verify(Index max_runs);
+Error too_large_for_reference(Index max_elements);
+Error allocation(std::string_view what, Index wanted);
+Error too_many_pieces();
+
+}  // namespace fault
 
 }  // namespace shardcheck

@@ -76,9 +76,35 @@ __device__ __nv_bfloat16 scaled<__nv_bfloat16>(__nv_bfloat16 v, double scale, in
   return mul ? __hmul(v, s) : __hdiv(v, s);
 }
 
+// Magnitude mask and infinity of each floating type: a NaN's magnitude bits exceed
+// those of infinity. Integers are never scaled, so they need no entry.
+template <class Value>
+struct FloatBits;
+template <>
+struct FloatBits<float> {
+  static constexpr unsigned long long magnitude = 0x7fffffffull, infinity = 0x7f800000ull;
+};
+template <>
+struct FloatBits<double> {
+  static constexpr unsigned long long magnitude = 0x7fffffffffffffffull, infinity = 0x7ff0000000000000ull;
+};
+template <>
+struct FloatBits<__half> {
+  static constexpr unsigned long long magnitude = 0x7fffull, infinity = 0x7c00ull;
+};
+template <>
+struct FloatBits<__nv_bfloat16> {
+  static constexpr unsigned long long magnitude = 0x7fffull, infinity = 0x7f80ull;
+};
+
+// Scales one element in its own arithmetic. A NaN keeps its bits (contract section 1.2)
+// unless `keep_nan` is off (the legacy model, which leaves it to the arithmetic).
 template <class Bits, class Value>
-__device__ Bits move_element(Bits bits, bool scale_it, double scale, int power, bool multiply) {
+__device__ Bits move_element(Bits bits, bool scale_it, double scale, int power, bool multiply, bool keep_nan) {
   if (!scale_it) return bits;
+  if (keep_nan && (static_cast<unsigned long long>(bits) & FloatBits<Value>::magnitude) > FloatBits<Value>::infinity) {
+    return bits;
+  }
   Value value;
   memcpy(&value, &bits, sizeof(Bits));
   value = scaled<Value>(value, scale, power, multiply);
@@ -88,23 +114,23 @@ __device__ Bits move_element(Bits bits, bool scale_it, double scale, int power, 
 
 template <class Bits, class Value>
 __global__ void copy_kernel(DeviceView v, const Bits* from, Bits* to, bool scale_it, double scale,
-                            int power, bool multiply) {
+                            int power, bool multiply, bool keep_nan) {
   long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
   if (i >= v.numel) return;
   long long f, t;
   addresses(v, i, &f, &t);
-  to[t] = move_element<Bits, Value>(from[f], scale_it, scale, power, multiply);
+  to[t] = move_element<Bits, Value>(from[f], scale_it, scale, power, multiply, keep_nan);
 }
 
 template <class Bits, class Value>
 __global__ void compare_kernel(DeviceView v, const Bits* from, const Bits* to, bool scale_it,
-                               double scale, int power, bool multiply,
+                               double scale, int power, bool multiply, bool keep_nan,
                                unsigned long long* first_mismatch) {
   long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
   if (i >= v.numel) return;
   long long f, t;
   addresses(v, i, &f, &t);
-  if (move_element<Bits, Value>(from[f], scale_it, scale, power, multiply) != to[t]) {
+  if (move_element<Bits, Value>(from[f], scale_it, scale, power, multiply, keep_nan) != to[t]) {
     atomicMin(first_mismatch, static_cast<unsigned long long>(i));
   }
 }
@@ -167,6 +193,7 @@ class CudaBackend final : public Backend {
     const unsigned long long none = ~0ull;
     cudaMemcpy(flag.ptr, &none, sizeof none, cudaMemcpyHostToDevice);
     const bool scale_it = copy.scale != 1.0 && is_floating(dtype);
+    const bool keep_nan = copy.nan == NanScaling::keep_bits;
     const int threads = 256;
     const unsigned blocks = static_cast<unsigned>((v.numel + threads - 1) / threads);
     auto* first = static_cast<unsigned long long*>(flag.ptr);
@@ -177,10 +204,10 @@ class CudaBackend final : public Backend {
       auto* t = static_cast<Bits*>(to_dev.ptr);
       if (compare) {
         compare_kernel<Bits, Value><<<blocks, threads>>>(v, f, t, scale_it, copy.scale,
-                                                         copy.power, copy.multiply, first);
+                                                         copy.power, copy.multiply, keep_nan, first);
       } else {
         copy_kernel<Bits, Value><<<blocks, threads>>>(v, f, t, scale_it, copy.scale, copy.power,
-                                                      copy.multiply);
+                                                      copy.multiply, keep_nan);
       }
     };
     switch (dtype) {

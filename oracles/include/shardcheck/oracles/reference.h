@@ -15,7 +15,8 @@ namespace shardcheck::oracles {
 struct ReferenceVerdict {
   // Conditions 1-6 per spec section 3, with condition 3 as the spec's conservative rule.
   std::optional<ErrorKind> kind;  // nullopt: valid
-  std::string reason;
+  std::string reason;             // the error's message
+  std::optional<Error> error;     // the refusal, located and worded as the core words it
   // True when the only broken condition is the conservative stride rule: every view
   // is in fact unique (checked by walking its addresses) and conditions 1, 2, 4, 5, 6
   // hold. The fast checks may refuse such a map; they must accept no other refused map.
