@@ -160,9 +160,9 @@ TEST(CaseCodec, AMapUnderTestThatDoesNotDecodeIsKeptAsGiven) {
     EXPECT_EQ(*c.undecoded_map, Json::parse(map));
     EXPECT_EQ(c.map, Map{});
     Status error = undecoded_map_error(c);
-    ASSERT_TRUE(error.has_value()) << map;
-    EXPECT_EQ(error->kind, ErrorKind::format);
-    EXPECT_EQ(error->path.rfind("$.map", 0), 0u) << error->path;
+    ASSERT_FALSE(error.ok()) << map;
+    EXPECT_EQ(error.error().kind, ErrorKind::format);
+    EXPECT_EQ(error.error().path.rfind("$.map", 0), 0u) << error.error().path;
     // Re-encoded exactly as given, and decoded back to the same case.
     Json json = encode_case(c);
     EXPECT_EQ(json["map"].dump(), Json::parse(map).dump());
@@ -172,12 +172,12 @@ TEST(CaseCodec, AMapUnderTestThatDoesNotDecodeIsKeptAsGiven) {
   }
   Case good = decoded(case_with(""));
   EXPECT_FALSE(good.undecoded_map.has_value());
-  EXPECT_FALSE(undecoded_map_error(good).has_value());
+  EXPECT_TRUE(undecoded_map_error(good).ok());
   // Set by hand to a map that does decode, it is still not a map under test.
   Case odd = good;
   odd.undecoded_map = encode_map(good.map);
-  ASSERT_TRUE(undecoded_map_error(odd).has_value());
-  EXPECT_EQ(undecoded_map_error(odd)->kind, ErrorKind::format);
+  ASSERT_FALSE(undecoded_map_error(odd).ok());
+  EXPECT_EQ(undecoded_map_error(odd).error().kind, ErrorKind::format);
 }
 
 TEST(CaseCodec, OnlyTheMapUnderTestMayFailToDecode) {

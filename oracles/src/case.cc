@@ -324,7 +324,7 @@ Result<Case> decode_case(const Json& json) {
 }
 
 Status undecoded_map_error(const Case& c) {
-  if (!c.undecoded_map) return std::nullopt;
+  if (!c.undecoded_map) return Status();
   auto map = decode_map(*c.undecoded_map, "$.map");
   if (!map) return map.error();
   // Only decode_case fills undecoded_map; a map put there by hand that does decode is

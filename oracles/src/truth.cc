@@ -159,13 +159,13 @@ Result<Inputs> prepare_truth(const Case& c, const ConvertOptions& strict) {
       // With no truth given the map under test is all that describes the data; when it
       // is invalid, an F that does not fit it is its fault, not the case's: the case
       // runs with no data (contract section 9), so strict refuses it with its kind.
-      Status invalid = c.truth ? std::nullopt : check_map(c.map);
-      if (!invalid) return full.error();
+      Status invalid = c.truth ? Status() : check_map(c.map);
+      if (invalid.ok()) return full.error();
       in.full = Buffer(c.dtype, 0);
       if (c.shards) {
         for (const auto& [rank, values] : *c.shards) in.shards.emplace(rank, to_buffer(c.dtype, values));
       }
-      in.no_truth = *invalid;
+      in.no_truth = invalid.error();
       return in;
     }
     in.full = std::move(full.value());
@@ -471,8 +471,8 @@ Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options, Oracl
   ConvertOptions strict;
   strict.scale_power = c.scale_power;
   Result<CaseOutcome> outcome = CaseOutcome{};
-  if (auto error = undecoded_map_error(c)) {
-    outcome = refused_outright(c, *error, oracle);  // contract section 9
+  if (Status error = undecoded_map_error(c); !error.ok()) {
+    outcome = refused_outright(c, error.error(), oracle);  // contract section 9
   } else if (oracle == OracleKind::same_map) {
     outcome = run_same_map(c, tested);
   } else {
