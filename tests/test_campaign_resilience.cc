@@ -166,13 +166,12 @@ std::map<std::string, std::string> announced(const std::string& out) {
 void expect_consistent_report(const Json& report) {
   ASSERT_TRUE(report.is_object()) << "report.json is not a JSON object";
   long long cases = 0;
-  for (const auto& [name, tally] : report["by_constructor"].items()) cases += tally["cases"].get<long long>();
-  EXPECT_EQ(report["cases"].get<long long>(), cases);
-  const Json& t = report["total"];
-  EXPECT_EQ(t["cases"].get<long long>(), t["refused"].get<long long>() + t["exact"].get<long long>() +
-                                             t["silently_wrong"].get<long long>() +
-                                             t["valid_but_different"].get<long long>() +
-                                             t["crashed"].get<long long>());
+  for (const auto& [name, tally] : report.at("by_constructor").items()) cases += tally.at("cases").get<long long>();
+  EXPECT_EQ(report.at("cases").get<long long>(), cases);
+  const Json& t = report.at("total");
+  auto count = [&](const char* key) { return t.at(key).get<long long>(); };
+  EXPECT_EQ(count("cases"), count("refused") + count("exact") + count("silently_wrong") +
+                                count("valid_but_different") + count("crashed"));
 }
 
 class CampaignResilience : public ::testing::Test {
@@ -203,6 +202,8 @@ struct StopCase {
   bool isolate;
 };
 
+void PrintTo(const StopCase& c, std::ostream* os) { *os << c.name; }
+
 class StoppedBySignal : public CampaignResilience, public ::testing::WithParamInterface<StopCase> {};
 
 TEST_P(StoppedBySignal, LeavesReportAndEveryAnnouncedFinding) {
@@ -212,7 +213,8 @@ TEST_P(StoppedBySignal, LeavesReportAndEveryAnnouncedFinding) {
   Running campaign({"campaign", "--policy", "legacy", "--seed", "21", "--cases", "100000000", "--jobs", "2",
                     "--out", out.string(), "--quiet", param.isolate ? "--isolate" : "--no-isolate"},
                    dir_ / "stderr.txt");
-  ASSERT_TRUE(campaign.wait_for("new finding: ", 2500ms)) << "no finding announced\n" << read_text(dir_ / "stderr.txt");
+  // Long enough for the report to have been rewritten since the start (every 2 s).
+  ASSERT_TRUE(campaign.wait_for("new finding: ", 3500ms)) << "no finding announced\n" << read_text(dir_ / "stderr.txt");
   campaign.send(param.signal);
   const auto sent = SteadyClock::now();
   const int status = campaign.wait();
@@ -233,7 +235,9 @@ TEST_P(StoppedBySignal, LeavesReportAndEveryAnnouncedFinding) {
   const Json report = read_json(out / "report.json");
   ASSERT_FALSE(report.is_discarded()) << "report.json does not parse";
   expect_consistent_report(report);
-  EXPECT_FALSE(report["complete"].get<bool>());
+  EXPECT_FALSE(report.at("complete").get<bool>());
+  // At most a few seconds old: not the empty report written at the start.
+  EXPECT_GE(report.at("seconds").get<double>(), 1.0);
   EXPECT_FALSE(read_text(out / "table.txt").empty());
   const Json checkpoint = read_json(out / "checkpoint.json");
   ASSERT_FALSE(checkpoint.is_discarded()) << "checkpoint.json does not parse";
@@ -248,14 +252,14 @@ TEST_P(StoppedBySignal, LeavesReportAndEveryAnnouncedFinding) {
     EXPECT_EQ(read_json(path).value("signature", ""), signature);
   }
   std::set<std::string> reported;
-  for (const auto& finding : report["findings"]) {
-    reported.insert(finding["signature"].get<std::string>());
-    EXPECT_TRUE(fs::exists(out / finding["file"].get<std::string>())) << finding.dump();
+  for (const auto& finding : report.at("findings")) {
+    reported.insert(finding.at("signature").get<std::string>());
+    EXPECT_TRUE(fs::exists(out / finding.at("file").get<std::string>())) << finding.dump();
   }
   if (param.signal != SIGKILL) {
     // After a graceful stop the report holds every finding announced.
     for (const auto& [signature, path] : printed) EXPECT_TRUE(reported.count(signature)) << signature;
-    EXPECT_GT(report["cases"].get<long long>(), 0);
+    EXPECT_GT(report.at("cases").get<long long>(), 0);
   }
   for (const auto& entry : fs::directory_iterator(out)) {
     EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << "left behind: " << entry.path();
@@ -280,7 +284,7 @@ TEST_F(CampaignResilience, SecondInterruptStopsAtOnce) {
   std::this_thread::sleep_for(500ms);
   campaign.send(SIGINT);
   const auto sent = SteadyClock::now();
-  const int status = campaign.wait();
+  const int status = campaign.wait(60s);
   EXPECT_LT(campaign.elapsed_since(sent), 30.0);
   EXPECT_EQ(exit_code(status), 130) << read_text(dir_ / "stderr.txt");
   const Json report = read_json(out / "report.json");
@@ -293,13 +297,13 @@ TEST_F(CampaignResilience, SecondInterruptStopsAtOnce) {
 // What must be equal between a resumed and an uninterrupted campaign.
 Json outcome(const Json& report) {
   Json findings = Json::array();
-  for (const auto& f : report["findings"]) {
-    findings.push_back({f["signature"], f["message"], f["case_index"], f["occurrences"], f["file"]});
+  for (const auto& f : report.at("findings")) {
+    findings.push_back({f.at("signature"), f.at("message"), f.at("case_index"), f.at("occurrences"), f.at("file")});
   }
-  return Json{{"cases", report["cases"]},           {"total", report["total"]},
-              {"by_constructor", report["by_constructor"]}, {"by_corruption", report["by_corruption"]},
-              {"by_refusal_kind", report["by_refusal_kind"]}, {"findings", findings},
-              {"complete", report["complete"]},     {"failed", report["failed"]}};
+  return Json{{"cases", report.at("cases")},           {"total", report.at("total")},
+              {"by_constructor", report.at("by_constructor")}, {"by_corruption", report.at("by_corruption")},
+              {"by_refusal_kind", report.at("by_refusal_kind")}, {"findings", findings},
+              {"complete", report.at("complete")},     {"failed", report.at("failed")}};
 }
 
 std::map<std::string, std::string> directory_files(const fs::path& dir) {
@@ -329,8 +333,8 @@ TEST_P(Resume, EndsExactlyAsAnUninterruptedRun) {
   }
   const Json partial = read_json(stopped / "report.json");
   ASSERT_FALSE(partial.is_discarded());
-  ASSERT_FALSE(partial["complete"].get<bool>()) << "the campaign ended before SIGTERM: nothing to resume";
-  EXPECT_LT(partial["cases"].get<long long>(), 6000);
+  ASSERT_FALSE(partial.at("complete").get<bool>()) << "the campaign ended before SIGTERM: nothing to resume";
+  EXPECT_LT(partial.at("cases").get<long long>(), 6000);
   {
     Running resumed({"campaign", "--resume", stopped.string(), "--quiet", isolate}, dir_ / "stderr2.txt");
     EXPECT_EQ(exit_code(resumed.wait()), 1) << read_text(dir_ / "stderr2.txt");
@@ -343,9 +347,21 @@ TEST_P(Resume, EndsExactlyAsAnUninterruptedRun) {
   const Json b = read_json(whole / "report.json");
   ASSERT_FALSE(a.is_discarded());
   ASSERT_FALSE(b.is_discarded());
-  EXPECT_TRUE(a["complete"].get<bool>());
-  EXPECT_EQ(outcome(a), outcome(b)) << "resumed:\n" << outcome(a).dump(1) << "\nuninterrupted:\n" << outcome(b).dump(1);
-  EXPECT_EQ(directory_files(stopped / "findings"), directory_files(whole / "findings"));
+  EXPECT_TRUE(a.at("complete").get<bool>());
+  const Json resumed_outcome = outcome(a);
+  const Json whole_outcome = outcome(b);
+  for (const auto& [key, value] : whole_outcome.items()) {
+    EXPECT_TRUE(resumed_outcome.at(key) == value) << key << " differs: resumed " << resumed_outcome.at(key).dump().substr(0, 400)
+                                          << "\nuninterrupted " << value.dump().substr(0, 400);
+  }
+  const auto resumed_files = directory_files(stopped / "findings");
+  const auto whole_files = directory_files(whole / "findings");
+  EXPECT_EQ(resumed_files.size(), whole_files.size());
+  for (const auto& [name, text] : whole_files) {
+    auto it = resumed_files.find(name);
+    if (it == resumed_files.end()) ADD_FAILURE() << "the resumed campaign lacks findings/" << name;
+    else EXPECT_TRUE(it->second == text) << "findings/" << name << " differs";
+  }
   // The tables differ only in the timing line.
   auto without_timing = [](const std::string& table) {
     return std::regex_replace(table, std::regex(R"(\n\d+ cases in [^\n]*\n)"), "\n");
@@ -394,32 +410,32 @@ TEST_F(CampaignResilience, CrashingAndHangingCasesBecomeOneFindingEach) {
   ASSERT_FALSE(planted.is_discarded());
   EXPECT_EQ(clean_code, 0) << "a strict campaign finds nothing";
   EXPECT_EQ(planted_code, 1) << "a crash or a hang is a finding";
-  EXPECT_TRUE(planted["complete"].get<bool>());
+  EXPECT_TRUE(planted.at("complete").get<bool>());
   expect_consistent_report(planted);
 
   // Every case ran: the two bad ones as crashed, the others as in the clean run.
-  EXPECT_EQ(planted["cases"], clean["cases"]);
-  EXPECT_EQ(planted["total"]["crashed"].get<long long>(), 2);
+  EXPECT_EQ(planted.at("cases"), clean.at("cases"));
+  EXPECT_EQ(planted.at("total").at("crashed").get<long long>(), 2);
   long long displaced = 0;
   for (const char* outcome : {"refused", "exact", "silently_wrong", "valid_but_different"}) {
-    const long long difference = clean["total"][outcome].get<long long>() - planted["total"][outcome].get<long long>();
+    const long long difference = clean.at("total").at(outcome).get<long long>() - planted.at("total").at(outcome).get<long long>();
     EXPECT_GE(difference, 0) << outcome;
     displaced += difference;
   }
   EXPECT_EQ(displaced, 2);
 
-  ASSERT_EQ(planted["findings"].size(), 2u) << planted["findings"].dump(1);
+  ASSERT_EQ(planted.at("findings").size(), 2u) << planted.at("findings").dump(1);
   std::map<std::string, long long> by_kind;
-  for (const auto& finding : planted["findings"]) {
-    const std::string signature = finding["signature"].get<std::string>();
-    by_kind[signature.substr(0, signature.find(':'))] = finding["case_index"].get<long long>();
-    EXPECT_EQ(finding["occurrences"].get<long long>(), 1);
-    const fs::path file = dir_ / "planted" / finding["file"].get<std::string>();
+  for (const auto& finding : planted.at("findings")) {
+    const std::string signature = finding.at("signature").get<std::string>();
+    by_kind[signature.substr(0, signature.find(':'))] = finding.at("case_index").get<long long>();
+    EXPECT_EQ(finding.at("occurrences").get<long long>(), 1);
+    const fs::path file = dir_ / "planted" / finding.at("file").get<std::string>();
     ASSERT_TRUE(fs::exists(file)) << file;
     EXPECT_TRUE(shardcheck::decode_case_text(read_text(file)).ok()) << file;
   }
   EXPECT_EQ(by_kind, (std::map<std::string, long long>{{"crash", 500}, {"timeout", 1000}}));
-  EXPECT_EQ(planted["findings"][0]["signature"].get<std::string>().rfind("crash:SIGABRT:", 0), 0u);
+  EXPECT_EQ(planted.at("findings").at(0).at("signature").get<std::string>().rfind("crash:SIGABRT:", 0), 0u);
 }
 
 TEST_F(CampaignResilience, CaseOverTheMemoryLimitBecomesAFinding) {
@@ -428,10 +444,10 @@ TEST_F(CampaignResilience, CaseOverTheMemoryLimitBecomesAFinding) {
       run_to_report(dir_, "oom", {"--plant-oom-at", "40", "--case-memory-limit", "768"}, code);
   ASSERT_FALSE(report.is_discarded());
   EXPECT_EQ(code, 1);
-  EXPECT_EQ(report["cases"].get<long long>(), 1500);
-  ASSERT_EQ(report["findings"].size(), 1u) << report["findings"].dump(1);
-  EXPECT_EQ(report["findings"][0]["signature"].get<std::string>().rfind("oom:", 0), 0u);
-  EXPECT_EQ(report["findings"][0]["case_index"].get<long long>(), 40);
+  EXPECT_EQ(report.at("cases").get<long long>(), 1500);
+  ASSERT_EQ(report.at("findings").size(), 1u) << report.at("findings").dump(1);
+  EXPECT_EQ(report.at("findings").at(0).at("signature").get<std::string>().rfind("oom:", 0), 0u);
+  EXPECT_EQ(report.at("findings").at(0).at("case_index").get<long long>(), 40);
 }
 
 }  // namespace

@@ -191,6 +191,7 @@ Json report_to_json(const Report& report) {
   j["seconds"] = report.seconds;
   j["cases_per_second"] = report.seconds > 0 ? static_cast<double>(report.cases) / report.seconds : 0.0;
   j["total"] = tally_json(report.total);
+  for (const auto* section : {"by_constructor", "by_corruption", "by_refusal_kind"}) j[section] = Json::object();
   for (const auto& [name, tally] : report.by_constructor) j["by_constructor"][name] = tally_json(tally);
   for (const auto& [name, tally] : report.by_corruption) j["by_corruption"][name] = tally_json(tally);
   for (const auto& [name, tally] : report.by_refusal_kind) j["by_refusal_kind"][name] = tally_json(tally);
