@@ -317,7 +317,7 @@ class Resume : public CampaignResilience, public ::testing::WithParamInterface<b
 TEST_P(Resume, EndsExactlyAsAnUninterruptedRun) {
   const std::string isolate = GetParam() ? "--isolate" : "--no-isolate";
   const std::vector<std::string> campaign_args{"campaign", "--policy", "legacy", "--seed", "31",
-                                               "--cases",  "6000",     "--jobs",   "2",      "--quiet"};
+                                               "--cases",  "3000",     "--jobs",   "2",      "--quiet"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = campaign_args;
     args.insert(args.end(), extra.begin(), extra.end());
@@ -334,7 +334,7 @@ TEST_P(Resume, EndsExactlyAsAnUninterruptedRun) {
   const Json partial = read_json(stopped / "report.json");
   ASSERT_FALSE(partial.is_discarded());
   ASSERT_FALSE(partial.at("complete").get<bool>()) << "the campaign ended before SIGTERM: nothing to resume";
-  EXPECT_LT(partial.at("cases").get<long long>(), 6000);
+  EXPECT_LT(partial.at("cases").get<long long>(), 3000);
   {
     Running resumed({"campaign", "--resume", stopped.string(), "--quiet", isolate}, dir_ / "stderr2.txt");
     EXPECT_EQ(exit_code(resumed.wait()), 1) << read_text(dir_ / "stderr2.txt");

@@ -67,7 +67,8 @@ Report run(const Options& options, const Control& control) {
   std::unique_ptr<Writer> writer;
   if (!control.out.empty()) {
     writer = std::make_unique<Writer>(options, control, ledger, seconds);
-    writer->start(control.resume ? control.resume->report.findings : std::vector<FindingRecord>{});
+    writer->start(control.resume ? control.resume->report.findings : std::vector<FindingRecord>{},
+                  /*threaded=*/!options.isolate);
   }
   Monitor monitor(options, control, ledger, start, previous_seconds);
   const auto immediate = [&] {

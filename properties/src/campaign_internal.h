@@ -136,10 +136,16 @@ class Writer {
   Writer& operator=(const Writer&) = delete;
 
   // `known`: findings already on record (a resumed campaign); their files are written
-  // again from the record, without announcing them.
-  void start(const std::vector<FindingRecord>& known);
+  // again from the record, without announcing them. `threaded`: a thread of its own
+  // does the writing; otherwise the caller calls pump() often (the worker pool does:
+  // it forks, and a process that forks is best left with one thread, since another
+  // thread may hold a lock of the allocator at that moment, AddressSanitizer's
+  // included, which the child would then wait for forever).
+  void start(const std::vector<FindingRecord>& known, bool threaded);
   // A worker saw `finding`; written when its signature is new or the case smaller.
   void offer(const FindingState& finding);
+  // Writes what was offered since, and the report when it is due (see start()).
+  void pump();
   // Synchronous best effort for an immediate stop: the committed state, now.
   void flush_now();
   // Drains the queue, makes every case file match the committed findings, writes the
@@ -166,6 +172,7 @@ class Writer {
   std::map<std::string, FindingState> best_;  // the best case offered per signature
   std::vector<FindingState> queue_;
   bool finishing_ = false;
+  Clock::time_point next_flush_;            // of report, table and checkpoint
   std::mutex write_mutex_;                 // one writer of the files at a time
   std::map<std::string, Written> on_disk_;  // what each case file holds (under write_mutex_)
   std::thread thread_;

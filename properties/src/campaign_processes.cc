@@ -218,13 +218,14 @@ bool read_exact(int fd, char* out, std::size_t size) {
 
 // --- shared slots -------------------------------------------------------------------
 
-struct Slot {
+// A cache line each: aligned for the atomics, and no worker's stores touch another's line.
+struct alignas(64) Slot {
   std::atomic<std::int64_t> k{0};           // the shard-local number of its case
   std::atomic<std::int64_t> started_ns{0};  // CLOCK_MONOTONIC when the case began
   std::atomic<int> phase{0};                // 0 between cases, 1 generating, 2 evaluating
 };
 
-struct Shared {
+struct alignas(64) Shared {
   std::atomic<int> stop{0};
 };
 
@@ -362,6 +363,7 @@ class Pool {
       for (int i = 0; i < jobs_; ++i) feed(i);
       if (std::none_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.alive(); })) return;
       wait_and_read(std::chrono::milliseconds(20));
+      if (writer_) writer_->pump();
       if (Clock::now() - last_watch >= std::chrono::milliseconds(100)) {
         last_watch = Clock::now();
         watch_memory();

@@ -29,7 +29,7 @@ Writer::~Writer() {
   }
 }
 
-void Writer::start(const std::vector<FindingRecord>& known) {
+void Writer::start(const std::vector<FindingRecord>& known, bool threaded) {
   std::error_code ec;
   fs::create_directories(control_.out / "findings", ec);
   if (ec) warn(fmt::format("cannot create {}: {}", (control_.out / "findings").string(), ec.message()));
@@ -44,7 +44,9 @@ void Writer::start(const std::vector<FindingRecord>& known) {
   }
   write_findings(std::move(rewrite), false);
   write_state(false);
-  thread_ = std::thread([this] { loop(); });
+  next_flush_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(control_.flush_interval));
+  if (threaded) thread_ = std::thread([this] { loop(); });
 }
 
 void Writer::offer(const FindingState& finding) {
@@ -61,23 +63,28 @@ void Writer::offer(const FindingState& finding) {
 }
 
 void Writer::loop() {
-  const auto interval = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(control_.flush_interval));
-  auto next_flush = Clock::now() + interval;
   std::unique_lock lock(mutex_);
   for (;;) {
-    wake_.wait_until(lock, next_flush, [&] { return finishing_ || !queue_.empty(); });
-    std::vector<FindingState> batch;
-    batch.swap(queue_);
+    wake_.wait_until(lock, next_flush_, [&] { return finishing_ || !queue_.empty(); });
     const bool finishing = finishing_;
     lock.unlock();
-    if (!batch.empty()) write_findings(std::move(batch), true);
-    if (Clock::now() >= next_flush) {
-      write_state(false);
-      next_flush = Clock::now() + interval;
-    }
+    pump();
     lock.lock();
     if (finishing && queue_.empty()) return;
+  }
+}
+
+void Writer::pump() {
+  std::vector<FindingState> batch;
+  {
+    std::lock_guard lock(mutex_);
+    batch.swap(queue_);
+  }
+  if (!batch.empty()) write_findings(std::move(batch), true);
+  if (Clock::now() >= next_flush_) {
+    write_state(false);
+    next_flush_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(control_.flush_interval));
   }
 }
 
@@ -127,6 +134,7 @@ void Writer::finish(bool complete) {
   }
   wake_.notify_one();
   if (thread_.joinable()) thread_.join();
+  else pump();
   // Every case offered is committed by now, but a file may still hold a smaller case
   // from a run that was killed before committing it: the record decides.
   std::vector<FindingState> committed;

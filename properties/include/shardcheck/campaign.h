@@ -51,6 +51,8 @@ struct Options {
   // a case that crashes, hangs or exhausts memory becomes a finding of its own
   // ("crash:<signal>:...", "timeout:...", "oom:...") and a fresh worker carries on
   // after it. Off: worker threads in this process (a crash ends the campaign).
+  // The workers are forked from the thread that calls run(), without exec: threads of
+  // the caller's own must not be inside the allocator or hold library locks then.
   bool isolate = false;
   double case_time_limit = 60.0;             // seconds of wall time per case (isolated)
   Index case_memory_limit = Index{2} << 30;  // bytes per worker process (isolated)
