@@ -501,6 +501,10 @@ class Pool {
 
   void parse(int i) {
     Worker& w = workers_[i];
+    if (w.killed_for == "crash:protocol") {
+      w.inbox.clear();  // nothing it sends after a malformed frame is trusted
+      return;
+    }
     std::size_t at = 0;
     while (w.inbox.size() - at >= 8) {
       std::uint32_t length = 0, type = 0;
