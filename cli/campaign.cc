@@ -1,11 +1,14 @@
 // `shardcheck campaign`: generated cases through the oracle, with progress, a table,
-// report.json and one minimised case file per finding.
+// report.json and one minimised case file per finding, kept on disk as the campaign
+// goes; stops on SIGINT/SIGTERM at a case boundary and resumes from its checkpoint.
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -13,6 +16,7 @@
 
 #include "commands.h"
 #include "shardcheck/campaign.h"
+#include "shardcheck/json.h"
 
 namespace shardcheck::cli {
 
@@ -30,16 +34,17 @@ struct CampaignArgs {
   bool strict_layout = false;
   Index max_elements = 256;
   bool quiet = false;
+  std::string resume;
+  bool isolate = false;
+  bool no_isolate = false;
+  std::optional<double> case_time_limit;
+  std::optional<Index> case_memory_limit_mib;
+  std::optional<Index> plant_crash_at;
+  std::optional<Index> plant_hang_at;
+  std::optional<Index> plant_oom_at;
+  // Options that define the campaign, so that --resume refuses them: name -> given.
+  std::vector<std::pair<std::string, CLI::Option*>> defining;
 };
-
-std::string slug(std::string_view signature) {
-  std::string out;
-  for (char ch : signature) {
-    const bool keep = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_';
-    out += keep ? ch : '-';
-  }
-  return out.substr(0, 120);
-}
 
 // "I/N" with 0 <= I < N.
 bool parse_shard(const std::string& text, int& index, int& count) {
@@ -52,56 +57,108 @@ bool parse_shard(const std::string& text, int& index, int& count) {
   return true;
 }
 
+// --- stop requests ------------------------------------------------------------------
+// SIGTERM (batch schedulers, CI time-outs) and SIGINT stop at the next case boundary;
+// a second SIGINT stops at once. SIGINT stays ignored when the campaign was started
+// with it ignored (a background job of a non-interactive shell), as is customary.
+
+std::atomic<int> g_stop{0};
+std::atomic<int> g_interrupts{0};
+
+extern "C" void on_stop_signal(int signal) {
+  int wanted = campaign::kStopGraceful;
+  if (signal == SIGINT && g_interrupts.fetch_add(1) >= 1) wanted = campaign::kStopImmediate;
+  int current = g_stop.load();
+  while (current < wanted && !g_stop.compare_exchange_weak(current, wanted)) {
+  }
+}
+
+void install_stop_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
+  struct sigaction previous {};
+  if (sigaction(SIGINT, nullptr, &previous) == 0 && previous.sa_handler != SIG_IGN) {
+    sigaction(SIGINT, &action, nullptr);
+  }
+}
+
+// stdout (findings as they come) and stderr (progress) share a terminal line.
+std::mutex g_print_mutex;
+
 class ProgressPrinter {
  public:
-  ProgressPrinter(std::optional<Index> total, std::optional<double> seconds, bool quiet)
-      : total_(total), seconds_(seconds), quiet_(quiet), tty_(isatty(STDERR_FILENO) == 1),
-        start_(std::chrono::steady_clock::now()) {}
+  ProgressPrinter(std::optional<Index> total, std::optional<double> seconds, Index already_done,
+                  double already_seconds, bool quiet)
+      : total_(total), seconds_(seconds), base_(already_done), base_seconds_(already_seconds), quiet_(quiet),
+        tty_(isatty(STDERR_FILENO) == 1), start_(std::chrono::steady_clock::now()) {}
 
   void operator()(Index done) {
+    if (g_stop.load() != 0 && !stop_announced_) {
+      stop_announced_ = true;
+      std::lock_guard lock(g_print_mutex);
+      clear_line();
+      std::fprintf(stderr, "shardcheck campaign: stopping after the cases running now%s\n",
+                   g_interrupts.load() == 1 ? " (Ctrl-C again to stop at once)" : "");
+    }
     if (quiet_) return;
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     if (!tty_ && elapsed - last_line_ < 5.0) return;  // a line every few seconds in logs
     last_line_ = elapsed;
-    const double rate = elapsed > 0 ? done / elapsed : 0.0;
+    const double rate = elapsed > 0 ? (done - base_) / elapsed : 0.0;
     double fraction = 0.0;
     if (total_ && *total_ > 0) fraction = static_cast<double>(done) / *total_;
-    else if (seconds_ && *seconds_ > 0) fraction = elapsed / *seconds_;
+    else if (seconds_ && *seconds_ > 0) fraction = (base_seconds_ + elapsed) / *seconds_;
     fraction = std::min(1.0, fraction);
-    const double eta = fraction > 0 ? elapsed / fraction - elapsed : 0.0;
+    const double left = total_ ? (rate > 0 ? (*total_ - done) / rate : 0.0)
+                               : (seconds_ ? *seconds_ - base_seconds_ - elapsed : 0.0);
+    std::lock_guard lock(g_print_mutex);
     if (tty_) {
       constexpr int kWidth = 30;
       const int filled = static_cast<int>(fraction * kWidth);
       std::fprintf(stderr, "\r[%s%s] %3.0f%% %lld cases %.0f/s ETA %.0fs ",
                    std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
-                   fraction * 100, static_cast<long long>(done), rate, eta);
+                   fraction * 100, static_cast<long long>(done), rate, std::max(0.0, left));
+      on_line_ = true;
     } else {
       std::fprintf(stderr, "progress: %lld cases, %.0f cases/s, %.0f%%, ETA %.0f s\n",
-                   static_cast<long long>(done), rate, fraction * 100, eta);
+                   static_cast<long long>(done), rate, fraction * 100, std::max(0.0, left));
     }
     std::fflush(stderr);
   }
 
+  // Before another line: the progress bar's line is cleared (call with g_print_mutex held).
+  void clear_line() {
+    if (on_line_) std::fprintf(stderr, "\r\033[K");
+    on_line_ = false;
+  }
+
   void finish() {
-    if (tty_ && !quiet_) std::fprintf(stderr, "\n");
+    std::lock_guard lock(g_print_mutex);
+    clear_line();
   }
 
  private:
   std::optional<Index> total_;
   std::optional<double> seconds_;
+  Index base_;
+  double base_seconds_;
   bool quiet_;
   bool tty_;
   std::chrono::steady_clock::time_point start_;
   double last_line_ = -1e9;
+  bool on_line_ = false;
+  bool stop_announced_ = false;
 };
 
-int run_campaign(const CampaignArgs& args) {
-  campaign::Options options;
+// The options of a new campaign from the command line.
+int options_from_args(const CampaignArgs& args, campaign::Options& options) {
   options.seed = args.seed ? *args.seed : std::random_device{}();
   if (args.cases) options.cases = *args.cases;
   else options.time_seconds = args.time_seconds ? *args.time_seconds : 60.0;
   if (args.cases && args.time_seconds) options.time_seconds = *args.time_seconds;
-  options.jobs = args.jobs > 0 ? args.jobs : std::max(1u, std::thread::hardware_concurrency());
   if (!parse_shard(args.shard, options.shard_index, options.shard_count)) {
     std::fprintf(stderr, "shardcheck campaign: --shard wants I/N with 0 <= I < N, got '%s'\n", args.shard.c_str());
     return kExitUsage;
@@ -120,33 +177,111 @@ int run_campaign(const CampaignArgs& args) {
   }
   options.eval.strict_layout = args.strict_layout;
   options.generate.layout.max_elements = args.max_elements;
+  options.isolate = true;
+  return kExitOk;
+}
 
-  std::error_code ec;
-  const std::filesystem::path out(args.out);
-  std::filesystem::create_directories(out / "findings", ec);
-  if (ec) {
-    std::fprintf(stderr, "shardcheck campaign: cannot create %s: %s\n", args.out.c_str(), ec.message().c_str());
+// The options of a stopped campaign, from DIR/checkpoint.json.
+int options_from_checkpoint(const CampaignArgs& args, campaign::Checkpoint& checkpoint) {
+  for (const auto& [name, option] : args.defining) {
+    if (option->count() > 0) {
+      std::fprintf(stderr, "shardcheck campaign: %s cannot be given with --resume (the checkpoint holds it)\n",
+                   name.c_str());
+      return kExitUsage;
+    }
+  }
+  const std::string path = (std::filesystem::path(args.resume) / "checkpoint.json").string();
+  const FileText file = read_file(path);
+  if (!file.text) {
+    std::fprintf(stderr, "shardcheck campaign: %s\n", file.error.c_str());
     return kExitUsage;
   }
-  std::fprintf(stderr, "shardcheck campaign: seed %llu, %s, policy %s, oracle %s, %d jobs, shard %d/%d\n",
+  auto json = parse_json(*file.text);
+  std::string error;
+  std::optional<campaign::Checkpoint> parsed;
+  if (json) parsed = campaign::checkpoint_from_json(json.value(), error);
+  else error = json.error().to_string();
+  if (!parsed) {
+    std::fprintf(stderr, "shardcheck campaign: cannot resume from %s: %s\n", path.c_str(), error.c_str());
+    return kExitUsage;
+  }
+  checkpoint = std::move(*parsed);
+  return kExitOk;
+}
+
+int run_campaign(const CampaignArgs& args) {
+  if (args.isolate && args.no_isolate) {
+    std::fprintf(stderr, "shardcheck campaign: --isolate and --no-isolate exclude each other\n");
+    return kExitUsage;
+  }
+  campaign::Checkpoint checkpoint;
+  campaign::Options options;
+  if (!args.resume.empty()) {
+    if (int code = options_from_checkpoint(args, checkpoint); code != kExitOk) return code;
+    options = checkpoint.report.options;
+  } else if (int code = options_from_args(args, options); code != kExitOk) {
+    return code;
+  }
+  if (args.jobs > 0) options.jobs = args.jobs;
+  else if (args.resume.empty()) options.jobs = std::max(1u, std::thread::hardware_concurrency());
+  if (args.isolate) options.isolate = true;
+  if (args.no_isolate) options.isolate = false;
+  if (args.case_time_limit) options.case_time_limit = *args.case_time_limit;
+  if (args.case_memory_limit_mib) options.case_memory_limit = *args.case_memory_limit_mib << 20;
+  options.plant_crash_at = args.plant_crash_at;
+  options.plant_hang_at = args.plant_hang_at;
+  options.plant_oom_at = args.plant_oom_at;
+
+  const std::filesystem::path out(args.resume.empty() ? args.out : args.resume);
+  std::error_code ec;
+  std::filesystem::create_directories(out / "findings", ec);
+  if (ec) {
+    std::fprintf(stderr, "shardcheck campaign: cannot create %s: %s\n", out.c_str(), ec.message().c_str());
+    return kExitUsage;
+  }
+  const Index already_done = args.resume.empty() ? 0 : checkpoint.report.cases;
+  std::fprintf(stderr, "shardcheck campaign: %sseed %llu, %s, policy %s, oracle %s, %d jobs%s, shard %d/%d\n",
+               args.resume.empty() ? "" : fmt::format("resuming {} ({} cases done), ", out.string(), already_done).c_str(),
                static_cast<unsigned long long>(options.seed),
                options.cases ? fmt::format("{} cases", *options.cases).c_str()
                              : fmt::format("{:.0f} s", *options.time_seconds).c_str(),
-               args.policy.c_str(), args.oracle.c_str(), options.jobs, options.shard_index,
-               options.shard_count);
-  ProgressPrinter printer(options.cases, options.time_seconds, args.quiet);
-  const campaign::Report report = campaign::run(options, [&](Index done) { printer(done); });
+               std::string(policy_name(options.eval.policy)).c_str(),
+               options.eval.oracle == oracles::OracleKind::truth ? "truth" : "same-map", options.jobs,
+               options.isolate ? " (isolated)" : "", options.shard_index, options.shard_count);
+  ProgressPrinter printer(options.cases, options.time_seconds, already_done,
+                          args.resume.empty() ? 0.0 : checkpoint.report.seconds, args.quiet);
+  campaign::Control control;
+  control.out = out;
+  control.progress = [&](Index done) { printer(done); };
+  control.stop = &g_stop;
+  control.resume = args.resume.empty() ? nullptr : &checkpoint;
+  control.on_new_finding = [&](const campaign::FindingRecord& finding, const std::filesystem::path& file) {
+    std::lock_guard lock(g_print_mutex);
+    printer.clear_line();
+    std::printf("new finding: %s (case %lld) -> %s\n", finding.signature.c_str(),
+                static_cast<long long>(finding.first_case), file.empty() ? "(no case file)" : file.c_str());
+    std::fflush(stdout);
+  };
+  control.on_warning = [&](const std::string& message) {
+    std::lock_guard lock(g_print_mutex);
+    printer.clear_line();
+    std::fprintf(stderr, "shardcheck campaign: %s\n", message.c_str());
+  };
+  install_stop_handlers();
+  const campaign::Report report = campaign::run(options, control);
   printer.finish();
 
   std::fputs(campaign::format_table(report).c_str(), stdout);
   for (const auto& finding : report.findings) {
-    const auto path = out / "findings" / (slug(finding.signature) + ".json");
-    std::ofstream(path) << campaign::finding_case_file(report, finding).dump(2) << "\n";
+    const auto path = out / "findings" / campaign::finding_file_name(finding.signature);
     std::printf("finding: %s (%lld cases) -> %s\n", finding.signature.c_str(),
-                static_cast<long long>(finding.occurrences), path.c_str());
+                static_cast<long long>(finding.occurrences), finding.has_case ? path.c_str() : "(no case file)");
   }
-  std::ofstream(out / "report.json") << campaign::report_to_json(report).dump(2) << "\n";
   std::printf("report: %s\n", (out / "report.json").c_str());
+  if (!report.complete) {
+    std::fprintf(stderr, "shardcheck campaign: stopped after %lld cases; continue with: shardcheck campaign --resume %s\n",
+                 static_cast<long long>(report.cases), out.c_str());
+  }
   return report.failed() ? kExitFound : kExitOk;
 }
 
@@ -155,19 +290,33 @@ int run_campaign(const CampaignArgs& args) {
 void register_campaign(CLI::App& app, RunState& state) {
   auto args = std::make_shared<CampaignArgs>();
   CLI::App* sub = app.add_subcommand("campaign", "Run generated (layout, corruption) cases through the oracle");
-  sub->add_option("--seed", args->seed, "Seed (default: random, printed)");
-  sub->add_option("--cases", args->cases, "Number of cases (deterministic)")->check(CLI::PositiveNumber);
-  sub->add_option("--time", args->time_seconds, "Time budget in seconds (default 60 without --cases)")
-      ->check(CLI::PositiveNumber);
-  sub->add_option("--policy", args->policy, "strict (default) or legacy");
-  sub->add_option("--oracle", args->oracle, "truth (default) or same-map");
-  sub->add_option("--jobs", args->jobs, "Worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  sub->add_option("--shard", args->shard, "Run part I of N (I/N), tables add up");
-  sub->add_option("--out", args->out, "Directory for report.json and findings/ (default campaign-out)");
-  sub->add_flag("--strict-layout", args->strict_layout, "Valid-but-different cases fail the run too");
-  sub->add_option("--max-elements", args->max_elements, "Largest numel(F) generated (default 256)")
-      ->check(CLI::Range(Index{1}, Index{1} << 20));
+  auto defining = [&](CLI::Option* option) { args->defining.emplace_back(option->get_name(), option); };
+  defining(sub->add_option("--seed", args->seed, "Seed (default: random, printed)"));
+  defining(sub->add_option("--cases", args->cases, "Number of cases (deterministic)")->check(CLI::PositiveNumber));
+  defining(sub->add_option("--time", args->time_seconds, "Time budget in seconds (default 60 without --cases)")
+               ->check(CLI::PositiveNumber));
+  defining(sub->add_option("--policy", args->policy, "strict (default) or legacy"));
+  defining(sub->add_option("--oracle", args->oracle, "truth (default) or same-map"));
+  sub->add_option("--jobs", args->jobs, "Worker processes or threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  defining(sub->add_option("--shard", args->shard, "Run part I of N (I/N), tables add up"));
+  defining(sub->add_option("--out", args->out, "Directory for report.json and findings/ (default campaign-out)"));
+  defining(sub->add_flag("--strict-layout", args->strict_layout, "Valid-but-different cases fail the run too"));
+  defining(sub->add_option("--max-elements", args->max_elements, "Largest numel(F) generated (default 256)")
+               ->check(CLI::Range(Index{1}, Index{1} << 20)));
   sub->add_flag("--quiet", args->quiet, "No progress output");
+  sub->add_option("--resume", args->resume, "Continue the stopped campaign in DIR from its checkpoint.json");
+  sub->add_flag("--isolate", args->isolate, "Run cases in worker processes (the default)");
+  sub->add_flag("--no-isolate", args->no_isolate, "Run cases in threads of this process");
+  sub->add_option("--case-time-limit", args->case_time_limit,
+                  "Seconds one case may take before its worker is killed (isolated; default 60)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--case-memory-limit", args->case_memory_limit_mib,
+                  "MiB of memory one worker may use (isolated; default 2048)")
+      ->check(CLI::Range(Index{16}, Index{1} << 30));
+  // Test-only hooks (hidden): plant a case that aborts, hangs or exhausts memory.
+  sub->add_option("--plant-crash-at", args->plant_crash_at)->group("")->check(CLI::NonNegativeNumber);
+  sub->add_option("--plant-hang-at", args->plant_hang_at)->group("")->check(CLI::NonNegativeNumber);
+  sub->add_option("--plant-oom-at", args->plant_oom_at)->group("")->check(CLI::NonNegativeNumber);
   sub->callback([args, &state] { state.exit_code = run_campaign(*args); });
 }
 

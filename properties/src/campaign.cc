@@ -1,12 +1,13 @@
 #include "shardcheck/campaign.h"
 
 #include <algorithm>
-#include <chrono>
-#include <thread>
-#include <tuple>
+#include <cstdlib>
+#include <limits>
+#include <memory>
 
 #include <fmt/format.h>
 
+#include "campaign_internal.h"
 #include "shardcheck/gen/choice.h"
 #include "shardcheck/gen/corruption.h"
 #include "shardcheck/gen/layout.h"
@@ -23,12 +24,18 @@ void Tally::add(Outcome outcome) {
   }
 }
 
+void Tally::add_crashed() {
+  ++cases;
+  ++crashed;
+}
+
 void Tally::merge(const Tally& other) {
   cases += other.cases;
   refused += other.refused;
   exact += other.exact;
   wrong += other.wrong;
   valid_but_different += other.valid_but_different;
+  crashed += other.crashed;
 }
 
 bool Report::failed() const {
@@ -49,151 +56,88 @@ Case generate_indexed_case(const Options& options, Index index) {
   return gen::generate_case(choices, options.generate);
 }
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Smaller is a better reproducer: fewer elements, fewer pieces, then the earlier case.
-std::tuple<Index, std::size_t, Index> reproducer_size(const Case& c, Index index) {
-  const Map& truth = c.truth_map();
-  Index numel = checked_numel(truth.logical_shape).value_or(0);
-  std::size_t pieces = 0;
-  for (const auto& entry : c.map.ranks) pieces += entry.pieces.size();
-  return {numel, pieces, index};
-}
-
-struct WorkerState {
-  std::map<std::string, Tally> by_constructor;
-  std::map<std::string, Tally> by_corruption;
-  std::map<std::string, Tally> by_refusal_kind;
-  std::map<std::string, FindingRecord> findings;
-};
-
-void record_finding(WorkerState& state, const props::Finding& finding, Index index) {
-  auto [it, inserted] = state.findings.try_emplace(finding.signature);
-  FindingRecord& record = it->second;
-  if (inserted || reproducer_size(finding.reproducer, index) <
-                      reproducer_size(record.reproducer, record.first_case)) {
-    const Index seen = record.occurrences;
-    record = FindingRecord{finding.signature, finding.message, index, seen, finding.reproducer};
+Report run(const Options& options, const Control& control) {
+  using namespace detail;
+  const auto start = Clock::now();
+  const double previous_seconds = control.resume ? control.resume->report.seconds : 0.0;
+  auto seconds = [&] {
+    return previous_seconds + std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  Ledger ledger(options, control.resume);
+  std::unique_ptr<Writer> writer;
+  if (!control.out.empty()) {
+    writer = std::make_unique<Writer>(options, control, ledger, seconds);
+    writer->start(control.resume ? control.resume->report.findings : std::vector<FindingRecord>{},
+                  /*threaded=*/!options.isolate);
   }
-  ++record.occurrences;
-}
+  Monitor monitor(options, control, ledger, start, previous_seconds);
+  const auto immediate = [&] {
+    if (writer) writer->flush_now();
+    std::_Exit(130);
+  };
+  if (options.isolate) run_processes(options, control, ledger, writer.get(), monitor, immediate);
+  else run_threads(options, ledger, writer.get(), monitor, immediate);
 
-void run_one(const Options& options, Index index, WorkerState& state) {
-  const Case c = generate_indexed_case(options, index);
-  const props::Evaluation evaluation = props::evaluate_case(c, options.eval);
-  state.by_constructor[c.constructor].add(evaluation.category);
-  state.by_corruption[c.corruption ? c.corruption->kind : std::string(gen::kNoCorruption)].add(
-      evaluation.category);
-  if (evaluation.refusal) state.by_refusal_kind[std::string(kind_name(*evaluation.refusal))].add(evaluation.category);
-  if (evaluation.finding) record_finding(state, *evaluation.finding, index);
-}
-
-void merge_into(Report& report, std::map<std::string, FindingRecord>& findings, WorkerState& state) {
-  for (auto& [name, tally] : state.by_constructor) report.by_constructor[name].merge(tally);
-  for (auto& [name, tally] : state.by_corruption) report.by_corruption[name].merge(tally);
-  for (auto& [name, tally] : state.by_refusal_kind) report.by_refusal_kind[name].merge(tally);
-  for (auto& [signature, record] : state.findings) {
-    auto [it, inserted] = findings.try_emplace(signature, record);
-    if (!inserted) {
-      const Index occurrences = it->second.occurrences + record.occurrences;
-      if (reproducer_size(record.reproducer, record.first_case) <
-          reproducer_size(it->second.reproducer, it->second.first_case)) {
-        it->second = record;
-      }
-      it->second.occurrences = occurrences;
-    }
+  // A time budget is complete when it ran out; a count when every case ran (with both,
+  // the count decides, so that --resume can finish it).
+  const bool complete = ledger.all_done() || (!options.cases && monitor.deadline_reached());
+  const double total_seconds = seconds();
+  if (writer) writer->finish(complete);
+  Report report = ledger.snapshot(total_seconds, complete).report;
+  for (auto& finding : report.findings) {
+    if (finding.has_case) finding.reproducer = generate_indexed_case(options, finding.first_case);
   }
+  return report;
 }
-
-}  // namespace
 
 Report run(const Options& options, const std::function<void(Index)>& progress,
            double progress_interval) {
-  Report report;
-  report.options = options;
-  const int jobs = std::max(1, options.jobs);
-  const int shard_count = std::max(1, options.shard_count);
-  const Index shard_index = std::clamp(options.shard_index, 0, shard_count - 1);
-  // Cases of this shard are indices shard_index + k * shard_count, k = 0, 1, ...
-  const Index limit = options.cases ? *options.cases : std::numeric_limits<Index>::max();
-  const Index shard_cases = options.cases ? (limit > shard_index ? (limit - shard_index + shard_count - 1) / shard_count : 0)
-                                          : std::numeric_limits<Index>::max();
-  const auto start = Clock::now();
-  const auto deadline = options.time_seconds
-                            ? start + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(*options.time_seconds))
-                            : Clock::time_point::max();
-  constexpr Index kChunk = 64;
-  std::atomic<Index> next_k{0};
-  std::atomic<Index> done{0};
-  std::atomic<bool> stop{false};
-  std::vector<WorkerState> states(jobs);
-  auto worker = [&](int id) {
-    WorkerState& state = states[id];
-    while (!stop.load(std::memory_order_relaxed)) {
-      const Index first = next_k.fetch_add(kChunk);
-      if (first >= shard_cases) break;
-      const Index last = std::min(first + kChunk, shard_cases);
-      for (Index k = first; k < last; ++k) run_one(options, shard_index + k * shard_count, state);
-      done.fetch_add(last - first, std::memory_order_relaxed);
-      if (Clock::now() >= deadline) stop = true;
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int j = 0; j < jobs; ++j) threads.emplace_back(worker, j);
-  if (progress) {
-    const auto interval = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(progress_interval));
-    auto last_report = start;
-    while (done.load() < shard_cases && !stop.load()) {
-      std::this_thread::sleep_for(std::min(interval, std::chrono::duration_cast<Clock::duration>(
-                                                         std::chrono::milliseconds(50))));
-      if (Clock::now() - last_report >= interval) {
-        last_report = Clock::now();
-        progress(done.load());
-      }
-      if (Clock::now() >= deadline) stop = true;
-    }
-  }
-  for (auto& thread : threads) thread.join();
-  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  std::map<std::string, FindingRecord> findings;
-  for (auto& state : states) merge_into(report, findings, state);
-  for (const auto& [name, tally] : report.by_constructor) report.total.merge(tally);
-  report.cases = report.total.cases;
-  for (auto& [signature, record] : findings) report.findings.push_back(std::move(record));
-  return report;
+  Control control;
+  control.progress = progress;
+  control.progress_interval = progress_interval;
+  return run(options, control);
 }
 
 namespace {
 
 std::string table_row(std::string_view name, const Tally& t) {
-  return fmt::format("  {:<28} {:>10} {:>10} {:>10} {:>10} {:>10}\n", name, t.cases, t.refused,
-                     t.exact, t.wrong, t.valid_but_different);
+  return fmt::format("  {:<28} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", name, t.cases, t.refused,
+                     t.exact, t.wrong, t.valid_but_different, t.crashed);
 }
 
 std::string table_header(std::string_view title) {
-  return fmt::format("  {:<28} {:>10} {:>10} {:>10} {:>10} {:>10}\n", title, "cases", "refused",
-                     "exact", "wrong", "valid-diff");
+  return fmt::format("  {:<28} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", title, "cases", "refused",
+                     "exact", "wrong", "valid-diff", "crashed");
+}
+
+// Rows for the known names in their order, then any other name seen (a worker that
+// died generating its case is tallied as "unknown").
+std::string table_section(std::string_view title, const std::vector<std::string_view>& names,
+                          const std::map<std::string, Tally>& tallies) {
+  std::string out = table_header(title);
+  for (std::string_view name : names) {
+    auto it = tallies.find(std::string(name));
+    out += table_row(name, it == tallies.end() ? Tally{} : it->second);
+  }
+  for (const auto& [name, tally] : tallies) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) out += table_row(name, tally);
+  }
+  return out;
+}
+
+std::string_view oracle_name(oracles::OracleKind oracle) {
+  return oracle == oracles::OracleKind::truth ? "truth" : "same-map";
 }
 
 }  // namespace
 
 std::string format_table(const Report& report) {
-  std::string out = table_header("constructor");
-  for (std::string_view name : gen::constructor_names()) {
-    auto it = report.by_constructor.find(std::string(name));
-    out += table_row(name, it == report.by_constructor.end() ? Tally{} : it->second);
-  }
-  out += "\n" + table_header("corruption");
+  const std::vector<std::string_view> constructors(gen::constructor_names().begin(),
+                                                   gen::constructor_names().end());
   std::vector<std::string_view> kinds{gen::kNoCorruption};
   for (std::string_view kind : gen::corruption_kinds()) kinds.push_back(kind);
-  for (std::string_view kind : kinds) {
-    auto it = report.by_corruption.find(std::string(kind));
-    out += table_row(kind, it == report.by_corruption.end() ? Tally{} : it->second);
-  }
+  std::string out = table_section("constructor", constructors, report.by_constructor);
+  out += "\n" + table_section("corruption", kinds, report.by_corruption);
   if (!report.by_refusal_kind.empty()) {
     out += "\n" + table_header("refused as");
     for (const auto& [kind, tally] : report.by_refusal_kind) out += table_row(kind, tally);
@@ -202,25 +146,33 @@ std::string format_table(const Report& report) {
   const double rate = report.seconds > 0 ? static_cast<double>(report.cases) / report.seconds : 0.0;
   const Options& o = report.options;
   out += fmt::format(
-      "\n{} cases in {:.1f} s ({:.0f} cases/s, {} job{}); policy {}, oracle {}\n", report.cases,
-      report.seconds, rate, o.jobs, o.jobs == 1 ? "" : "s", policy_name(o.eval.policy),
-      o.eval.oracle == oracles::OracleKind::truth ? "truth" : "same-map");
+      "\n{} cases in {:.1f} s ({:.0f} cases/s, {} job{}{}); policy {}, oracle {}{}\n", report.cases,
+      report.seconds, rate, o.jobs, o.jobs == 1 ? "" : "s", o.isolate ? ", isolated" : "",
+      policy_name(o.eval.policy), oracle_name(o.eval.oracle),
+      report.complete ? "" : "; stopped before the end (resume with --resume)");
   out += fmt::format("rerun: shardcheck campaign --seed {} --cases {} --policy {} --oracle {}{}\n", o.seed,
-                     o.cases ? *o.cases : report.cases, policy_name(o.eval.policy),
-                     o.eval.oracle == oracles::OracleKind::truth ? "truth" : "same-map",
+                     o.cases ? *o.cases : report.cases, policy_name(o.eval.policy), oracle_name(o.eval.oracle),
                      o.shard_count > 1 ? fmt::format(" --shard {}/{}", o.shard_index, o.shard_count)
                                        : std::string());
   return out;
 }
 
 namespace {
+
 Json tally_json(const Tally& t) {
   return Json{{"cases", t.cases},
               {"refused", t.refused},
               {"exact", t.exact},
               {"silently_wrong", t.wrong},
-              {"valid_but_different", t.valid_but_different}};
+              {"valid_but_different", t.valid_but_different},
+              {"crashed", t.crashed}};
 }
+
+// The checkpoint's compact form of a tally: the six counts in Tally's order.
+Json tally_array(const Tally& t) {
+  return Json::array({t.cases, t.refused, t.exact, t.wrong, t.valid_but_different, t.crashed});
+}
+
 }  // namespace
 
 Json report_to_json(const Report& report) {
@@ -230,26 +182,177 @@ Json report_to_json(const Report& report) {
   j["requested_cases"] = o.cases ? Json(*o.cases) : Json(nullptr);
   j["time_seconds"] = o.time_seconds ? Json(*o.time_seconds) : Json(nullptr);
   j["policy"] = policy_name(o.eval.policy);
-  j["oracle"] = o.eval.oracle == oracles::OracleKind::truth ? "truth" : "same-map";
+  j["oracle"] = oracle_name(o.eval.oracle);
   j["jobs"] = o.jobs;
+  j["isolate"] = o.isolate;
   j["shard"] = fmt::format("{}/{}", o.shard_index, o.shard_count);
   j["max_elements"] = o.generate.layout.max_elements;
+  j["complete"] = report.complete;
   j["cases"] = report.cases;
   j["seconds"] = report.seconds;
   j["cases_per_second"] = report.seconds > 0 ? static_cast<double>(report.cases) / report.seconds : 0.0;
   j["total"] = tally_json(report.total);
+  for (const auto* section : {"by_constructor", "by_corruption", "by_refusal_kind"}) j[section] = Json::object();
   for (const auto& [name, tally] : report.by_constructor) j["by_constructor"][name] = tally_json(tally);
   for (const auto& [name, tally] : report.by_corruption) j["by_corruption"][name] = tally_json(tally);
   for (const auto& [name, tally] : report.by_refusal_kind) j["by_refusal_kind"][name] = tally_json(tally);
   j["findings"] = Json::array();
   for (const auto& finding : report.findings) {
-    j["findings"].push_back(Json{{"signature", finding.signature},
-                                 {"message", finding.message},
-                                 {"case_index", finding.first_case},
-                                 {"occurrences", finding.occurrences}});
+    Json f{{"signature", finding.signature},
+           {"message", finding.message},
+           {"case_index", finding.first_case},
+           {"occurrences", finding.occurrences}};
+    f["file"] = finding.has_case ? Json("findings/" + finding_file_name(finding.signature)) : Json(nullptr);
+    j["findings"].push_back(std::move(f));
   }
   j["failed"] = report.failed();
   return j;
+}
+
+Json checkpoint_to_json(const Checkpoint& checkpoint) {
+  const Report& report = checkpoint.report;
+  const Options& o = report.options;
+  Json j;
+  j["shardcheck_checkpoint"] = 1;
+  j["seed"] = o.seed;
+  j["requested_cases"] = o.cases ? Json(*o.cases) : Json(nullptr);
+  j["time_seconds"] = o.time_seconds ? Json(*o.time_seconds) : Json(nullptr);
+  j["policy"] = policy_name(o.eval.policy);
+  j["oracle"] = oracle_name(o.eval.oracle);
+  j["strict_layout"] = o.eval.strict_layout;
+  j["max_elements"] = o.generate.layout.max_elements;
+  j["shard_index"] = o.shard_index;
+  j["shard_count"] = o.shard_count;
+  j["jobs"] = o.jobs;
+  j["isolate"] = o.isolate;
+  j["case_time_limit"] = o.case_time_limit;
+  j["case_memory_limit"] = o.case_memory_limit;
+  j["seconds"] = report.seconds;
+  j["complete"] = report.complete;
+  j["done"] = Json::array();
+  for (const auto& [first, end] : checkpoint.done) j["done"].push_back(Json::array({first, end}));
+  for (const auto* section : {"by_constructor", "by_corruption", "by_refusal_kind"}) j[section] = Json::object();
+  for (const auto& [name, tally] : report.by_constructor) j["by_constructor"][name] = tally_array(tally);
+  for (const auto& [name, tally] : report.by_corruption) j["by_corruption"][name] = tally_array(tally);
+  for (const auto& [name, tally] : report.by_refusal_kind) j["by_refusal_kind"][name] = tally_array(tally);
+  j["findings"] = Json::array();
+  for (const auto& finding : report.findings) {
+    j["findings"].push_back(Json{{"signature", finding.signature},
+                                 {"message", finding.message},
+                                 {"case_index", finding.first_case},
+                                 {"occurrences", finding.occurrences},
+                                 {"numel", finding.numel},
+                                 {"pieces", finding.pieces},
+                                 {"has_case", finding.has_case}});
+  }
+  return j;
+}
+
+namespace {
+
+// Counts beyond this are not a campaign's: refusing them keeps the sums below exact.
+constexpr Index kMaxCount = Index{1} << 50;
+
+Index checked_count(const Json& j, const char* what) {
+  const Index value = j.get<Index>();
+  if (value < 0 || value > kMaxCount) throw std::out_of_range(fmt::format("{} out of range", what));
+  return value;
+}
+
+Index count_field(const Json& j, const char* key) { return checked_count(j.at(key), key); }
+
+Tally tally_from_array(const Json& j) {
+  if (!j.is_array() || j.size() != 6) throw std::out_of_range("a tally is not an array of 6 counts");
+  Tally t;
+  Index* fields[] = {&t.cases, &t.refused, &t.exact, &t.wrong, &t.valid_but_different, &t.crashed};
+  Index sum = 0;
+  for (std::size_t i = 0; i < 6; ++i) {
+    *fields[i] = checked_count(j[i], "a tally count");
+    if (i > 0) sum += *fields[i];
+  }
+  if (sum != t.cases) throw std::out_of_range("a tally's outcomes do not add up to its cases");
+  return t;
+}
+
+Checkpoint parse_checkpoint(const Json& j) {
+  if (!j.is_object() || !j.contains("shardcheck_checkpoint") || j.at("shardcheck_checkpoint") != 1) {
+    throw std::out_of_range("not a shardcheck checkpoint (version 1)");
+  }
+  Checkpoint checkpoint;
+  Report& report = checkpoint.report;
+  Options& o = report.options;
+  o.seed = j.at("seed").get<std::uint64_t>();
+  if (!j.at("requested_cases").is_null()) o.cases = count_field(j, "requested_cases");
+  if (!j.at("time_seconds").is_null()) o.time_seconds = j.at("time_seconds").get<double>();
+  if (!o.cases && !o.time_seconds) throw std::out_of_range("neither a case count nor a time budget");
+  const auto policy = parse_policy(j.at("policy").get<std::string>());
+  if (!policy) throw std::out_of_range("unknown policy");
+  o.eval.policy = *policy;
+  const auto oracle = j.at("oracle").get<std::string>();
+  if (oracle == "truth") o.eval.oracle = oracles::OracleKind::truth;
+  else if (oracle == "same-map") o.eval.oracle = oracles::OracleKind::same_map;
+  else throw std::out_of_range("unknown oracle");
+  o.eval.strict_layout = j.at("strict_layout").get<bool>();
+  o.generate.layout.max_elements = count_field(j, "max_elements");
+  o.shard_index = j.at("shard_index").get<int>();
+  o.shard_count = j.at("shard_count").get<int>();
+  if (o.shard_count < 1 || o.shard_index < 0 || o.shard_index >= o.shard_count) {
+    throw std::out_of_range("shard out of range");
+  }
+  o.jobs = std::max(1, j.at("jobs").get<int>());
+  o.isolate = j.at("isolate").get<bool>();
+  o.case_time_limit = j.at("case_time_limit").get<double>();
+  o.case_memory_limit = count_field(j, "case_memory_limit");
+  report.seconds = j.at("seconds").get<double>();
+  report.complete = j.at("complete").get<bool>();
+
+  Index done = 0;
+  Index previous_end = -1;
+  for (const auto& range : j.at("done")) {
+    if (!range.is_array() || range.size() != 2) throw std::out_of_range("a done range is not [first, end]");
+    const Index first = checked_count(range[0], "a done range");
+    const Index end = checked_count(range[1], "a done range");
+    if (first < 0 || end <= first || first <= previous_end) {
+      throw std::out_of_range("done ranges are not sorted, disjoint and non-empty");
+    }
+    previous_end = end;
+    done += end - first;
+    checkpoint.done.emplace_back(first, end);
+  }
+  for (const auto& [name, tally] : j.at("by_constructor").items()) report.by_constructor[name] = tally_from_array(tally);
+  for (const auto& [name, tally] : j.at("by_corruption").items()) report.by_corruption[name] = tally_from_array(tally);
+  for (const auto& [name, tally] : j.at("by_refusal_kind").items()) report.by_refusal_kind[name] = tally_from_array(tally);
+  for (const auto& [name, tally] : report.by_constructor) {
+    report.total.merge(tally);
+    if (report.total.cases > kMaxCount) throw std::out_of_range("the tallies count too many cases");
+  }
+  report.cases = report.total.cases;
+  if (report.cases != done) throw std::out_of_range("the tallies do not count the done cases");
+  for (const auto& f : j.at("findings")) {
+    FindingRecord record;
+    record.signature = f.at("signature").get<std::string>();
+    record.message = f.at("message").get<std::string>();
+    record.first_case = count_field(f, "case_index");
+    record.occurrences = count_field(f, "occurrences");
+    record.numel = count_field(f, "numel");
+    record.pieces = count_field(f, "pieces");
+    record.has_case = f.at("has_case").get<bool>();
+    report.findings.push_back(std::move(record));
+  }
+  std::sort(report.findings.begin(), report.findings.end(),
+            [](const FindingRecord& a, const FindingRecord& b) { return a.signature < b.signature; });
+  return checkpoint;
+}
+
+}  // namespace
+
+std::optional<Checkpoint> checkpoint_from_json(const Json& json, std::string& error) {
+  try {
+    return parse_checkpoint(json);
+  } catch (const std::exception& e) {
+    error = std::string("malformed checkpoint: ") + e.what();
+    return std::nullopt;
+  }
 }
 
 Json finding_case_file(const Report& report, const FindingRecord& finding) {
@@ -267,6 +370,15 @@ Json finding_case_file(const Report& report, const FindingRecord& finding) {
                              report.options.seed, finding.first_case,
                              policy_name(report.options.eval.policy), finding.message);
   return j;
+}
+
+std::string finding_file_name(std::string_view signature) {
+  std::string out;
+  for (char ch : signature) {
+    const bool keep = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_';
+    out += keep ? ch : '-';
+  }
+  return out.substr(0, 120) + ".json";
 }
 
 }  // namespace shardcheck::campaign

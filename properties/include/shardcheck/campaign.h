@@ -4,14 +4,19 @@
 // Deterministic: case i is generated from its own seed derived from (seed, i), so the
 // same seed and count give the same tallies and findings for any number of jobs, and
 // --shard I/N (cases with i % N == I) splits one campaign into parts whose tables add up.
+// The same determinism makes a campaign resumable: a checkpoint records which cases are
+// done (exact ranges), the tallies and the findings so far, and the rest can be run later
+// with the same end result as one uninterrupted run.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardcheck/gen/case_gen.h"
@@ -25,7 +30,9 @@ struct Tally {
   Index exact = 0;
   Index wrong = 0;
   Index valid_but_different = 0;
+  Index crashed = 0;  // isolated cases that crashed, timed out or ran out of memory
   void add(Outcome outcome);
+  void add_crashed();
   void merge(const Tally& other);
   friend bool operator==(const Tally&, const Tally&) = default;
 };
@@ -39,6 +46,21 @@ struct Options {
   int shard_count = 1;
   props::EvalOptions eval;
   gen::CaseOptions generate;
+
+  // Isolation: cases run in forked worker processes (batches of cases per process), so
+  // a case that crashes, hangs or exhausts memory becomes a finding of its own
+  // ("crash:<signal>:...", "timeout:...", "oom:...") and a fresh worker carries on
+  // after it. Off: worker threads in this process (a crash ends the campaign).
+  // The workers are forked from the thread that calls run(), without exec: threads of
+  // the caller's own must not be inside the allocator or hold library locks then.
+  bool isolate = false;
+  double case_time_limit = 60.0;             // seconds of wall time per case (isolated)
+  Index case_memory_limit = Index{2} << 30;  // bytes per worker process (isolated)
+  // Test-only hooks that plant a bad case: case INDEX aborts, sleeps forever, or
+  // allocates memory without bound. They exist to show isolation at work.
+  std::optional<Index> plant_crash_at;
+  std::optional<Index> plant_hang_at;
+  std::optional<Index> plant_oom_at;
 };
 
 // The smallest case seen for one finding signature (minimised by size, then index).
@@ -48,6 +70,13 @@ struct FindingRecord {
   Index first_case = 0;  // index of the kept case
   Index occurrences = 0;
   Case reproducer;
+  // The size the minimisation compares: numel of the truth map, then the number of
+  // pieces of the map under test, then the index.
+  Index numel = 0;
+  Index pieces = 0;
+  // False when the case could not even be generated (a worker died generating it):
+  // then there is no reproducer and no case file, only the index.
+  bool has_case = true;
 };
 
 struct Report {
@@ -59,16 +88,59 @@ struct Report {
   std::map<std::string, Tally> by_refusal_kind;  // refused cases per error kind
   Tally total;
   std::vector<FindingRecord> findings;  // sorted by signature
+  // Every requested case ran (or the time budget ran out); false for a stopped campaign.
+  bool complete = false;
   // Exit status of the campaign: anything silently wrong, any other property finding,
   // or (with strict_layout) any valid-but-different case.
   bool failed() const;
 };
+
+// Where a stopped campaign stands: its report so far (findings without reproducers)
+// and the shard-local case ranges [first, end) that are done. The k-th case of shard
+// I/N is case index I + k * N.
+struct Checkpoint {
+  Report report;
+  std::vector<std::pair<Index, Index>> done;  // sorted, disjoint, not adjacent
+};
+
+Json checkpoint_to_json(const Checkpoint& checkpoint);
+// Reads what checkpoint_to_json wrote; an error sentence for anything else.
+std::optional<Checkpoint> checkpoint_from_json(const Json& json, std::string& error);
 
 // The seed of case `index` within a campaign of `seed`.
 std::uint64_t case_seed(std::uint64_t seed, Index index);
 // Case `index` of a campaign, exactly as the campaign generates it.
 Case generate_indexed_case(const Options& options, Index index);
 
+// Requests to stop, as a signal handler sets them.
+inline constexpr int kStopGraceful = 1;   // finish the current case, then end as usual
+inline constexpr int kStopImmediate = 2;  // end now (see Control::stop)
+
+struct Control {
+  // When set, the campaign keeps DIR up to date while it runs: findings/<signature>.json
+  // the moment a signature is found (and again when a smaller case shows it),
+  // report.json, table.txt and checkpoint.json every flush_interval seconds and at the
+  // end. Every file is replaced by rename, so a reader never sees half a file.
+  std::filesystem::path out;
+  double flush_interval = 2.0;
+  // Called from one thread about every `progress_interval` seconds with the number of
+  // cases done so far.
+  std::function<void(Index done)> progress;
+  double progress_interval = 0.5;
+  // Called from the writer thread once a new signature's case file is on disk.
+  std::function<void(const FindingRecord& finding, const std::filesystem::path& file)> on_new_finding;
+  // Called with a sentence when a file cannot be written.
+  std::function<void(const std::string& message)> on_warning;
+  // Polled every few milliseconds. kStopGraceful: no new case starts, the cases running
+  // finish and run() returns an incomplete report. kStopImmediate: the workers are
+  // killed, what is committed is written to `out`, and the process exits with status
+  // 130 at once (an in-process case cannot be interrupted any other way).
+  const std::atomic<int>* stop = nullptr;
+  // Continue from here: its done ranges are skipped, its tallies and findings kept.
+  const Checkpoint* resume = nullptr;
+};
+
+Report run(const Options& options, const Control& control);
 // Runs a campaign. `progress` (may be empty) is called from one thread about every
 // `progress_interval` seconds with the number of cases done so far.
 Report run(const Options& options, const std::function<void(Index done)>& progress = {},
@@ -80,5 +152,7 @@ std::string format_table(const Report& report);
 Json report_to_json(const Report& report);
 // A ready regression case file for a finding (signature and message included).
 Json finding_case_file(const Report& report, const FindingRecord& finding);
+// The file name of a finding's case file inside findings/.
+std::string finding_file_name(std::string_view signature);
 
 }  // namespace shardcheck::campaign

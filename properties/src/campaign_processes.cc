@@ -1,0 +1,697 @@
+// Isolation: the campaign's cases run in forked worker processes, so a case that
+// crashes, hangs or exhausts memory takes down its worker only. The parent blames the
+// case the worker was on, records it as a finding, and starts a fresh worker that goes
+// on after it.
+//
+// The parent and a worker talk over two pipes in frames: a 32-bit payload length, a
+// 32-bit type, the payload (little-endian integers, strings as length + bytes).
+//   parent -> worker  RUN   [first, end) of shard-local case numbers
+//   worker -> parent  BATCH [first, reached) and the tallies and findings of those
+//                     cases; reached < end when the worker stopped early (stop flag).
+// Closing the worker's command pipe tells it to exit. Which case a worker is on (and
+// since when, and whether it is still generating the case or already evaluating it)
+// lives in a shared memory slot per worker, written without a system call per case.
+// An implementation under test in another program can take a worker's place by
+// speaking these frames over its stdin/stdout; it would announce each case it starts
+// with a frame of its own in place of the shared slot.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <new>
+
+#include <fmt/format.h>
+
+#include "campaign_internal.h"
+
+namespace shardcheck::campaign::detail {
+
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
+constexpr std::uint32_t kRun = 1;
+constexpr std::uint32_t kBatch = 2;
+constexpr std::uint32_t kMaxPayload = 256u << 20;
+// A worker whose allocation failed under its address-space limit exits with this.
+constexpr int kExitOutOfMemory = 86;
+// Cases per RUN frame; each worker has up to two frames queued so it never waits.
+constexpr Index kBatchCases = 256;
+constexpr int kQueued = 2;
+// Workers that die between cases (nothing to blame) this many times in a row end the
+// campaign: something is wrong with the workers themselves.
+constexpr int kMaxUnexplainedDeaths = 4;
+
+std::int64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// --- frames -------------------------------------------------------------------------
+
+class Encoder {
+ public:
+  void u32(std::uint32_t v) { raw(&v, sizeof v); }
+  void i64(Index v) { raw(&v, sizeof v); }
+  void str(const std::string& s) {
+    u32(static_cast<std::uint32_t>(s.size()));
+    bytes_.append(s);
+  }
+  void tally(const Tally& t) {
+    for (Index v : {t.cases, t.refused, t.exact, t.wrong, t.valid_but_different, t.crashed}) i64(v);
+  }
+  void tallies(const std::map<std::string, Tally>& map) {
+    u32(static_cast<std::uint32_t>(map.size()));
+    for (const auto& [name, t] : map) {
+      str(name);
+      tally(t);
+    }
+  }
+  // The frame: length and type first.
+  std::string frame(std::uint32_t type) const {
+    std::string out(8, '\0');
+    const auto length = static_cast<std::uint32_t>(bytes_.size());
+    std::memcpy(out.data(), &length, 4);
+    std::memcpy(out.data() + 4, &type, 4);
+    return out + bytes_;
+  }
+
+ private:
+  void raw(const void* p, std::size_t n) { bytes_.append(static_cast<const char*>(p), n); }
+  std::string bytes_;
+};
+
+class Decoder {
+ public:
+  Decoder(const char* data, std::size_t size) : p_(data), left_(size) {}
+  bool ok() const { return ok_; }
+  bool done() const { return ok_ && left_ == 0; }
+  std::uint32_t u32() {
+    std::uint32_t v = 0;
+    raw(&v, sizeof v);
+    return v;
+  }
+  Index i64() {
+    Index v = 0;
+    raw(&v, sizeof v);
+    return v;
+  }
+  std::string str() {
+    const std::uint32_t n = u32();
+    if (!ok_ || n > left_) {
+      ok_ = false;
+      return {};
+    }
+    std::string s(p_, n);
+    p_ += n;
+    left_ -= n;
+    return s;
+  }
+  Tally tally() {
+    Tally t;
+    for (Index* field : {&t.cases, &t.refused, &t.exact, &t.wrong, &t.valid_but_different, &t.crashed}) {
+      *field = i64();
+    }
+    return t;
+  }
+  void tallies(std::map<std::string, Tally>& map) {
+    const std::uint32_t n = u32();
+    for (std::uint32_t i = 0; ok_ && i < n; ++i) {
+      std::string name = str();
+      map[std::move(name)] = tally();
+    }
+  }
+
+ private:
+  void raw(void* out, std::size_t n) {
+    if (!ok_ || left_ < n) {
+      ok_ = false;
+      return;
+    }
+    std::memcpy(out, p_, n);
+    p_ += n;
+    left_ -= n;
+  }
+  const char* p_;
+  std::size_t left_;
+  bool ok_ = true;
+};
+
+std::string batch_frame(Range range, const BatchResult& result) {
+  Encoder e;
+  e.i64(range.first);
+  e.i64(range.end);
+  e.tallies(result.by_constructor);
+  e.tallies(result.by_corruption);
+  e.tallies(result.by_refusal_kind);
+  e.u32(static_cast<std::uint32_t>(result.findings.size()));
+  for (const auto& [signature, f] : result.findings) {
+    e.str(f.signature);
+    e.str(f.message);
+    for (Index v : {f.index, f.occurrences, f.numel, f.pieces, Index{f.has_case}}) e.i64(v);
+  }
+  return e.frame(kBatch);
+}
+
+bool decode_batch(Decoder& d, Range& range, BatchResult& result) {
+  range.first = d.i64();
+  range.end = d.i64();
+  d.tallies(result.by_constructor);
+  d.tallies(result.by_corruption);
+  d.tallies(result.by_refusal_kind);
+  const std::uint32_t n = d.u32();
+  for (std::uint32_t i = 0; d.ok() && i < n; ++i) {
+    FindingState f;
+    f.signature = d.str();
+    f.message = d.str();
+    f.index = d.i64();
+    f.occurrences = d.i64();
+    f.numel = d.i64();
+    f.pieces = d.i64();
+    f.has_case = d.i64() != 0;
+    result.findings[f.signature] = std::move(f);
+  }
+  return d.done();
+}
+
+bool write_all(int fd, const std::string& bytes) {
+  std::size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    written += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+bool read_exact(int fd, char* out, std::size_t size) {
+  std::size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::read(fd, out + got, size - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    got += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// --- shared slots -------------------------------------------------------------------
+
+// A cache line each: aligned for the atomics, and no worker's stores touch another's line.
+struct alignas(64) Slot {
+  std::atomic<std::int64_t> k{0};           // the shard-local number of its case
+  std::atomic<std::int64_t> started_ns{0};  // CLOCK_MONOTONIC when the case began
+  std::atomic<int> phase{0};                // 0 between cases, 1 generating, 2 evaluating
+};
+
+struct alignas(64) Shared {
+  std::atomic<int> stop{0};
+};
+
+// One anonymous shared mapping made before any fork: the stop flag and a slot per worker.
+class SharedMemory {
+ public:
+  explicit SharedMemory(int jobs) : size_(sizeof(Shared) + sizeof(Slot) * static_cast<std::size_t>(jobs)) {
+    void* p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error(std::string("mmap: ") + std::strerror(errno));
+    memory_ = static_cast<char*>(p);
+    new (memory_) Shared;
+    for (int i = 0; i < jobs; ++i) new (memory_ + sizeof(Shared) + sizeof(Slot) * i) Slot;
+  }
+  ~SharedMemory() { munmap(memory_, size_); }
+  SharedMemory(const SharedMemory&) = delete;
+  SharedMemory& operator=(const SharedMemory&) = delete;
+  Shared& shared() { return *std::launder(reinterpret_cast<Shared*>(memory_)); }
+  Slot& slot(int i) { return *std::launder(reinterpret_cast<Slot*>(memory_ + sizeof(Shared) + sizeof(Slot) * i)); }
+
+ private:
+  std::size_t size_;
+  char* memory_ = nullptr;
+};
+
+// --- the worker process --------------------------------------------------------------
+
+void limit_address_space(Index limit) {
+  // AddressSanitizer reserves terabytes of address space up front; there the parent's
+  // watch on resident memory is the only limit.
+  if (kAddressSanitizer || limit <= 0) return;
+  std::ifstream statm("/proc/self/statm");
+  unsigned long long pages = 0;
+  if (!(statm >> pages)) return;
+  const auto current = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE));
+  rlimit r{};
+  r.rlim_cur = r.rlim_max = current + static_cast<rlim_t>(limit);
+  setrlimit(RLIMIT_AS, &r);
+}
+
+[[noreturn]] void worker_main(const Options& options, const Ledger& ledger, Shared& shared, Slot& slot,
+                              int commands, int results, pid_t parent) {
+  // Stopping is the parent's business: a Ctrl-C reaches the whole process group.
+  signal(SIGINT, SIG_IGN);
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGPIPE, SIG_DFL);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(0);
+  if (const int null = ::open("/dev/null", O_WRONLY); null >= 0) {
+    dup2(null, STDOUT_FILENO);
+    ::close(null);
+  }
+  limit_address_space(options.case_memory_limit);
+  const auto phase = [&slot](int p) { slot.phase.store(p, std::memory_order_release); };
+  try {
+    for (;;) {
+      char header[8];
+      if (!read_exact(commands, header, sizeof header)) _exit(0);
+      std::uint32_t length = 0, type = 0;
+      std::memcpy(&length, header, 4);
+      std::memcpy(&type, header + 4, 4);
+      if (type != kRun || length != 16) _exit(3);
+      char payload[16];
+      if (!read_exact(commands, payload, sizeof payload)) _exit(0);
+      Decoder d(payload, sizeof payload);
+      const Range range{d.i64(), d.i64()};
+      BatchResult result;
+      Index k = range.first;
+      for (; k < range.end; ++k) {
+        if (shared.stop.load(std::memory_order_relaxed) != 0) break;
+        slot.k.store(k, std::memory_order_relaxed);
+        slot.started_ns.store(monotonic_ns(), std::memory_order_relaxed);
+        run_case(options, ledger.index_of(k), result, phase);
+        slot.phase.store(0, std::memory_order_release);
+      }
+      if (!write_all(results, batch_frame({range.first, k}, result))) _exit(0);
+      if (k < range.end) _exit(0);
+    }
+  } catch (const std::bad_alloc&) {
+    _exit(kExitOutOfMemory);
+  }
+}
+
+// --- the parent ---------------------------------------------------------------------
+
+std::string signal_name(int signal) {
+  switch (signal) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGSYS: return "SIGSYS";
+    default: return fmt::format("signal{}", signal);
+  }
+}
+
+Index resident_bytes(pid_t pid) {
+  std::ifstream statm(fmt::format("/proc/{}/statm", static_cast<long>(pid)));
+  unsigned long long size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return static_cast<Index>(resident) * static_cast<Index>(sysconf(_SC_PAGESIZE));
+}
+
+struct Worker {
+  pid_t pid = -1;
+  int commands = -1;  // write end of its command pipe; -1 once closed
+  int results = -1;   // read end of its result pipe
+  std::string inbox;
+  std::deque<Range> assigned;
+  // When the parent killed it: why ("timeout", "oom") and the case it was on.
+  std::string killed_for;
+  Index killed_k = -1;
+  int killed_phase = 0;
+  bool alive() const { return pid > 0; }
+};
+
+class Pool {
+ public:
+  Pool(const Options& options, const Control& control, Ledger& ledger, Writer* writer)
+      : options_(options), control_(control), ledger_(ledger), writer_(writer),
+        jobs_(std::max(1, options.jobs)), memory_(jobs_), workers_(static_cast<std::size_t>(jobs_)) {}
+
+  void run(Monitor& monitor, const std::function<void()>& immediate) {
+    auto last_watch = Clock::now();
+    for (;;) {
+      const int stop = monitor.poll();
+      if (stop == kStopImmediate) {
+        kill_all();
+        immediate();
+      }
+      if (stop != 0 && !stopping_) begin_stop();
+      for (int i = 0; i < jobs_; ++i) feed(i);
+      if (std::none_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.alive(); })) return;
+      wait_and_read(std::chrono::milliseconds(20));
+      if (writer_) writer_->pump();
+      if (Clock::now() - last_watch >= std::chrono::milliseconds(100)) {
+        last_watch = Clock::now();
+        watch_memory();
+      }
+      watch_time();
+    }
+  }
+
+ private:
+  // Keeps worker i busy: starts it when there is work, queues ranges, retires it
+  // (closes its command pipe) when there is none left.
+  void feed(int i) {
+    Worker& w = workers_[i];
+    if (!w.alive()) {
+      if (stopping_) return;
+      auto range = ledger_.take(kBatchCases);
+      if (!range) return;
+      if (!spawn(i)) {
+        ledger_.give_back(*range);
+        return;
+      }
+      send(w, *range);
+    }
+    if (w.commands < 0) return;
+    while (static_cast<int>(w.assigned.size()) < kQueued) {
+      auto range = ledger_.take(kBatchCases);
+      if (!range) break;
+      send(w, *range);
+    }
+    if (w.assigned.empty()) close_commands(w);
+  }
+
+  void send(Worker& w, Range range) {
+    Encoder e;
+    e.i64(range.first);
+    e.i64(range.end);
+    w.assigned.push_back(range);
+    // A failed write means the worker is gone: its death is handled when its result
+    // pipe reports end of file.
+    if (!write_all(w.commands, e.frame(kRun))) close_commands(w);
+  }
+
+  void close_commands(Worker& w) {
+    if (w.commands >= 0) ::close(w.commands);
+    w.commands = -1;
+  }
+
+  bool spawn(int i) {
+    int commands[2], results[2];
+    if (pipe2(commands, O_CLOEXEC) != 0) return spawn_failed();
+    if (pipe2(results, O_CLOEXEC) != 0) {
+      ::close(commands[0]);
+      ::close(commands[1]);
+      return spawn_failed();
+    }
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid < 0) {
+      for (int fd : {commands[0], commands[1], results[0], results[1]}) ::close(fd);
+      return spawn_failed();
+    }
+    if (pid == 0) {
+      ::close(commands[1]);
+      ::close(results[0]);
+      // Another worker's command pipe held open here would keep it from ever seeing
+      // end of file.
+      for (const Worker& other : workers_) {
+        if (other.commands >= 0) ::close(other.commands);
+        if (other.results >= 0) ::close(other.results);
+      }
+      worker_main(options_, ledger_, memory_.shared(), memory_.slot(i), commands[0], results[1], parent);
+    }
+    ::close(commands[0]);
+    ::close(results[1]);
+    fcntl(results[0], F_SETFL, fcntl(results[0], F_GETFL) | O_NONBLOCK);
+    Worker& w = workers_[i];
+    w = Worker{};
+    w.pid = pid;
+    w.commands = commands[1];
+    w.results = results[0];
+    memory_.slot(i).phase.store(0);
+    return true;
+  }
+
+  bool spawn_failed() {
+    warn(fmt::format("cannot start a worker process: {}", std::strerror(errno)));
+    if (std::none_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.alive(); })) {
+      begin_stop();
+    }
+    return false;
+  }
+
+  void begin_stop() {
+    stopping_ = true;
+    ledger_.request_stop();
+    memory_.shared().stop.store(1, std::memory_order_relaxed);
+    // A worker waiting for its next range exits on end of file; one in a case sees
+    // the stop flag after it, reports what it ran and exits.
+    for (Worker& w : workers_) close_commands(w);
+  }
+
+  void wait_and_read(std::chrono::milliseconds timeout) {
+    std::vector<pollfd> fds;
+    std::vector<int> owners;
+    for (int i = 0; i < jobs_; ++i) {
+      if (!workers_[i].alive()) continue;
+      fds.push_back(pollfd{workers_[i].results, POLLIN, 0});
+      owners.push_back(i);
+    }
+    const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(timeout.count()));
+    if (ready <= 0) return;  // timeout, or a signal (EINTR): the loop polls the stop flag
+    for (std::size_t j = 0; j < fds.size(); ++j) {
+      if (fds[j].revents != 0) drain(owners[j]);
+    }
+  }
+
+  // Reads what worker i wrote; at end of file the worker is gone.
+  void drain(int i) {
+    Worker& w = workers_[i];
+    char buffer[1 << 16];
+    for (;;) {
+      const ssize_t n = ::read(w.results, buffer, sizeof buffer);
+      if (n > 0) {
+        w.inbox.append(buffer, static_cast<std::size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      parse(i);
+      reap(i);
+      return;
+    }
+    parse(i);
+  }
+
+  void parse(int i) {
+    Worker& w = workers_[i];
+    if (w.killed_for == "crash:protocol") {
+      w.inbox.clear();  // nothing it sends after a malformed frame is trusted
+      return;
+    }
+    std::size_t at = 0;
+    while (w.inbox.size() - at >= 8) {
+      std::uint32_t length = 0, type = 0;
+      std::memcpy(&length, w.inbox.data() + at, 4);
+      std::memcpy(&type, w.inbox.data() + at + 4, 4);
+      if (type != kBatch || length > kMaxPayload) return protocol_error(i, at);
+      if (w.inbox.size() - at - 8 < length) break;
+      Decoder d(w.inbox.data() + at + 8, length);
+      Range range;
+      BatchResult result;
+      if (!decode_batch(d, range, result) || w.assigned.empty() || range.first != w.assigned.front().first ||
+          range.end < range.first || range.end > w.assigned.front().end) {
+        return protocol_error(i, at);
+      }
+      accept(w, range, result);
+      at += 8 + length;
+    }
+    w.inbox.erase(0, at);
+  }
+
+  void accept(Worker& w, Range range, const BatchResult& result) {
+    const Range whole = w.assigned.front();
+    w.assigned.pop_front();
+    ledger_.commit(range, result);
+    if (range.end < whole.end) ledger_.give_back({range.end, whole.end});
+    if (writer_) {
+      for (const auto& [signature, finding] : result.findings) writer_->offer(finding);
+    }
+    unexplained_deaths_ = 0;
+  }
+
+  void protocol_error(int i, std::size_t at) {
+    Worker& w = workers_[i];
+    w.inbox.erase(0, at);
+    warn("a worker process sent a malformed frame; it is replaced");
+    if (w.killed_for.empty()) {
+      w.killed_for = "crash:protocol";
+      w.killed_k = -1;
+    }
+    ::kill(w.pid, SIGKILL);
+  }
+
+  // Worker i's result pipe ended: collect its exit status, blame its case if it died
+  // in one, and hand its unfinished ranges back.
+  void reap(int i) {
+    Worker& w = workers_[i];
+    int status = 0;
+    while (waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    Slot& slot = memory_.slot(i);
+    int phase = slot.phase.load(std::memory_order_acquire);
+    Index k = slot.k.load(std::memory_order_relaxed);
+    std::string kind = w.killed_for;
+    bool blamed = false;
+    if (!kind.empty()) {
+      // Killed by the parent: the case it judged, even if the worker moved on since.
+      k = w.killed_k;
+      phase = w.killed_phase;
+      blamed = k >= 0;
+    } else if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      if (WIFEXITED(status) && WEXITSTATUS(status) == kExitOutOfMemory) kind = "oom";
+      else if (WIFSIGNALED(status)) kind = "crash:" + signal_name(WTERMSIG(status));
+      else kind = fmt::format("crash:exit{}", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+      blamed = phase != 0;
+    }
+    blamed = blamed && !w.assigned.empty() && k >= w.assigned.front().first && k < w.assigned.front().end;
+    if (blamed) {
+      blame(w, k, kind, phase == 2);
+    } else if (!kind.empty()) {
+      ++unexplained_deaths_;
+      warn(fmt::format("a worker process died between cases ({}); it is replaced", kind));
+      if (unexplained_deaths_ >= kMaxUnexplainedDeaths && !stopping_) {
+        warn("worker processes keep dying between cases; the campaign stops");
+        begin_stop();
+      }
+    }
+    for (const Range& range : w.assigned) ledger_.give_back(range);
+    close_commands(w);
+    ::close(w.results);
+    w = Worker{};
+    slot.phase.store(0);
+  }
+
+  // Case k of the worker's current range took the worker down: it is done, as a
+  // finding; the rest of the range goes back.
+  void blame(Worker& w, Index k, const std::string& kind, bool generated) {
+    const Range front = w.assigned.front();
+    w.assigned.pop_front();
+    const Index index = ledger_.index_of(k);
+    std::string message;
+    if (kind == "timeout") {
+      message = fmt::format("case {} ran longer than {} s; its worker was killed", index, options_.case_time_limit);
+    } else if (kind == "oom") {
+      message = fmt::format("case {} took more than {} MiB of memory; its worker was stopped", index,
+                            options_.case_memory_limit >> 20);
+    } else {
+      message = fmt::format("case {} took its worker process down ({})", index, kind.substr(kind.find(':') + 1));
+    }
+    if (!generated) message += " while the case was being generated";
+    BatchResult result;
+    record_worker_death(options_, index, kind, message, generated, result);
+    ledger_.commit({k, k + 1}, result);
+    ledger_.give_back({front.first, k});
+    ledger_.give_back({k + 1, front.end});
+    if (writer_) {
+      for (const auto& [signature, finding] : result.findings) writer_->offer(finding);
+    }
+    unexplained_deaths_ = 0;
+  }
+
+  // Kills a worker whose case has run past the time limit.
+  void watch_time() {
+    if (options_.case_time_limit <= 0) return;
+    const auto limit_ns = static_cast<std::int64_t>(options_.case_time_limit * 1e9);
+    const std::int64_t now = monotonic_ns();
+    for (int i = 0; i < jobs_; ++i) {
+      Worker& w = workers_[i];
+      if (!w.alive() || !w.killed_for.empty()) continue;
+      Slot& slot = memory_.slot(i);
+      const std::int64_t started = slot.started_ns.load(std::memory_order_relaxed);
+      const Index k = slot.k.load(std::memory_order_relaxed);
+      const int phase = slot.phase.load(std::memory_order_acquire);
+      // Read twice: a worker that moved on between the loads is not late.
+      if (phase == 0 || started != slot.started_ns.load(std::memory_order_relaxed)) continue;
+      if (now - started > limit_ns) kill_worker(w, "timeout", k, phase);
+    }
+  }
+
+  // Kills a worker over the memory limit; under AddressSanitizer this is the only
+  // limit, elsewhere a backstop to the address-space limit set in the worker.
+  void watch_memory() {
+    if (options_.case_memory_limit <= 0) return;
+    for (int i = 0; i < jobs_; ++i) {
+      Worker& w = workers_[i];
+      if (!w.alive() || !w.killed_for.empty()) continue;
+      if (resident_bytes(w.pid) <= options_.case_memory_limit) continue;
+      Slot& slot = memory_.slot(i);
+      const int phase = slot.phase.load(std::memory_order_acquire);
+      kill_worker(w, "oom", phase != 0 ? slot.k.load() : -1, phase);
+    }
+  }
+
+  void kill_worker(Worker& w, const std::string& why, Index k, int phase) {
+    w.killed_for = why;
+    w.killed_k = k;
+    w.killed_phase = phase;
+    ::kill(w.pid, SIGKILL);
+  }
+
+  void kill_all() {
+    for (Worker& w : workers_) {
+      if (!w.alive()) continue;
+      ::kill(w.pid, SIGKILL);
+      while (waitpid(w.pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+
+  void warn(const std::string& message) {
+    if (control_.on_warning) control_.on_warning(message);
+  }
+
+  const Options& options_;
+  const Control& control_;
+  Ledger& ledger_;
+  Writer* writer_;
+  int jobs_;
+  SharedMemory memory_;
+  std::vector<Worker> workers_;
+  bool stopping_ = false;
+  int unexplained_deaths_ = 0;
+};
+
+}  // namespace
+
+void run_processes(const Options& options, const Control& control, Ledger& ledger, Writer* writer,
+                   Monitor& monitor, const std::function<void()>& immediate) {
+  // A write to a worker that just died must fail with EPIPE, not end the campaign.
+  struct sigaction ignore {}, previous {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGPIPE, &ignore, &previous);
+  {
+    Pool pool(options, control, ledger, writer);
+    pool.run(monitor, immediate);
+  }
+  sigaction(SIGPIPE, &previous, nullptr);
+}
+
+}  // namespace shardcheck::campaign::detail

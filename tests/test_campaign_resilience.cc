@@ -1,0 +1,453 @@
+// Campaigns that survive the night: the shardcheck executable is stopped by SIGINT,
+// SIGTERM and SIGKILL mid-campaign and must leave a readable report and every finding
+// it announced; a stopped campaign resumed from its checkpoint must end exactly as an
+// uninterrupted one; a case that crashes, hangs or exhausts memory (planted through the
+// test-only hooks) must become one finding while every other case still runs.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "shardcheck/case.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+using namespace std::chrono_literals;
+using SteadyClock = std::chrono::steady_clock;
+
+// Generous: CI runs this under AddressSanitizer on a loaded two-core machine.
+constexpr auto kExitTimeout = 180s;
+
+// The shardcheck executable running in the background, its stdout collected as it comes.
+class Running {
+ public:
+  Running(const std::vector<std::string>& args, const fs::path& stderr_file) {
+    int out[2];
+    if (pipe(out) != 0) throw std::runtime_error("pipe");
+    pid_ = fork();
+    if (pid_ == 0) {
+      // A test runner may have been started with SIGINT ignored, which exec keeps.
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      dup2(out[1], STDOUT_FILENO);
+      close(out[0]);
+      close(out[1]);
+      if (FILE* err = std::fopen(stderr_file.c_str(), "w")) dup2(fileno(err), STDERR_FILENO);
+      std::vector<char*> argv{const_cast<char*>(SHARDCHECK_BINARY)};
+      for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+      argv.push_back(nullptr);
+      execv(SHARDCHECK_BINARY, argv.data());
+      _exit(127);
+    }
+    close(out[1]);
+    start_ = SteadyClock::now();
+    reader_ = std::thread([this, fd = out[0]] {
+      char buffer[4096];
+      ssize_t n;
+      while ((n = read(fd, buffer, sizeof buffer)) > 0 || (n < 0 && errno == EINTR)) {
+        if (n <= 0) continue;
+        std::lock_guard lock(mutex_);
+        out_.append(buffer, static_cast<std::size_t>(n));
+      }
+      close(fd);
+    });
+  }
+
+  ~Running() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (reader_.joinable()) reader_.join();
+  }
+
+  std::string output() {
+    std::lock_guard lock(mutex_);
+    return out_;
+  }
+
+  // Waits until stdout holds `needle` and at least `min_elapsed` has passed since start.
+  bool wait_for(const std::string& needle, std::chrono::milliseconds min_elapsed) {
+    const auto deadline = SteadyClock::now() + 120s;
+    while (SteadyClock::now() < deadline) {
+      if (output().find(needle) != std::string::npos && SteadyClock::now() - start_ >= min_elapsed) return true;
+      int status = 0;
+      if (!reaped_ && waitpid(pid_, &status, WNOHANG) == pid_) {
+        reaped_ = true;
+        status_ = status;
+      }
+      if (reaped_) return false;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+
+  void send(int signal) { kill(pid_, signal); }
+
+  double elapsed_since(SteadyClock::time_point t) const {
+    return std::chrono::duration<double>(SteadyClock::now() - t).count();
+  }
+
+  // The wait status; the process is killed if it outlives the timeout.
+  int wait(std::chrono::seconds timeout = kExitTimeout) {
+    const auto deadline = SteadyClock::now() + timeout;
+    while (!reaped_) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        reaped_ = true;
+        status_ = status;
+        break;
+      }
+      if (SteadyClock::now() > deadline) {
+        ADD_FAILURE() << "shardcheck did not exit in time; killed";
+        kill(pid_, SIGKILL);
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    if (reader_.joinable()) reader_.join();
+    return status_;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  int status_ = -1;
+  SteadyClock::time_point start_;
+  std::thread reader_;
+  std::mutex mutex_;
+  std::string out_;
+};
+
+int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+
+Json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// "new finding: SIGNATURE (case I) -> PATH" lines: signature -> path.
+std::map<std::string, std::string> announced(const std::string& out) {
+  std::map<std::string, std::string> found;
+  static const std::regex line(R"(new finding: (\S+) \(case \d+\) -> (\S+))");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator(); ++it) {
+    found[(*it)[1]] = (*it)[2];
+  }
+  return found;
+}
+
+// The report's cases are the sum of its rows, and its totals add up.
+void expect_consistent_report(const Json& report) {
+  ASSERT_TRUE(report.is_object()) << "report.json is not a JSON object";
+  long long cases = 0;
+  for (const auto& [name, tally] : report.at("by_constructor").items()) cases += tally.at("cases").get<long long>();
+  EXPECT_EQ(report.at("cases").get<long long>(), cases);
+  const Json& t = report.at("total");
+  auto count = [&](const char* key) { return t.at(key).get<long long>(); };
+  EXPECT_EQ(count("cases"), count("refused") + count("exact") + count("silently_wrong") +
+                                count("valid_but_different") + count("crashed"));
+}
+
+class CampaignResilience : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '-');  // parameterised tests: "Name/Param"
+    dir_ = fs::temp_directory_path() / ("shardcheck-resilience-" + std::to_string(getpid()) + "-" + name);
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (HasFailure()) {
+      std::printf("kept for inspection: %s\n", dir_.c_str());
+      return;
+    }
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  fs::path dir_;
+};
+
+// --- stopped by a signal -----------------------------------------------------------
+
+struct StopCase {
+  int signal;
+  const char* name;
+  bool isolate;
+};
+
+void PrintTo(const StopCase& c, std::ostream* os) { *os << c.name; }
+
+class StoppedBySignal : public CampaignResilience, public ::testing::WithParamInterface<StopCase> {};
+
+TEST_P(StoppedBySignal, LeavesReportAndEveryAnnouncedFinding) {
+  const StopCase param = GetParam();
+  const fs::path out = dir_ / "out";
+  // Far more cases than the test waits for: the signal always lands mid-campaign.
+  Running campaign({"campaign", "--policy", "legacy", "--seed", "21", "--cases", "100000000", "--jobs", "2",
+                    "--out", out.string(), "--quiet", param.isolate ? "--isolate" : "--no-isolate"},
+                   dir_ / "stderr.txt");
+  // Long enough for the report to have been rewritten since the start (every 2 s).
+  ASSERT_TRUE(campaign.wait_for("new finding: ", 3500ms)) << "no finding announced\n" << read_text(dir_ / "stderr.txt");
+  campaign.send(param.signal);
+  const auto sent = SteadyClock::now();
+  const int status = campaign.wait();
+  const double stop_seconds = campaign.elapsed_since(sent);
+  const std::string stdout_text = campaign.output();
+
+  if (param.signal == SIGKILL) {
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  } else {
+    // Graceful: the running cases finish, the rest is written, and the exit code says
+    // what was found (the legacy model is silently wrong).
+    ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+    EXPECT_EQ(exit_code(status), 1) << read_text(dir_ / "stderr.txt");
+    EXPECT_LT(stop_seconds, 60.0) << "a graceful stop waits for the cases running, not for the campaign";
+    EXPECT_NE(stdout_text.find("report: "), std::string::npos) << stdout_text;
+  }
+
+  const Json report = read_json(out / "report.json");
+  ASSERT_FALSE(report.is_discarded()) << "report.json does not parse";
+  expect_consistent_report(report);
+  EXPECT_FALSE(report.at("complete").get<bool>());
+  // At most a few seconds old: not the empty report written at the start.
+  EXPECT_GE(report.at("seconds").get<double>(), 1.0);
+  EXPECT_FALSE(read_text(out / "table.txt").empty());
+  const Json checkpoint = read_json(out / "checkpoint.json");
+  ASSERT_FALSE(checkpoint.is_discarded()) << "checkpoint.json does not parse";
+
+  const auto printed = announced(stdout_text);
+  ASSERT_FALSE(printed.empty());
+  for (const auto& [signature, path] : printed) {
+    ASSERT_TRUE(fs::exists(path)) << signature << " was announced but " << path << " is missing";
+    const std::string text = read_text(path);
+    auto decoded = shardcheck::decode_case_text(text);
+    EXPECT_TRUE(decoded.ok()) << path << " is not a case file";
+    EXPECT_EQ(read_json(path).value("signature", ""), signature);
+  }
+  std::set<std::string> reported;
+  for (const auto& finding : report.at("findings")) {
+    reported.insert(finding.at("signature").get<std::string>());
+    EXPECT_TRUE(fs::exists(out / finding.at("file").get<std::string>())) << finding.dump();
+  }
+  if (param.signal != SIGKILL) {
+    // After a graceful stop the report holds every finding announced.
+    for (const auto& [signature, path] : printed) EXPECT_TRUE(reported.count(signature)) << signature;
+    EXPECT_GT(report.at("cases").get<long long>(), 0);
+  }
+  for (const auto& entry : fs::directory_iterator(out)) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << "left behind: " << entry.path();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, StoppedBySignal,
+                         ::testing::Values(StopCase{SIGINT, "SIGINT", true}, StopCase{SIGTERM, "SIGTERM", true},
+                                           StopCase{SIGKILL, "SIGKILL", true},
+                                           StopCase{SIGTERM, "SIGTERM_in_process", false},
+                                           StopCase{SIGKILL, "SIGKILL_in_process", false}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// A second SIGINT does not wait for the running case (here one that never ends).
+TEST_F(CampaignResilience, SecondInterruptStopsAtOnce) {
+  const fs::path out = dir_ / "out";
+  Running campaign({"campaign", "--seed", "5", "--cases", "100000000", "--jobs", "2", "--out", out.string(),
+                    "--quiet", "--plant-hang-at", "3", "--case-time-limit", "600"},
+                   dir_ / "stderr.txt");
+  std::this_thread::sleep_for(1500ms);
+  campaign.send(SIGINT);
+  std::this_thread::sleep_for(500ms);
+  campaign.send(SIGINT);
+  const auto sent = SteadyClock::now();
+  const int status = campaign.wait(60s);
+  EXPECT_LT(campaign.elapsed_since(sent), 30.0);
+  EXPECT_EQ(exit_code(status), 130) << read_text(dir_ / "stderr.txt");
+  const Json report = read_json(out / "report.json");
+  ASSERT_FALSE(report.is_discarded());
+  expect_consistent_report(report);
+}
+
+// --- resume ------------------------------------------------------------------------
+
+// What must be equal between a resumed and an uninterrupted campaign.
+Json outcome(const Json& report) {
+  Json findings = Json::array();
+  for (const auto& f : report.at("findings")) {
+    findings.push_back({f.at("signature"), f.at("message"), f.at("case_index"), f.at("occurrences"), f.at("file")});
+  }
+  return Json{{"cases", report.at("cases")},           {"total", report.at("total")},
+              {"by_constructor", report.at("by_constructor")}, {"by_corruption", report.at("by_corruption")},
+              {"by_refusal_kind", report.at("by_refusal_kind")}, {"findings", findings},
+              {"complete", report.at("complete")},     {"failed", report.at("failed")}};
+}
+
+std::map<std::string, std::string> directory_files(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir)) files[entry.path().filename().string()] = read_text(entry.path());
+  return files;
+}
+
+class Resume : public CampaignResilience, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(Resume, EndsExactlyAsAnUninterruptedRun) {
+  const std::string isolate = GetParam() ? "--isolate" : "--no-isolate";
+  const std::vector<std::string> campaign_args{"campaign", "--policy", "legacy", "--seed", "31",
+                                               "--cases",  "3000",     "--jobs",   "2",      "--quiet"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = campaign_args;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const fs::path stopped = dir_ / "stopped";
+  const fs::path whole = dir_ / "whole";
+  {
+    Running first(with({"--out", stopped.string(), isolate}), dir_ / "stderr1.txt");
+    ASSERT_TRUE(first.wait_for("new finding: ", 0ms)) << read_text(dir_ / "stderr1.txt");
+    first.send(SIGTERM);
+    EXPECT_EQ(exit_code(first.wait()), 1);
+  }
+  const Json partial = read_json(stopped / "report.json");
+  ASSERT_FALSE(partial.is_discarded());
+  ASSERT_FALSE(partial.at("complete").get<bool>()) << "the campaign ended before SIGTERM: nothing to resume";
+  EXPECT_LT(partial.at("cases").get<long long>(), 3000);
+  {
+    Running resumed({"campaign", "--resume", stopped.string(), "--quiet", isolate}, dir_ / "stderr2.txt");
+    EXPECT_EQ(exit_code(resumed.wait()), 1) << read_text(dir_ / "stderr2.txt");
+  }
+  {
+    Running uninterrupted(with({"--out", whole.string(), isolate}), dir_ / "stderr3.txt");
+    EXPECT_EQ(exit_code(uninterrupted.wait()), 1);
+  }
+  const Json a = read_json(stopped / "report.json");
+  const Json b = read_json(whole / "report.json");
+  ASSERT_FALSE(a.is_discarded());
+  ASSERT_FALSE(b.is_discarded());
+  EXPECT_TRUE(a.at("complete").get<bool>());
+  const Json resumed_outcome = outcome(a);
+  const Json whole_outcome = outcome(b);
+  for (const auto& [key, value] : whole_outcome.items()) {
+    EXPECT_TRUE(resumed_outcome.at(key) == value) << key << " differs: resumed " << resumed_outcome.at(key).dump().substr(0, 400)
+                                          << "\nuninterrupted " << value.dump().substr(0, 400);
+  }
+  const auto resumed_files = directory_files(stopped / "findings");
+  const auto whole_files = directory_files(whole / "findings");
+  EXPECT_EQ(resumed_files.size(), whole_files.size());
+  for (const auto& [name, text] : whole_files) {
+    auto it = resumed_files.find(name);
+    if (it == resumed_files.end()) ADD_FAILURE() << "the resumed campaign lacks findings/" << name;
+    else EXPECT_TRUE(it->second == text) << "findings/" << name << " differs";
+  }
+  // The tables differ only in the timing line.
+  auto without_timing = [](const std::string& table) {
+    return std::regex_replace(table, std::regex(R"(\n\d+ cases in [^\n]*\n)"), "\n");
+  };
+  EXPECT_EQ(without_timing(read_text(stopped / "table.txt")), without_timing(read_text(whole / "table.txt")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, Resume, ::testing::Values(true, false),
+                         [](const auto& info) { return std::string(info.param ? "Isolated" : "InProcess"); });
+
+TEST_F(CampaignResilience, ResumeRefusesWhatTheCheckpointDecides) {
+  const fs::path out = dir_ / "out";
+  {
+    Running run({"campaign", "--seed", "1", "--cases", "50", "--jobs", "1", "--out", out.string(), "--quiet"},
+                dir_ / "stderr.txt");
+    EXPECT_EQ(exit_code(run.wait()), 0);
+  }
+  {
+    Running resumed({"campaign", "--resume", out.string(), "--seed", "2"}, dir_ / "stderr2.txt");
+    EXPECT_EQ(exit_code(resumed.wait()), 2);
+  }
+  std::ofstream(out / "checkpoint.json") << R"({"shardcheck_checkpoint": 1, "seed": 1})";
+  Running broken({"campaign", "--resume", out.string()}, dir_ / "stderr3.txt");
+  EXPECT_EQ(exit_code(broken.wait()), 2);
+  EXPECT_NE(read_text(dir_ / "stderr3.txt").find("malformed checkpoint"), std::string::npos)
+      << read_text(dir_ / "stderr3.txt");
+}
+
+// --- isolation -----------------------------------------------------------------------
+
+Json run_to_report(const fs::path& dir, const std::string& name, std::vector<std::string> extra, int& code) {
+  std::vector<std::string> args{"campaign", "--seed", "41", "--cases", "1500", "--jobs", "2", "--quiet",
+                                "--out",    (dir / name).string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  Running run(args, dir / (name + "-stderr.txt"));
+  code = exit_code(run.wait());
+  return read_json(dir / name / "report.json");
+}
+
+TEST_F(CampaignResilience, CrashingAndHangingCasesBecomeOneFindingEach) {
+  int clean_code = -1, planted_code = -1;
+  const Json clean = run_to_report(dir_, "clean", {}, clean_code);
+  const Json planted = run_to_report(
+      dir_, "planted", {"--plant-crash-at", "500", "--plant-hang-at", "1000", "--case-time-limit", "3"}, planted_code);
+  ASSERT_FALSE(clean.is_discarded());
+  ASSERT_FALSE(planted.is_discarded());
+  EXPECT_EQ(clean_code, 0) << "a strict campaign finds nothing";
+  EXPECT_EQ(planted_code, 1) << "a crash or a hang is a finding";
+  EXPECT_TRUE(planted.at("complete").get<bool>());
+  expect_consistent_report(planted);
+
+  // Every case ran: the two bad ones as crashed, the others as in the clean run.
+  EXPECT_EQ(planted.at("cases"), clean.at("cases"));
+  EXPECT_EQ(planted.at("total").at("crashed").get<long long>(), 2);
+  long long displaced = 0;
+  for (const char* outcome : {"refused", "exact", "silently_wrong", "valid_but_different"}) {
+    const long long difference = clean.at("total").at(outcome).get<long long>() - planted.at("total").at(outcome).get<long long>();
+    EXPECT_GE(difference, 0) << outcome;
+    displaced += difference;
+  }
+  EXPECT_EQ(displaced, 2);
+
+  ASSERT_EQ(planted.at("findings").size(), 2u) << planted.at("findings").dump(1);
+  std::map<std::string, long long> by_kind;
+  for (const auto& finding : planted.at("findings")) {
+    const std::string signature = finding.at("signature").get<std::string>();
+    by_kind[signature.substr(0, signature.find(':'))] = finding.at("case_index").get<long long>();
+    EXPECT_EQ(finding.at("occurrences").get<long long>(), 1);
+    const fs::path file = dir_ / "planted" / finding.at("file").get<std::string>();
+    ASSERT_TRUE(fs::exists(file)) << file;
+    EXPECT_TRUE(shardcheck::decode_case_text(read_text(file)).ok()) << file;
+  }
+  EXPECT_EQ(by_kind, (std::map<std::string, long long>{{"crash", 500}, {"timeout", 1000}}));
+  EXPECT_EQ(planted.at("findings").at(0).at("signature").get<std::string>().rfind("crash:SIGABRT:", 0), 0u);
+}
+
+TEST_F(CampaignResilience, CaseOverTheMemoryLimitBecomesAFinding) {
+  int code = -1;
+  const Json report =
+      run_to_report(dir_, "oom", {"--plant-oom-at", "40", "--case-memory-limit", "768"}, code);
+  ASSERT_FALSE(report.is_discarded());
+  EXPECT_EQ(code, 1);
+  EXPECT_EQ(report.at("cases").get<long long>(), 1500);
+  ASSERT_EQ(report.at("findings").size(), 1u) << report.at("findings").dump(1);
+  EXPECT_EQ(report.at("findings").at(0).at("signature").get<std::string>().rfind("oom:", 0), 0u);
+  EXPECT_EQ(report.at("findings").at(0).at("case_index").get<long long>(), 40);
+}
+
+}  // namespace
