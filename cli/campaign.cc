@@ -28,6 +28,7 @@ struct CampaignArgs {
   std::string shard = "0/1";
   std::string out = "campaign-out";
   bool strict_layout = false;
+  bool digest = false;
   Index max_elements = 256;
   bool quiet = false;
 };
@@ -119,6 +120,7 @@ int run_campaign(const CampaignArgs& args) {
     return kExitUsage;
   }
   options.eval.strict_layout = args.strict_layout;
+  options.generate.record_digest = args.digest;
   options.generate.layout.max_elements = args.max_elements;
 
   std::error_code ec;
@@ -128,12 +130,12 @@ int run_campaign(const CampaignArgs& args) {
     std::fprintf(stderr, "shardcheck campaign: cannot create %s: %s\n", args.out.c_str(), ec.message().c_str());
     return kExitUsage;
   }
-  std::fprintf(stderr, "shardcheck campaign: seed %llu, %s, policy %s, oracle %s, %d jobs, shard %d/%d\n",
+  std::fprintf(stderr, "shardcheck campaign: seed %llu, %s, policy %s, oracle %s, %d jobs, shard %d/%d%s\n",
                static_cast<unsigned long long>(options.seed),
                options.cases ? fmt::format("{} cases", *options.cases).c_str()
                              : fmt::format("{:.0f} s", *options.time_seconds).c_str(),
                args.policy.c_str(), args.oracle.c_str(), options.jobs, options.shard_index,
-               options.shard_count);
+               options.shard_count, args.digest ? ", digests" : "");
   ProgressPrinter printer(options.cases, options.time_seconds, args.quiet);
   const campaign::Report report = campaign::run(options, [&](Index done) { printer(done); });
   printer.finish();
@@ -165,6 +167,9 @@ void register_campaign(CLI::App& app, RunState& state) {
   sub->add_option("--shard", args->shard, "Run part I of N (I/N), tables add up");
   sub->add_option("--out", args->out, "Directory for report.json and findings/ (default campaign-out)");
   sub->add_flag("--strict-layout", args->strict_layout, "Valid-but-different cases fail the run too");
+  sub->add_flag("--digest", args->digest,
+                "The producer records a content digest and every rebuild verifies it; the catalogue also "
+                "corrupts the record");
   sub->add_option("--max-elements", args->max_elements, "Largest numel(F) generated (default 256)")
       ->check(CLI::Range(Index{1}, Index{1} << 20));
   sub->add_flag("--quiet", args->quiet, "No progress output");

@@ -66,6 +66,7 @@ struct WorkerState {
   std::map<std::string, Tally> by_constructor;
   std::map<std::string, Tally> by_corruption;
   std::map<std::string, Tally> by_refusal_kind;
+  std::map<std::string, Tally> by_op;
   std::map<std::string, FindingRecord> findings;
 };
 
@@ -87,6 +88,7 @@ void run_one(const Options& options, Index index, WorkerState& state) {
   state.by_corruption[c.corruption ? c.corruption->kind : std::string(gen::kNoCorruption)].add(
       evaluation.category);
   if (evaluation.refusal) state.by_refusal_kind[std::string(kind_name(*evaluation.refusal))].add(evaluation.category);
+  for (const auto& [op, category] : evaluation.ops) state.by_op[std::string(op_name(op))].add(category);
   if (evaluation.finding) record_finding(state, *evaluation.finding, index);
 }
 
@@ -94,6 +96,7 @@ void merge_into(Report& report, std::map<std::string, FindingRecord>& findings, 
   for (auto& [name, tally] : state.by_constructor) report.by_constructor[name].merge(tally);
   for (auto& [name, tally] : state.by_corruption) report.by_corruption[name].merge(tally);
   for (auto& [name, tally] : state.by_refusal_kind) report.by_refusal_kind[name].merge(tally);
+  for (auto& [name, tally] : state.by_op) report.by_op[name].merge(tally);
   for (auto& [signature, record] : state.findings) {
     auto [it, inserted] = findings.try_emplace(signature, record);
     if (!inserted) {
@@ -194,6 +197,12 @@ std::string format_table(const Report& report) {
     auto it = report.by_corruption.find(std::string(kind));
     out += table_row(kind, it == report.by_corruption.end() ? Tally{} : it->second);
   }
+  // Per operation: a content digest closes the valid-but-different class for rebuild only.
+  out += "\n" + table_header("operation");
+  for (Op op : {Op::rebuild, Op::extract}) {
+    auto it = report.by_op.find(std::string(op_name(op)));
+    out += table_row(op_name(op), it == report.by_op.end() ? Tally{} : it->second);
+  }
   if (!report.by_refusal_kind.empty()) {
     out += "\n" + table_header("refused as");
     for (const auto& [kind, tally] : report.by_refusal_kind) out += table_row(kind, tally);
@@ -202,14 +211,16 @@ std::string format_table(const Report& report) {
   const double rate = report.seconds > 0 ? static_cast<double>(report.cases) / report.seconds : 0.0;
   const Options& o = report.options;
   out += fmt::format(
-      "\n{} cases in {:.1f} s ({:.0f} cases/s, {} job{}); policy {}, oracle {}\n", report.cases,
+      "\n{} cases in {:.1f} s ({:.0f} cases/s, {} job{}); policy {}, oracle {}{}\n", report.cases,
       report.seconds, rate, o.jobs, o.jobs == 1 ? "" : "s", policy_name(o.eval.policy),
-      o.eval.oracle == oracles::OracleKind::truth ? "truth" : "same-map");
-  out += fmt::format("rerun: shardcheck campaign --seed {} --cases {} --policy {} --oracle {}{}\n", o.seed,
+      o.eval.oracle == oracles::OracleKind::truth ? "truth" : "same-map",
+      o.generate.record_digest ? ", content digests recorded and verified" : "");
+  out += fmt::format("rerun: shardcheck campaign --seed {} --cases {} --policy {} --oracle {}{}{}\n", o.seed,
                      o.cases ? *o.cases : report.cases, policy_name(o.eval.policy),
                      o.eval.oracle == oracles::OracleKind::truth ? "truth" : "same-map",
                      o.shard_count > 1 ? fmt::format(" --shard {}/{}", o.shard_index, o.shard_count)
-                                       : std::string());
+                                       : std::string(),
+                     o.generate.record_digest ? " --digest" : "");
   return out;
 }
 
@@ -234,6 +245,7 @@ Json report_to_json(const Report& report) {
   j["jobs"] = o.jobs;
   j["shard"] = fmt::format("{}/{}", o.shard_index, o.shard_count);
   j["max_elements"] = o.generate.layout.max_elements;
+  j["digest"] = o.generate.record_digest;
   j["cases"] = report.cases;
   j["seconds"] = report.seconds;
   j["cases_per_second"] = report.seconds > 0 ? static_cast<double>(report.cases) / report.seconds : 0.0;
@@ -241,6 +253,7 @@ Json report_to_json(const Report& report) {
   for (const auto& [name, tally] : report.by_constructor) j["by_constructor"][name] = tally_json(tally);
   for (const auto& [name, tally] : report.by_corruption) j["by_corruption"][name] = tally_json(tally);
   for (const auto& [name, tally] : report.by_refusal_kind) j["by_refusal_kind"][name] = tally_json(tally);
+  for (const auto& [name, tally] : report.by_op) j["by_op"][name] = tally_json(tally);
   j["findings"] = Json::array();
   for (const auto& finding : report.findings) {
     j["findings"].push_back(Json{{"signature", finding.signature},

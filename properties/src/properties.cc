@@ -110,6 +110,20 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
     return evaluation;
   }
   const oracles::CaseOutcome& result = outcome.value();
+  // Fully valid = conditions 1-6 by the reference model and, for a rebuild, condition 7
+  // (replica data) by the clean strict policy on the very shards the oracle converted. An
+  // extract reads no shard data, so 1-6 decide it alone.
+  std::optional<bool> map_valid;
+  auto fully_valid = [&](const oracles::OpOutcome& op) {
+    if (op.digest_ignored) return false;
+    if (!map_valid) map_valid = oracles::reference_check(c.map).valid();
+    return *map_valid && (op.op == Op::extract || result.valid_layout);
+  };
+  for (const auto& op : result.ops) {
+    Outcome category = op.verdict;
+    if (op.verdict == Outcome::wrong && fully_valid(op)) category = Outcome::wrong_valid_layout;
+    evaluation.ops.emplace_back(op.op, category);
+  }
   switch (result.verdict) {
     case Outcome::refused:
       evaluation.category = Outcome::refused;
@@ -120,15 +134,12 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
       break;
     case Outcome::wrong:
     case Outcome::wrong_valid_layout: {
-      // Fully valid = conditions 1-6 by the reference model and, for a rebuild,
-      // condition 7 (replica data) by the clean strict policy on the very shards the
-      // oracle converted. An extract reads no shard data, so 1-6 decide it alone.
-      const bool map_valid = oracles::reference_check(c.map).valid();
       const oracles::OpOutcome* silently_wrong = nullptr;
       const oracles::OpOutcome* different = nullptr;
-      for (const auto& op : result.ops) {
+      for (std::size_t i = 0; i < result.ops.size(); ++i) {
+        const oracles::OpOutcome& op = result.ops[i];
         if (op.verdict != Outcome::wrong) continue;
-        const bool valid = map_valid && (op.op == Op::extract || result.valid_layout);
+        const bool valid = evaluation.ops[i].second == Outcome::wrong_valid_layout;
         const oracles::OpOutcome*& first = valid ? different : silently_wrong;
         if (!first) first = &op;
       }
@@ -137,8 +148,9 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
       if ((silently_wrong || options.strict_layout) && !evaluation.finding && shown) {
         evaluation.finding = make_finding(
             c,
-            fmt::format("{}:{}:{}/{}", silently_wrong ? "silently-wrong" : "valid-but-different",
-                        op_name(shown->op), constructor_label(c), corruption_label(c)),
+            fmt::format("{}:{}{}:{}/{}", silently_wrong ? "silently-wrong" : "valid-but-different",
+                        op_name(shown->op), shown->digest_ignored ? "-ignoring-digest" : "",
+                        constructor_label(c), corruption_label(c)),
             result.message);
       }
       break;
