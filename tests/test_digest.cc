@@ -75,6 +75,8 @@ TEST(Digest, KernelsAgreeWithTheDefinitionForEveryDtypeAndLength) {
       EXPECT_EQ(digest(b), naive(b)) << dtype_name(dtype) << " n=" << n;
       for (Index first : {Index{1}, Index{1} << 40, std::numeric_limits<Index>::max() - 200}) {
         EXPECT_EQ(digest_elements(dtype, b.data(), n, first), naive(b, first)) << dtype_name(dtype) << " n=" << n;
+        EXPECT_EQ(detail::digest_elements_baseline(dtype, b.data(), n, first), naive(b, first))
+            << dtype_name(dtype) << " n=" << n;
       }
     }
   }

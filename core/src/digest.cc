@@ -239,6 +239,18 @@ std::uint64_t digest_elements(DType dtype, const std::byte* data, Index count, I
   return kernel_for(dtype)(data, 1, count, key_of(first_index), kDigestGamma);
 }
 
+std::uint64_t detail::digest_elements_baseline(DType dtype, const std::byte* data, Index count, Index first_index) {
+  if (count <= 0) return 0;
+  SumFn sum = sum_generic<std::uint64_t>;
+  switch (element_size(dtype)) {
+    case 1: sum = sum_generic<std::uint8_t>; break;
+    case 2: sum = sum_generic<std::uint16_t>; break;
+    case 4: sum = sum_generic<std::uint32_t>; break;
+    default: break;
+  }
+  return sum(data, 1, count, key_of(first_index), kDigestGamma);
+}
+
 std::uint64_t digest(const Buffer& full) { return digest_elements(full.dtype(), full.data(), full.numel(), 0); }
 
 Result<std::map<Rank, std::uint64_t>> digest_shares(const Map& map, const ShardSet& shards, int scale_power) {

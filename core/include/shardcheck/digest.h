@@ -44,6 +44,12 @@ std::uint64_t digest(const Buffer& full);
 // first_index 0 over all of F; sums of disjoint parts add up (mod 2^64).
 std::uint64_t digest_elements(DType dtype, const std::byte* data, Index count, Index first_index = 0);
 
+namespace detail {
+// digest_elements through the kernel built for the baseline target, bypassing the choice
+// by CPU features: on a machine with AVX2 digest_elements never runs it, so tests call it.
+std::uint64_t digest_elements_baseline(DType dtype, const std::byte* data, Index count, Index first_index);
+}  // namespace detail
+
 // Each rank's share of digest(F), computed from its own shard alone: the elements of its
 // pieces, unscaled (scale^scale_power, as rebuild does), at their positions in F. An
 // element of a replicated piece is counted by the lowest rank of the piece's locations,
