@@ -46,6 +46,8 @@ struct Subject {
   int scale_power = 1;
   std::optional<std::uint64_t> truth_digest;  // a case with a separate truth map: digest(F)
   std::optional<Error> refused;               // a case whose map under test does not decode
+  std::optional<std::uint64_t> case_digest;   // a case's `digest`
+  std::optional<std::string> case_state;      // a case's `digest_state`
 };
 
 std::optional<Rank> rank_prefix(const std::string& arg, std::string& path) {
@@ -139,6 +141,8 @@ std::variant<Subject, Usage> from_case(const DigestArgs& args, const Json& json)
   Subject subject;
   subject.map = c.map;
   subject.scale_power = c.scale_power;
+  subject.case_digest = c.digest;
+  subject.case_state = c.digest_state;
   if (Status undecoded = undecoded_map_error(c); !undecoded.ok()) {
     subject.refused = undecoded.error();
     return subject;
@@ -213,17 +217,24 @@ int run_digest(const DigestArgs& args) {
                format_digest(*s.truth_digest));
   }
   int exit_code = kExitOk;
-  if (args.state) {
-    auto it = s.map.content_digests.find(*args.state);
+  auto compare = [&](const std::string& label, std::uint64_t recorded) {
+    const bool same = recorded == total;
+    fmt::print("recorded {} {} {}\n", label, format_digest(recorded), same ? "matches" : "DIFFERS");
+    if (!same) exit_code = kExitFound;
+  };
+  std::vector<std::string> states;
+  if (args.state) states.push_back(*args.state);
+  if (s.case_state && s.case_state != args.state) states.push_back(*s.case_state);
+  for (const std::string& state : states) {
+    auto it = s.map.content_digests.find(state);
     if (it == s.map.content_digests.end()) {
-      fmt::print("recorded {}: none\n", *args.state);
+      fmt::print("recorded {}: none\n", state);
       exit_code = kExitFound;
     } else {
-      const bool same = it->second == total;
-      fmt::print("recorded {} {} {}\n", *args.state, format_digest(it->second), same ? "matches" : "DIFFERS");
-      if (!same) exit_code = kExitFound;
+      compare(state, it->second);
     }
   }
+  if (s.case_digest) compare("digest", *s.case_digest);
   return exit_code;
 }
 

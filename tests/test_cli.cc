@@ -401,6 +401,11 @@ TEST_F(CliTest, DigestOfACaseFile) {
                        write("s0.bin", floats({1})))
                 .exit_code,
             2);
+  // The twin records the producer's digest: the map under test does not give it back.
+  Ran twin = shardcheck("digest " + corpus("valid-layout-swapped-destinations-digest.json"));
+  EXPECT_EQ(twin.exit_code, 1) << twin.out;
+  EXPECT_NE(twin.out.find("truth digest 0xce9a0aa78c2270e0"), std::string::npos) << twin.out;
+  EXPECT_NE(twin.out.find("recorded digest 0xce9a0aa78c2270e0 DIFFERS"), std::string::npos) << twin.out;
 }
 
 }  // namespace
