@@ -226,6 +226,7 @@ TEST_P(PlantedBug, IsCaught) {
   auto options = bulk_options(7, 5000);
   options.eval.bugs = GetParam().bugs;
   options.eval.compare_reference = !GetParam().truth_oracle_only;
+  options.generate.record_digest = GetParam().record_digest;
   const auto report = campaign::run(options);
   EXPECT_FALSE(report.findings.empty()) << "planted bug " << GetParam().name << " went unnoticed";
   if (GetParam().truth_oracle_only) {

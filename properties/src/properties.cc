@@ -24,7 +24,7 @@ Finding make_finding(const Case& c, std::string signature, std::string message) 
 }
 
 // The columns of planted_bugs.def.
-enum class Alone { any_finding, truth_oracle, masked };
+enum class Alone { any_finding, truth_oracle, truth_oracle_digests, masked };
 enum class Blind { in_blind, not_blind };
 enum class Conversion { memory_safe, memory_unsafe };
 
@@ -261,11 +261,12 @@ std::span<const PlantedScenario> planted_scenarios() {
     // truth oracle alone must then see silently wrong tensors.
     PlantedScenario blind{"skip_all_layout_checks_and_writer_record",
                           "every in_blind switch of planted_bugs.def", {}, true};
-#define SHARDCHECK_PLANTED_BUG(name, disables, alone, in, conversion)                       \
-  if (Alone::alone != Alone::masked) {                                                      \
-    s.push_back(PlantedScenario{#name, disables, {}, Alone::alone == Alone::truth_oracle}); \
-    s.back().bugs.name = true;                                                              \
-  }                                                                                         \
+#define SHARDCHECK_PLANTED_BUG(name, disables, alone, in, conversion)                                   \
+  if (Alone::alone != Alone::masked) {                                                                  \
+    s.push_back(PlantedScenario{#name, disables, {}, Alone::alone != Alone::any_finding,                \
+                                Alone::alone == Alone::truth_oracle_digests});                          \
+    s.back().bugs.name = true;                                                                          \
+  }                                                                                                     \
   if (Blind::in == Blind::in_blind) blind.bugs.name = true;
 #include "shardcheck/planted_bugs.def"
 #undef SHARDCHECK_PLANTED_BUG

@@ -81,6 +81,9 @@ struct PlantedScenario {
   // Judged by the truth oracle alone (no reference comparison): the scenario must show
   // up as silently wrong tensors, not only as a disagreement about the map.
   bool truth_oracle_only = false;
+  // Run with content digests recorded and verified (gen::CaseOptions::record_digest):
+  // what the switch turns off only exists there.
+  bool record_digest = false;
 };
 std::span<const PlantedScenario> planted_scenarios();
 

@@ -25,9 +25,11 @@ inline constexpr std::string_view kNoCorruption = "none";
 std::span<const std::string_view> corruption_kinds();
 
 // What a kind edits: one piece (a field of it, or the whole piece), one rank entry's
-// shard shape, or the list of ranks. The record names the piece for `piece`, the rank
-// for `shard_shape`, and the rank added or dropped for `ranks`.
-enum class CorruptionTarget { piece, shard_shape, ranks };
+// shard shape, the list of ranks, or the content digests the producer recorded beside
+// the map (contract section 10). The record names the piece for `piece`, the rank for
+// `shard_shape`, the rank added or dropped for `ranks`, and no rank for
+// `content_digests` (its field is "content_digests.<state>").
+enum class CorruptionTarget { piece, shard_shape, ranks, content_digests };
 
 struct CorruptionKind {
   std::string_view name;
