@@ -328,7 +328,8 @@ std::span<const std::string_view> corruption_kinds() { return kKindNames; }
 std::span<const CorruptionKind> corruption_catalogue() { return kCatalogue; }
 
 Corrupted corrupt(const Map& map, ChoiceSource& c) {
-  return apply_from(map, c.below(kKindCount), c);
+  const std::size_t drawn = map.content_digests.empty() ? detail::first_digest_row() : kKindCount;
+  return apply_from(map, c.below(drawn), c);
 }
 
 Corrupted corrupt_with(const Map& map, std::string_view kind, ChoiceSource& c) {

@@ -246,6 +246,19 @@ constexpr std::size_t always_applicable_row() {
 static_assert(always_applicable_row() < kKindCount,
               "corruptions.def needs a row every map can take (a `ranks` row that applies always)");
 
+// The rows that edit the recorded content digests come last: corrupt() draws them only
+// for a map that records a digest, so a map without one draws exactly as it did before
+// those rows existed (the same seeds and fuzz inputs give the same cases).
+constexpr std::size_t first_digest_row() {
+  std::size_t first = kKindCount;
+  for (std::size_t i = 0; i < kKindCount; ++i) {
+    if (target_of(kRows[i].field) == CorruptionTarget::content_digests && first == kKindCount) first = i;
+    if (first != kKindCount && target_of(kRows[i].field) != CorruptionTarget::content_digests) return 0;
+  }
+  return first;
+}
+static_assert(first_digest_row() > 0, "corruptions.def: the content_digests rows must be the last rows");
+
 // A piece by position: map.ranks[rank].pieces[piece].
 struct Site {
   std::size_t rank = 0;

@@ -43,7 +43,9 @@ std::span<const CorruptionKind> corruption_catalogue();
 // valid or not. A kind that cannot apply (no piece, no axis, one rank) falls back
 // deterministically to the next applicable kind in corruption_kinds() order; adding
 // an empty rank always applies, so this never fails. The record names the rank id and
-// the piece index as written after the edit (for delete_piece: where it was).
+// the piece index as written after the edit (for delete_piece: where it was). The
+// kinds that damage the recorded content digests are drawn only for a map that records
+// one.
 Corrupted corrupt(const Map& map, ChoiceSource& choices);
 
 // The same with the kind fixed by name, falling back the same way when it cannot apply
