@@ -487,6 +487,29 @@ TEST(Corruptions, RecordNamesThePieceAsWrittenAfterTheEdit) {
   }
 }
 
+// The digest rows are drawn only for a map that records a digest; a map without one
+// draws among the other rows, so the same seed corrupts it as it did before they existed.
+TEST(Corruptions, DigestKindsOnlyForMapsThatRecordADigest) {
+  Map plain = two_rank_split();
+  plain.content_digests.clear();
+  const Map recorded = two_rank_split();
+  int digest_kinds = 0;
+  int first_row = 0;  // every row applies to this map, so no draw falls back
+  const int n = 2000;
+  for (std::uint64_t seed = 0; seed < n; ++seed) {
+    SeededChoices a(seed), b(seed);
+    const Corrupted without = corrupt(plain, a);
+    EXPECT_NE(without.record.kind.rfind("digest_", 0), 0u) << without.record.kind;
+    first_row += without.record.kind == corruption_kinds().front();
+    digest_kinds += corrupt(recorded, b).record.kind.rfind("digest_", 0) == 0;
+  }
+  // Drawn among all rows, the digest rows would fall back to the first row, which would
+  // then come up about four times as often as any other.
+  const int rows = static_cast<int>(corruption_kinds().size()) - 3;
+  EXPECT_LT(first_row, 2 * n / rows) << "digest rows drawn for a map without a digest";
+  EXPECT_GT(digest_kinds, n * 3 / 50 / 2);
+}
+
 TEST(Corruptions, FallBackDeterministicallyWhenImpossible) {
   Map empty;
   SeededChoices a(kSeed), b(kSeed);
