@@ -32,6 +32,7 @@ struct CampaignArgs {
   std::string shard = "0/1";
   std::string out = "campaign-out";
   bool strict_layout = false;
+  bool digest = false;
   Index max_elements = 256;
   bool quiet = false;
   std::string resume;
@@ -176,6 +177,7 @@ int options_from_args(const CampaignArgs& args, campaign::Options& options) {
     return kExitUsage;
   }
   options.eval.strict_layout = args.strict_layout;
+  options.generate.record_digest = args.digest;
   options.generate.layout.max_elements = args.max_elements;
   options.isolate = true;
   return kExitOk;
@@ -240,14 +242,15 @@ int run_campaign(const CampaignArgs& args) {
     return kExitUsage;
   }
   const Index already_done = args.resume.empty() ? 0 : checkpoint.report.cases;
-  std::fprintf(stderr, "shardcheck campaign: %sseed %llu, %s, policy %s, oracle %s, %d jobs%s, shard %d/%d\n",
+  std::fprintf(stderr, "shardcheck campaign: %sseed %llu, %s, policy %s, oracle %s, %d jobs%s, shard %d/%d%s\n",
                args.resume.empty() ? "" : fmt::format("resuming {} ({} cases done), ", out.string(), already_done).c_str(),
                static_cast<unsigned long long>(options.seed),
                options.cases ? fmt::format("{} cases", *options.cases).c_str()
                              : fmt::format("{:.0f} s", *options.time_seconds).c_str(),
                std::string(policy_name(options.eval.policy)).c_str(),
                options.eval.oracle == oracles::OracleKind::truth ? "truth" : "same-map", options.jobs,
-               options.isolate ? " (isolated)" : "", options.shard_index, options.shard_count);
+               options.isolate ? " (isolated)" : "", options.shard_index, options.shard_count,
+               options.generate.record_digest ? ", digests" : "");
   ProgressPrinter printer(options.cases, options.time_seconds, already_done,
                           args.resume.empty() ? 0.0 : checkpoint.report.seconds, args.quiet);
   campaign::Control control;
@@ -301,6 +304,9 @@ void register_campaign(CLI::App& app, RunState& state) {
   defining(sub->add_option("--shard", args->shard, "Run part I of N (I/N), tables add up"));
   defining(sub->add_option("--out", args->out, "Directory for report.json and findings/ (default campaign-out)"));
   defining(sub->add_flag("--strict-layout", args->strict_layout, "Valid-but-different cases fail the run too"));
+  defining(sub->add_flag("--digest", args->digest,
+                         "The producer records a content digest and every rebuild verifies it; the catalogue "
+                         "also corrupts the record"));
   defining(sub->add_option("--max-elements", args->max_elements, "Largest numel(F) generated (default 256)")
                ->check(CLI::Range(Index{1}, Index{1} << 20)));
   sub->add_flag("--quiet", args->quiet, "No progress output");

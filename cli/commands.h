@@ -21,6 +21,7 @@ struct RunState {
 
 void register_check(CLI::App& app, RunState& state);
 void register_repro(CLI::App& app, RunState& state);
+void register_digest(CLI::App& app, RunState& state);
 void register_campaign(CLI::App& app, RunState& state);
 
 // The whole file, or an error sentence naming the path.

@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   RunState state;
   register_check(app, state);
   register_repro(app, state);
+  register_digest(app, state);
   register_campaign(app, state);
   try {
     app.parse(argc, argv);

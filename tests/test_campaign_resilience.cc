@@ -302,7 +302,8 @@ Json outcome(const Json& report) {
   }
   return Json{{"cases", report.at("cases")},           {"total", report.at("total")},
               {"by_constructor", report.at("by_constructor")}, {"by_corruption", report.at("by_corruption")},
-              {"by_refusal_kind", report.at("by_refusal_kind")}, {"findings", findings},
+              {"by_refusal_kind", report.at("by_refusal_kind")}, {"by_op", report.at("by_op")},
+              {"findings", findings},
               {"complete", report.at("complete")},     {"failed", report.at("failed")}};
 }
 

@@ -89,6 +89,24 @@ TEST(CaseCodec, ShardsAreKeyedByRank) {
   EXPECT_EQ(c.shards->at(1)[0], 0x40400000u);  // 3.0f
 }
 
+TEST(CaseCodec, DigestFieldsRoundTrip) {
+  Case c = decoded(case_with(R"(, "digest": "0x1CF7D5947C3FCD66", "digest_state": "param")"));
+  EXPECT_EQ(c.digest, 0x1cf7d5947c3fcd66ull);
+  EXPECT_EQ(c.digest_state, "param");
+  const Json encoded = encode_case(c);
+  EXPECT_EQ(encoded["digest"], "0x1cf7d5947c3fcd66");
+  EXPECT_EQ(decoded(encode_case_text(c)), c);
+  EXPECT_FALSE(decoded(case_with("")).digest.has_value());
+  EXPECT_FALSE(encode_case(decoded(case_with(""))).contains("digest"));
+  for (const char* bad : {R"(, "digest": 12)", R"(, "digest": "0x12")", R"(, "digest": "1cf7d5947c3fcd66")",
+                          R"(, "digest_state": "")", R"(, "digest_state": 1)"}) {
+    auto refused = decode_case_text(case_with(bad));
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_EQ(refused.error().kind, ErrorKind::format) << bad;
+    EXPECT_EQ(refused.error().path.rfind("$.digest", 0), 0u) << refused.error().to_string();
+  }
+}
+
 TEST(CaseCodec, BadValuesAreFormatErrors) {
   EXPECT_EQ(error_kind(case_with(R"(, "dtype": "int8", "full": [128])")), ErrorKind::format);
   EXPECT_EQ(error_kind(case_with(R"(, "dtype": "int8", "full": [-129])")), ErrorKind::format);

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -325,6 +326,86 @@ TEST_F(CliTest, ReproSameMapOracleMissesCancellingErrors) {
   Ran same = shardcheck("repro " + corpus("valid-layout-swapped-destinations.json") +
                         " --oracle same-map");
   EXPECT_EQ(same.out.rfind("exact\n", 0), 0u) << same.out;
+}
+
+// ---- shardcheck digest ------------------------------------------------------------------
+
+std::string floats(std::initializer_list<float> xs) {
+  std::string bytes;
+  for (float x : xs) bytes.append(reinterpret_cast<const char*>(&x), sizeof x);
+  return bytes;
+}
+
+// F (2, 4) = 1..8 as float32, column split over two ranks. Its digest, from the Python
+// definition in test_digest.cc over the float32 bits of 1..8: 0x3c4d27bf99d659a0.
+const std::string kSplitMap = R"({"logical_shape": [2, 4], "ranks": {
+  "0": {"shard_shape": [2, 2], "pieces": [{"shape": [2, 2], "source": [0, [4, 1]], "dest": [0, [2, 1]], "locations": [0]}]},
+  "1": {"shard_shape": [2, 2], "pieces": [{"shape": [2, 2], "source": [2, [4, 1]], "dest": [0, [2, 1]], "locations": [1]}]}},
+  "content_digests": {"param": "0x3c4d27bf99d659a0", "exp_avg": "0x0000000000000001"}})";
+
+std::uint64_t hex_after(const std::string& out, const std::string& prefix) {
+  const auto at = out.find(prefix);
+  if (at == std::string::npos) return 0;
+  return std::stoull(out.substr(at + prefix.size(), 18), nullptr, 16);
+}
+
+TEST_F(CliTest, DigestOfRawShardsAndTheirShares) {
+  const std::string map = write("split.json", kSplitMap);
+  const std::string s0 = write("s0.bin", floats({1, 2, 5, 6}));
+  const std::string s1 = write("s1.bin", floats({3, 4, 7, 8}));
+  Ran run = shardcheck("digest " + map + " " + s0 + " " + s1 + " --state param");
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_EQ(run.out.rfind("digest 0x3c4d27bf99d659a0\n", 0), 0u) << run.out;
+  EXPECT_EQ(hex_after(run.out, "rank 0 share ") + hex_after(run.out, "rank 1 share "), 0x3c4d27bf99d659a0ull)
+      << run.out;
+  EXPECT_NE(run.out.find("recorded param 0x3c4d27bf99d659a0 matches"), std::string::npos) << run.out;
+  // The same with ranks named, in any order.
+  Ran named = shardcheck("digest " + map + " 1=" + s1 + " 0=" + s0);
+  EXPECT_EQ(named.exit_code, 0);
+  EXPECT_EQ(named.out.rfind("digest 0x3c4d27bf99d659a0\n", 0), 0u) << named.out;
+  // Shards swapped: another tensor, and the recorded value says so.
+  Ran swapped = shardcheck("digest " + map + " " + s1 + " " + s0 + " --state param");
+  EXPECT_EQ(swapped.exit_code, 1);
+  EXPECT_NE(swapped.out.find("DIFFERS"), std::string::npos) << swapped.out;
+  // No entry for the state asked for.
+  Ran none = shardcheck("digest " + map + " " + s0 + " " + s1 + " --state exp_avg_sq");
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.out.find("recorded exp_avg_sq: none"), std::string::npos) << none.out;
+}
+
+TEST_F(CliTest, DigestRefusalsAndUsage) {
+  const std::string map = write("split.json", kSplitMap);
+  const std::string s0 = write("s0.bin", floats({1, 2, 5, 6}));
+  // A missing shard is the conversion's refusal (exit 1); unreadable or ragged input is usage (2).
+  Ran missing = shardcheck("digest " + map + " 0=" + s0);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.out.rfind("refused shape: ", 0), 0u) << missing.out;
+  EXPECT_EQ(shardcheck("digest " + map + " " + s0 + " " + write("odd.bin", "abc")).exit_code, 2);
+  EXPECT_EQ(shardcheck("digest " + map + " " + s0 + " " + quoted((dir_ / "nope.bin").string())).exit_code, 2);
+  EXPECT_EQ(shardcheck("digest " + map + " " + s0 + " " + s0 + " " + s0).exit_code, 2);
+  EXPECT_EQ(shardcheck("digest " + map + " --dtype float7 " + s0).exit_code, 2);
+  Ran refused = shardcheck("digest " + write("bad.json", kCollidingMap) + " " + s0);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_EQ(refused.out.rfind("refused twice: ", 0), 0u) << refused.out;
+}
+
+TEST_F(CliTest, DigestOfACaseFile) {
+  // The case's shards are written by its truth map; through the swapped map under test
+  // they make another tensor, which the truth digest line shows.
+  Ran run = shardcheck("digest " + corpus("valid-layout-swapped-destinations.json"));
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_EQ(run.out.rfind("digest 0x", 0), 0u) << run.out;
+  EXPECT_NE(run.out.find("rank 0 share 0x"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("truth digest 0x"), std::string::npos) << run.out;
+  EXPECT_EQ(shardcheck("digest " + corpus("valid-layout-swapped-destinations.json") + " " +
+                       write("s0.bin", floats({1})))
+                .exit_code,
+            2);
+  // The twin records the producer's digest: the map under test does not give it back.
+  Ran twin = shardcheck("digest " + corpus("valid-layout-swapped-destinations-digest.json"));
+  EXPECT_EQ(twin.exit_code, 1) << twin.out;
+  EXPECT_NE(twin.out.find("truth digest 0xce9a0aa78c2270e0"), std::string::npos) << twin.out;
+  EXPECT_NE(twin.out.find("recorded digest 0xce9a0aa78c2270e0 DIFFERS"), std::string::npos) << twin.out;
 }
 
 }  // namespace

@@ -72,6 +72,66 @@ TEST(Corpus, LegacyIsCaughtSilentlyWrong) {
   EXPECT_EQ(strict_wrong, 0);
 }
 
+// Contract section 10: every valid-but-different regression has a twin carrying the
+// content digest its producer recorded (the digest of the F the truth map wrote, not an
+// arbitrary wrong value), which strict must refuse with kind digest.
+TEST(Corpus, EveryValidButDifferentCaseHasADigestTwin) {
+  const auto names = corpus_files();
+  std::vector<Case> cases;
+  for (const auto& name : names) {
+    auto c = load(name);
+    ASSERT_TRUE(c.ok()) << name << ": " << c.error().to_string();
+    cases.push_back(c.value());
+  }
+  int twins = 0;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    if (c.expect != Outcome::wrong_valid_layout) continue;
+    bool found = false;
+    for (const Case& t : cases) {
+      const bool same_data = t.map == c.map && t.truth == c.truth && t.dtype == c.dtype && t.full == c.full &&
+                             t.shards == c.shards && t.scale_power == c.scale_power && t.op == c.op;
+      if (!same_data || (!t.digest && !t.digest_state)) continue;
+      if (t.expect != Outcome::refused || t.expect_error != ErrorKind::digest) continue;
+      auto recorded = oracles::truth_digest(t);
+      ASSERT_TRUE(recorded.ok());
+      if (t.digest) {
+        EXPECT_EQ(*t.digest, recorded.value()) << t.name << " records another tensor's digest";
+      }
+      auto outcome = oracles::run_case(t, ConvertOptions{});
+      ASSERT_TRUE(outcome.ok()) << t.name;
+      EXPECT_TRUE(outcome.value().matches_expectation) << t.name << ": " << outcome.value().expectation_message;
+      found = true;
+    }
+    EXPECT_TRUE(found) << names[i] << " expects wrong_valid_layout but has no twin with a digest";
+    twins += found;
+  }
+  EXPECT_GE(twins, 1);
+}
+
+TEST(TruthOracle, ARebuildThatIgnoresTheDigestIsWrongWhateverTheLayout) {
+  auto loaded = load("valid-layout-swapped-destinations-digest.json");
+  ASSERT_TRUE(loaded.ok());
+  Case c = loaded.value();
+  ConvertOptions legacy;  // DeepSpeed before the fix: no digests
+  legacy.policy = Policy::legacy;
+  auto ignored = oracles::run_case(c, legacy);
+  ASSERT_TRUE(ignored.ok());
+  EXPECT_EQ(ignored.value().verdict, Outcome::wrong);
+  ASSERT_EQ(ignored.value().ops.size(), 1u);
+  EXPECT_TRUE(ignored.value().ops[0].digest_ignored);
+  // On the truth map itself, the tensor is exact but a wrong record must still be refused.
+  c.map = *c.truth;
+  c.digest = *c.digest ^ 1u;
+  auto exact_but_wrong_record = oracles::run_case(c, legacy);
+  ASSERT_TRUE(exact_but_wrong_record.ok());
+  EXPECT_EQ(exact_but_wrong_record.value().verdict, Outcome::wrong);
+  auto strict = oracles::run_case(c, ConvertOptions{});
+  ASSERT_TRUE(strict.ok());
+  EXPECT_EQ(strict.value().verdict, Outcome::refused);
+  EXPECT_EQ(strict.value().error->kind, ErrorKind::digest);
+}
+
 // The truth oracle on hand-made variations of corpus cases.
 Case must_load(const std::string& name) {
   auto c = load(name);

@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 // The grammar of error.h as a regular expression over Error::to_string().
 const std::regex& grammar() {
   static const std::regex re = [] {
-    const std::string kind = "(count|bounds|itself|twice|uncovered|different_data|holders|scale|shape|format)";
+    const std::string kind = "(count|bounds|itself|twice|uncovered|different_data|holders|scale|shape|digest|format)";
     const std::string number = R"(-?\d+)";
     const std::string list = R"(\(-?\d*(,-?\d+)*\))";
     const std::string notation = R"(P)" + list + R"( src\()" + number + "," + list + R"(\) dst\()" + number + "," +
@@ -111,6 +111,7 @@ struct Tally {
 TEST(ErrorVoice, EveryRefusalOfACampaignFollowsTheGrammar) {
   gen::SeededChoices choices(20260601);
   gen::CaseOptions options;
+  options.record_digest = true;  // rebuilds verify a content digest, so kind digest is seen too
   Tally tally;
   int data_cases = 0;
   for (int i = 0; i < 20000; ++i) {
@@ -138,6 +139,7 @@ TEST(ErrorVoice, EveryRefusalOfACampaignFollowsTheGrammar) {
 
     ConvertOptions strict;
     strict.scale_power = c.scale_power;
+    strict.digest_state = c.digest_state;
     ConvertOptions legacy = strict;
     legacy.policy = Policy::legacy;
     const auto rebuilt = rebuild(c.map, shards.value(), c.dtype, strict);

@@ -203,6 +203,7 @@ TEST(Generators, ZeroDimsOnlyReplicated) {
 
 TEST(Generators, EveryConstructorAndCorruptionKindOccurs) {
   CaseOptions options;
+  options.record_digest = true;  // the digest rows need a recorded digest to corrupt
   SeededChoices c(kSeed);
   std::set<std::string> constructors, kinds;
   std::set<Rank> rank_ids;
@@ -217,6 +218,9 @@ TEST(Generators, EveryConstructorAndCorruptionKindOccurs) {
     kinds.insert(k.corruption->kind);
     EXPECT_EQ(k.name, "gen-" + k.constructor + "-" + k.corruption->kind);
     EXPECT_EQ(k.truth.has_value(), k.corruption->kind != kNoCorruption) << k.name;
+    ASSERT_TRUE(k.digest_state.has_value()) << k.name;
+    EXPECT_EQ(*k.digest_state, digest_state_for(k.scale_power)) << k.name;
+    EXPECT_TRUE(k.truth_map().content_digests.count(*k.digest_state)) << k.name;
     corrupted += k.truth.has_value();
     extract += k.op == Op::extract;
     both += k.op == Op::both;
@@ -341,6 +345,7 @@ Map two_rank_split() {
                {make_piece({2, 3}, 3, {6, 1}, 0, {3, 1}, {7}),
                 make_piece({2, 3}, 15, {6, 1}, 6, {3, 1}, {7})}};
   map.ranks = {r0, r7};
+  map.content_digests["param"] = 0x1cf7d5947c3fcd66ull;  // for the rows that corrupt the record
   return map;
 }
 
@@ -376,7 +381,10 @@ TEST(Corruptions, EveryRowIsComplete) {
   LayoutOptions options;
   SeededChoices layouts(kSeed);
   std::vector<Map> maps;
-  for (int i = 0; i < 200; ++i) maps.push_back(generate_layout(layouts, options).map);
+  for (int i = 0; i < 200; ++i) {
+    maps.push_back(generate_layout(layouts, options).map);
+    if (i % 2 == 0) maps.back().content_digests["param"] = static_cast<std::uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+  }
   for (const CorruptionKind& kind : catalogue) {
     SeededChoices c(kSeed);
     int applied = 0;
@@ -386,6 +394,13 @@ TEST(Corruptions, EveryRowIsComplete) {
       ++applied;
       EXPECT_NE(out.map, map) << kind.name << " changed nothing";
       EXPECT_FALSE(out.record.field.empty()) << kind.name;
+      if (kind.target == CorruptionTarget::content_digests) {
+        EXPECT_FALSE(out.record.rank.has_value() || out.record.piece.has_value()) << kind.name;
+        EXPECT_EQ(out.record.field.rfind("content_digests.", 0), 0u) << kind.name;
+        EXPECT_EQ(out.map.ranks, map.ranks) << kind.name << " touched the layout";
+        EXPECT_NE(out.map.content_digests, map.content_digests) << kind.name;
+        continue;
+      }
       ASSERT_TRUE(out.record.rank.has_value()) << kind.name;
       switch (kind.target) {
         case CorruptionTarget::piece:
@@ -401,6 +416,8 @@ TEST(Corruptions, EveryRowIsComplete) {
           EXPECT_EQ(out.record.field, "rank") << kind.name;
           EXPECT_NE(out.map.ranks.size(), map.ranks.size()) << kind.name;
           break;
+        case CorruptionTarget::content_digests:
+          break;
       }
     }
     EXPECT_GT(applied, 0) << kind.name << " applies to none of " << maps.size() << " layouts";
@@ -414,6 +431,16 @@ TEST(Corruptions, EachKindEditsWhatItSays) {
     Corrupted out = corrupt_with(base, kind, c);
     EXPECT_EQ(out.record.kind, kind) << "fell back on a map where every kind applies";
     EXPECT_NE(out.map, base) << kind;
+    if (kind.rfind("digest_", 0) == 0) {
+      // The record beside the map, not the layout.
+      EXPECT_EQ(out.map.ranks, base.ranks) << kind;
+      EXPECT_EQ(out.record.field, "content_digests.param") << kind;
+      EXPECT_NE(out.record.old_value, out.record.new_value) << kind;
+      EXPECT_FALSE(out.map.content_digests.count("param") && out.map.content_digests.at("param") ==
+                                                                  base.content_digests.at("param"))
+          << kind << " left the record of state param intact";
+      continue;
+    }
     ASSERT_TRUE(out.record.rank.has_value()) << kind;
     if (kind == "drop_rank") {
       EXPECT_EQ(out.map.find_rank(*out.record.rank), nullptr);
@@ -458,6 +485,29 @@ TEST(Corruptions, RecordNamesThePieceAsWrittenAfterTheEdit) {
                              ->pieces[static_cast<std::size_t>(*offset.record.piece)];
     EXPECT_EQ(std::to_string(piece.source.offset), offset.record.new_value);
   }
+}
+
+// The digest rows are drawn only for a map that records a digest; a map without one
+// draws among the other rows, so the same seed corrupts it as it did before they existed.
+TEST(Corruptions, DigestKindsOnlyForMapsThatRecordADigest) {
+  Map plain = two_rank_split();
+  plain.content_digests.clear();
+  const Map recorded = two_rank_split();
+  int digest_kinds = 0;
+  int first_row = 0;  // every row applies to this map, so no draw falls back
+  const int n = 2000;
+  for (std::uint64_t seed = 0; seed < n; ++seed) {
+    SeededChoices a(seed), b(seed);
+    const Corrupted without = corrupt(plain, a);
+    EXPECT_NE(without.record.kind.rfind("digest_", 0), 0u) << without.record.kind;
+    first_row += without.record.kind == corruption_kinds().front();
+    digest_kinds += corrupt(recorded, b).record.kind.rfind("digest_", 0) == 0;
+  }
+  // Drawn among all rows, the digest rows would fall back to the first row, which would
+  // then come up about four times as often as any other.
+  const int rows = static_cast<int>(corruption_kinds().size()) - 3;
+  EXPECT_LT(first_row, 2 * n / rows) << "digest rows drawn for a map without a digest";
+  EXPECT_GT(digest_kinds, n * 3 / 50 / 2);
 }
 
 TEST(Corruptions, FallBackDeterministicallyWhenImpossible) {
@@ -508,12 +558,13 @@ TEST(Corruptions, SplitKeepsLayoutsValidOthersGetRefused) {
     if (!status.ok()) refused_kinds.insert(out.record.kind);
   }
   EXPECT_GT(splits, 20);
-  // Every kind must be able to break a map, except the split (which keeps it valid) and
-  // non-zero scales: those leave a valid map that describes different data, which only
-  // the truth oracle (or a replica compare) can see.
+  // Every kind must be able to break a map, except the split (which keeps it valid),
+  // non-zero scales (a valid map that describes different data, which only the truth
+  // oracle, a replica compare or a digest can see) and the digest rows (they damage the
+  // record beside the map, which only a rebuild asked to verify it judges).
   for (auto kind : corruption_kinds()) {
     if (kind == "split_piece" || kind == "scale_half" || kind == "scale_double" ||
-        kind == "scale_negative") {
+        kind == "scale_negative" || kind.rfind("digest_", 0) == 0) {
       continue;
     }
     EXPECT_TRUE(refused_kinds.count(std::string(kind))) << "never refused: " << kind;

@@ -161,6 +161,46 @@ TEST(SeededProperties, ConstructorRoundTrip) {
   }
 }
 
+// --- Content digests (contract section 10) -------------------------------------------
+
+// Recorded and verified digests turn every valid-but-different rebuild into a refusal of
+// kind digest; extract keeps the class (no digest of F can judge a shard). Without them
+// the class shows in rebuild, so the first expectation can fail.
+TEST(DigestCampaign, ClosesValidButDifferentForRebuildOnly) {
+  auto off = bulk_options(9, bulk_cases(40000) / 2);
+  auto on = off;
+  on.generate.record_digest = true;
+  const auto without = campaign::run(off);
+  const auto with = campaign::run(on);
+  ASSERT_TRUE(without.by_op.count("rebuild") && with.by_op.count("rebuild") && with.by_op.count("extract"));
+  EXPECT_GT(without.by_op.at("rebuild").valid_but_different, 0);
+  EXPECT_EQ(with.by_op.at("rebuild").valid_but_different, 0);
+  EXPECT_GT(with.by_op.at("extract").valid_but_different, 0);
+  EXPECT_EQ(with.total.wrong, 0);
+  EXPECT_TRUE(with.findings.empty()) << describe_findings(with);
+  ASSERT_TRUE(with.by_refusal_kind.count("digest"));
+  EXPECT_GT(with.by_refusal_kind.at("digest").cases, 0);
+  std::printf("digests: rebuild valid-but-different %lld without, %lld with; %lld refused digest\n",
+              static_cast<long long>(without.by_op.at("rebuild").valid_but_different),
+              static_cast<long long>(with.by_op.at("rebuild").valid_but_different),
+              static_cast<long long>(with.by_refusal_kind.at("digest").cases));
+}
+
+TEST(DigestCampaign, OrderIndependenceAndJsonRoundTripWithRecords) {
+  gen::CaseOptions options;
+  options.record_digest = true;
+  const Index cases = bulk_cases(40000) / 8;
+  Index recorded = 0;
+  for (Index i = 0; i < cases; ++i) {
+    gen::SeededChoices choices(campaign::case_seed(10, i));
+    const Case c = gen::generate_case(choices, options);
+    recorded += !c.map.content_digests.empty();
+    if (auto finding = props::check_order_independence(c, choices)) FAIL() << report(*finding);
+    if (auto finding = props::check_json_roundtrip(c)) FAIL() << report(*finding);
+  }
+  EXPECT_GT(recorded, cases / 2);
+}
+
 // --- Property 5: the harness can fail ----------------------------------------------
 
 // Under the legacy model the same generators must find silently wrong conversions
@@ -186,6 +226,7 @@ TEST_P(PlantedBug, IsCaught) {
   auto options = bulk_options(7, 5000);
   options.eval.bugs = GetParam().bugs;
   options.eval.compare_reference = !GetParam().truth_oracle_only;
+  options.generate.record_digest = GetParam().record_digest;
   const auto report = campaign::run(options);
   EXPECT_FALSE(report.findings.empty()) << "planted bug " << GetParam().name << " went unnoticed";
   if (GetParam().truth_oracle_only) {

@@ -15,7 +15,7 @@ struct KindName {
   ErrorKind kind;
   std::string_view name;
 };
-constexpr std::array<KindName, 10> kKindNames{{
+constexpr std::array<KindName, 11> kKindNames{{
     {ErrorKind::count, "count"},
     {ErrorKind::bounds, "bounds"},
     {ErrorKind::itself, "itself"},
@@ -25,6 +25,7 @@ constexpr std::array<KindName, 10> kKindNames{{
     {ErrorKind::holders, "holders"},
     {ErrorKind::scale, "scale"},
     {ErrorKind::shape, "shape"},
+    {ErrorKind::digest, "digest"},
     {ErrorKind::format, "format"},
 }};
 
@@ -381,6 +382,50 @@ Error too_large_for_reference(Index max_elements) {
                     fmt::format("the map is too large for the reference model (more than {} elements in F, a "
                                 "shard, or all pieces together)",
                                 max_elements));
+}
+
+namespace {
+// State names come from untrusted maps and case files: shown in double quotes, cut short,
+// with quotes, backslashes and control characters replaced, so a sentence stays one line
+// and its grammar holds whatever the name.
+std::string state_text(std::string_view state) {
+  constexpr std::size_t kShown = 48;
+  std::string out = "\"";
+  for (char c : state.substr(0, kShown)) {
+    const auto byte = static_cast<unsigned char>(c);
+    out += (byte < 0x20 || byte == 0x7f || c == '"' || c == '\\') ? '?' : c;
+  }
+  if (state.size() > kShown) out += "...";
+  return out + "\"";
+}
+}  // namespace
+
+Error digest_differs(std::uint64_t actual, std::uint64_t expected, const std::string* state) {
+  const std::string against = state != nullptr
+                                  ? fmt::format("the map records 0x{:016x} for state {}", expected, state_text(*state))
+                                  : fmt::format("the expected digest is 0x{:016x}", expected);
+  return make_error(ErrorKind::digest,
+                    fmt::format("the rebuilt F has content digest 0x{:016x} but {}; the shards do not hold the "
+                                "tensor the producer digested, or the map describes another layout",
+                                actual, against));
+}
+
+Error digest_not_recorded(const std::string& state, const std::vector<std::string>& recorded_states) {
+  constexpr std::size_t kListed = 4;
+  std::vector<std::string> shown;
+  for (const std::string& name : recorded_states) {
+    if (shown.size() == kListed) {
+      shown.emplace_back("...");
+      break;
+    }
+    shown.push_back(state_text(name));
+  }
+  return make_error(ErrorKind::digest,
+                    fmt::format("the map records no content digest for state {} ({}), so F cannot be verified as "
+                                "asked",
+                                state_text(state),
+                                shown.empty() ? std::string("it records none")
+                                              : fmt::format("it records {}", fmt::join(shown, ", "))));
 }
 
 Error allocation(std::string_view what, Index wanted) {

@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "shardcheck/digest.h"
+
 namespace shardcheck {
 namespace {
 
@@ -175,6 +177,25 @@ Result<Piece> decode_piece(const Json& value, const Cursor& where) {
     piece.scale = decoded.value();
   }
   return piece;
+}
+
+// "content_digests": {"<state>": "0x<16 hex digits>"} (contract section 10).
+Result<std::map<std::string, std::uint64_t>> read_digests(const Json& value, const Cursor& where) {
+  if (!value.is_object()) {
+    return fail(where, fmt::format("expected an object of content digests keyed by state, got {}", show(value)));
+  }
+  std::map<std::string, std::uint64_t> out;
+  for (const auto& [state, digest] : value.items()) {
+    const Cursor at = where.key(state);
+    if (state.empty()) return fail(at, "a content digest needs a state name, got the empty string");
+    std::optional<std::uint64_t> parsed;
+    if (digest.is_string()) parsed = parse_digest(digest.get_ref<const std::string&>());
+    if (!parsed) {
+      return fail(at, fmt::format("expected a content digest \"0x\" followed by 16 hex digits, got {}", show(digest)));
+    }
+    out.emplace(state, *parsed);
+  }
+  return out;
 }
 
 Result<RankEntry> decode_rank(const Json& value, Rank rank, Cursor where) {
@@ -481,6 +502,12 @@ Result<Map> decode_map(const Json& json, const std::string& path) {
   auto ranks = decode_ranks(*ranks_field.value(), root.key("ranks"));
   if (!ranks) return ranks.error();
   map.ranks = std::move(ranks.value());
+
+  if (const Json* digests = member(json, "content_digests")) {
+    auto decoded = read_digests(*digests, root.key("content_digests"));
+    if (!decoded) return decoded.error();
+    map.content_digests = std::move(decoded.value());
+  }
   return map;
 }
 
@@ -528,6 +555,11 @@ Json encode_map(const Map& map, RankOrder order) {
     }
   }
   out["ranks"] = std::move(body);
+  if (!map.content_digests.empty()) {
+    Json digests = Json::object();
+    for (const auto& [state, value] : map.content_digests) digests[state] = format_digest(value);
+    out["content_digests"] = std::move(digests);
+  }
   return out;
 }
 

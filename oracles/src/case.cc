@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "shardcheck/digest.h"
+
 namespace shardcheck {
 
 std::string_view op_name(Op op) {
@@ -296,6 +298,22 @@ Result<Case> decode_case(const Json& json) {
     }
     c.scale_power = static_cast<int>(power.value());
   }
+  // Contract section 10: the digest the rebuild is asked to verify.
+  if (json.contains("digest")) {
+    auto text = get_string(json["digest"], "$.digest");
+    if (!text) return text.error();
+    auto value = parse_digest(text.value());
+    if (!value) {
+      return format_error("$.digest", "expected a content digest \"0x\" followed by 16 hex digits");
+    }
+    c.digest = *value;
+  }
+  if (json.contains("digest_state")) {
+    auto state = get_string(json["digest_state"], "$.digest_state");
+    if (!state) return state.error();
+    if (state.value().empty()) return format_error("$.digest_state", "expected a state name, got the empty string");
+    c.digest_state = state.value();
+  }
   if (json.contains("op")) {
     auto name = get_string(json["op"], "$.op");
     if (!name) return name.error();
@@ -362,6 +380,8 @@ Json encode_case(const Case& c) {
     out["shards"] = std::move(shards);
   }
   out["scale_power"] = c.scale_power;
+  if (c.digest) out["digest"] = format_digest(*c.digest);
+  if (c.digest_state) out["digest_state"] = *c.digest_state;
   out["op"] = std::string(op_name(c.op));
   if (c.expect) out["expect"] = std::string(outcome_name(*c.expect));
   if (c.expect_error) out["expect_error"] = std::string(kind_name(*c.expect_error));

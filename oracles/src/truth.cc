@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "shardcheck/digest.h"
+
 namespace shardcheck::oracles {
 
 namespace {
@@ -194,6 +196,31 @@ Result<Inputs> prepare_truth(const Case& c, const ConvertOptions& strict) {
   return in;
 }
 
+// Contract section 10 from the outside: a rebuild asked to verify a digest may return
+// only a tensor with that digest. Why this one breaks it, or nothing.
+std::optional<std::string> digest_not_enforced(const Case& c, const Buffer& output) {
+  if (!c.digest && !c.digest_state) return std::nullopt;
+  const std::uint64_t actual = digest(output);
+  if (c.digest_state) {
+    auto it = c.map.content_digests.find(*c.digest_state);
+    if (it == c.map.content_digests.end()) {
+      return fmt::format("rebuild accepted a tensor although the map records no content digest for state "
+                         "\"{}\" as asked",
+                         *c.digest_state);
+    }
+    if (it->second != actual) {
+      return fmt::format("rebuild accepted a tensor with content digest {} although the map records {} for "
+                         "state \"{}\"",
+                         format_digest(actual), format_digest(it->second), *c.digest_state);
+    }
+  }
+  if (c.digest && *c.digest != actual) {
+    return fmt::format("rebuild accepted a tensor with content digest {} although the expected digest is {}",
+                       format_digest(actual), format_digest(*c.digest));
+  }
+  return std::nullopt;
+}
+
 OpOutcome run_rebuild(const Case& c, const Inputs& in, const ConvertOptions& options) {
   OpOutcome out;
   out.op = Op::rebuild;
@@ -207,9 +234,17 @@ OpOutcome run_rebuild(const Case& c, const Inputs& in, const ConvertOptions& opt
     out.verdict = Outcome::wrong;
     out.message = "WRONG: rebuild returned a tensor where no correct tensor exists: " +
                   (in.no_truth ? in.no_truth->to_string() : std::string("no ground truth"));
-    return out;
+  } else {
+    set_compared(out, "rebuild", *in.expected, *out.output);
   }
-  set_compared(out, "rebuild", *in.expected, *out.output);
+  if (auto why = digest_not_enforced(c, *out.output)) {
+    out.digest_ignored = true;
+    constexpr std::string_view kWrong = "WRONG: ";
+    const bool was_wrong = out.verdict == Outcome::wrong && out.message.starts_with(kWrong);
+    out.message = was_wrong ? fmt::format("{}{}; {}", kWrong, *why, out.message.substr(kWrong.size()))
+                            : fmt::format("{}{}", kWrong, *why);
+    out.verdict = Outcome::wrong;
+  }
   return out;
 }
 
@@ -444,6 +479,7 @@ Json op_to_json(DType dtype, const OpOutcome& op) {
   out["verdict"] = std::string(outcome_name(op.verdict));
   if (op.error) out["kind"] = std::string(kind_name(op.error->kind));
   if (op.rank) out["rank"] = *op.rank;
+  if (op.digest_ignored) out["digest_ignored"] = true;
   out["message"] = op.message;
   if (op.error) out["error"] = error_to_json(*op.error);
   if (op.difference) {
@@ -465,9 +501,17 @@ Json op_to_json(DType dtype, const OpOutcome& op) {
 
 }  // namespace
 
+Result<std::uint64_t> truth_digest(const Case& c) {
+  auto full = make_full(c, c.truth_map(), "truth");
+  if (!full) return full.error();
+  return digest(full.value());
+}
+
 Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options, OracleKind oracle) {
   ConvertOptions tested = options;
   tested.scale_power = c.scale_power;
+  tested.expected_digest = c.digest;
+  tested.digest_state = c.digest_state;
   ConvertOptions strict;
   strict.scale_power = c.scale_power;
   Result<CaseOutcome> outcome = CaseOutcome{};

@@ -142,18 +142,26 @@ std::string format_table(const Report& report) {
     out += "\n" + table_header("refused as");
     for (const auto& [kind, tally] : report.by_refusal_kind) out += table_row(kind, tally);
   }
+  // Per operation: a content digest closes the valid-but-different class for rebuild only.
+  out += "\n" + table_header("operation");
+  for (Op op : {Op::rebuild, Op::extract}) {
+    auto it = report.by_op.find(std::string(op_name(op)));
+    out += table_row(op_name(op), it == report.by_op.end() ? Tally{} : it->second);
+  }
   out += "\n" + table_row("total", report.total);
   const double rate = report.seconds > 0 ? static_cast<double>(report.cases) / report.seconds : 0.0;
   const Options& o = report.options;
   out += fmt::format(
-      "\n{} cases in {:.1f} s ({:.0f} cases/s, {} job{}{}); policy {}, oracle {}{}\n", report.cases,
+      "\n{} cases in {:.1f} s ({:.0f} cases/s, {} job{}{}); policy {}, oracle {}{}{}\n", report.cases,
       report.seconds, rate, o.jobs, o.jobs == 1 ? "" : "s", o.isolate ? ", isolated" : "",
       policy_name(o.eval.policy), oracle_name(o.eval.oracle),
+      o.generate.record_digest ? ", content digests recorded and verified" : "",
       report.complete ? "" : "; stopped before the end (resume with --resume)");
-  out += fmt::format("rerun: shardcheck campaign --seed {} --cases {} --policy {} --oracle {}{}\n", o.seed,
+  out += fmt::format("rerun: shardcheck campaign --seed {} --cases {} --policy {} --oracle {}{}{}\n", o.seed,
                      o.cases ? *o.cases : report.cases, policy_name(o.eval.policy), oracle_name(o.eval.oracle),
                      o.shard_count > 1 ? fmt::format(" --shard {}/{}", o.shard_index, o.shard_count)
-                                       : std::string());
+                                       : std::string(),
+                     o.generate.record_digest ? " --digest" : "");
   return out;
 }
 
@@ -187,15 +195,17 @@ Json report_to_json(const Report& report) {
   j["isolate"] = o.isolate;
   j["shard"] = fmt::format("{}/{}", o.shard_index, o.shard_count);
   j["max_elements"] = o.generate.layout.max_elements;
+  j["digest"] = o.generate.record_digest;
   j["complete"] = report.complete;
   j["cases"] = report.cases;
   j["seconds"] = report.seconds;
   j["cases_per_second"] = report.seconds > 0 ? static_cast<double>(report.cases) / report.seconds : 0.0;
   j["total"] = tally_json(report.total);
-  for (const auto* section : {"by_constructor", "by_corruption", "by_refusal_kind"}) j[section] = Json::object();
+  for (const auto* section : {"by_constructor", "by_corruption", "by_refusal_kind", "by_op"}) j[section] = Json::object();
   for (const auto& [name, tally] : report.by_constructor) j["by_constructor"][name] = tally_json(tally);
   for (const auto& [name, tally] : report.by_corruption) j["by_corruption"][name] = tally_json(tally);
   for (const auto& [name, tally] : report.by_refusal_kind) j["by_refusal_kind"][name] = tally_json(tally);
+  for (const auto& [name, tally] : report.by_op) j["by_op"][name] = tally_json(tally);
   j["findings"] = Json::array();
   for (const auto& finding : report.findings) {
     Json f{{"signature", finding.signature},
@@ -221,6 +231,7 @@ Json checkpoint_to_json(const Checkpoint& checkpoint) {
   j["oracle"] = oracle_name(o.eval.oracle);
   j["strict_layout"] = o.eval.strict_layout;
   j["max_elements"] = o.generate.layout.max_elements;
+  j["digest"] = o.generate.record_digest;
   j["shard_index"] = o.shard_index;
   j["shard_count"] = o.shard_count;
   j["jobs"] = o.jobs;
@@ -231,10 +242,11 @@ Json checkpoint_to_json(const Checkpoint& checkpoint) {
   j["complete"] = report.complete;
   j["done"] = Json::array();
   for (const auto& [first, end] : checkpoint.done) j["done"].push_back(Json::array({first, end}));
-  for (const auto* section : {"by_constructor", "by_corruption", "by_refusal_kind"}) j[section] = Json::object();
+  for (const auto* section : {"by_constructor", "by_corruption", "by_refusal_kind", "by_op"}) j[section] = Json::object();
   for (const auto& [name, tally] : report.by_constructor) j["by_constructor"][name] = tally_array(tally);
   for (const auto& [name, tally] : report.by_corruption) j["by_corruption"][name] = tally_array(tally);
   for (const auto& [name, tally] : report.by_refusal_kind) j["by_refusal_kind"][name] = tally_array(tally);
+  for (const auto& [name, tally] : report.by_op) j["by_op"][name] = tally_array(tally);
   j["findings"] = Json::array();
   for (const auto& finding : report.findings) {
     j["findings"].push_back(Json{{"signature", finding.signature},
@@ -294,6 +306,7 @@ Checkpoint parse_checkpoint(const Json& j) {
   else throw std::out_of_range("unknown oracle");
   o.eval.strict_layout = j.at("strict_layout").get<bool>();
   o.generate.layout.max_elements = count_field(j, "max_elements");
+  o.generate.record_digest = j.at("digest").get<bool>();
   o.shard_index = j.at("shard_index").get<int>();
   o.shard_count = j.at("shard_count").get<int>();
   if (o.shard_count < 1 || o.shard_index < 0 || o.shard_index >= o.shard_count) {
@@ -322,6 +335,7 @@ Checkpoint parse_checkpoint(const Json& j) {
   for (const auto& [name, tally] : j.at("by_constructor").items()) report.by_constructor[name] = tally_from_array(tally);
   for (const auto& [name, tally] : j.at("by_corruption").items()) report.by_corruption[name] = tally_from_array(tally);
   for (const auto& [name, tally] : j.at("by_refusal_kind").items()) report.by_refusal_kind[name] = tally_from_array(tally);
+  for (const auto& [name, tally] : j.at("by_op").items()) report.by_op[name] = tally_from_array(tally);
   for (const auto& [name, tally] : report.by_constructor) {
     report.total.merge(tally);
     if (report.total.cases > kMaxCount) throw std::out_of_range("the tallies count too many cases");

@@ -66,6 +66,7 @@ struct BatchResult {
   std::map<std::string, Tally> by_constructor;
   std::map<std::string, Tally> by_corruption;
   std::map<std::string, Tally> by_refusal_kind;
+  std::map<std::string, Tally> by_op;
   std::map<std::string, FindingState> findings;
   void add_finding(const FindingState& finding);
   void merge(const BatchResult& other);

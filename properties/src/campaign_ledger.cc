@@ -63,6 +63,7 @@ void BatchResult::merge(const BatchResult& other) {
   for (const auto& [name, tally] : other.by_constructor) by_constructor[name].merge(tally);
   for (const auto& [name, tally] : other.by_corruption) by_corruption[name].merge(tally);
   for (const auto& [name, tally] : other.by_refusal_kind) by_refusal_kind[name].merge(tally);
+  for (const auto& [name, tally] : other.by_op) by_op[name].merge(tally);
   for (const auto& [signature, finding] : other.findings) add_finding(finding);
 }
 
@@ -113,6 +114,7 @@ std::optional<FindingState> run_case(const Options& options, Index index, BatchR
   into.by_constructor[c.constructor].add(evaluation.category);
   into.by_corruption[corruption_of(c)].add(evaluation.category);
   if (evaluation.refusal) into.by_refusal_kind[std::string(kind_name(*evaluation.refusal))].add(evaluation.category);
+  for (const auto& [op, category] : evaluation.ops) into.by_op[std::string(op_name(op))].add(category);
   if (!evaluation.finding) return std::nullopt;
   // evaluate_case's reproducer is the case itself, so the index alone brings it back.
   FindingState finding{evaluation.finding->signature, evaluation.finding->message, index, 1};
@@ -169,6 +171,7 @@ Ledger::Ledger(const Options& options, const Checkpoint* resume) : options_(opti
   committed_.by_constructor = report.by_constructor;
   committed_.by_corruption = report.by_corruption;
   committed_.by_refusal_kind = report.by_refusal_kind;
+  committed_.by_op = report.by_op;
   for (const auto& record : report.findings) {
     committed_.findings[record.signature] = FindingState{record.signature, record.message, record.first_case,
                                                          record.occurrences, record.numel, record.pieces,
@@ -218,6 +221,7 @@ Report make_report(const Options& options, const BatchResult& state, double seco
   report.by_constructor = state.by_constructor;
   report.by_corruption = state.by_corruption;
   report.by_refusal_kind = state.by_refusal_kind;
+  report.by_op = state.by_op;
   for (const auto& [name, tally] : report.by_constructor) report.total.merge(tally);
   report.cases = report.total.cases;
   for (const auto& [signature, f] : state.findings) {

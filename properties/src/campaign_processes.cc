@@ -164,6 +164,7 @@ std::string batch_frame(Range range, const BatchResult& result) {
   e.tallies(result.by_constructor);
   e.tallies(result.by_corruption);
   e.tallies(result.by_refusal_kind);
+  e.tallies(result.by_op);
   e.u32(static_cast<std::uint32_t>(result.findings.size()));
   for (const auto& [signature, f] : result.findings) {
     e.str(f.signature);
@@ -179,6 +180,7 @@ bool decode_batch(Decoder& d, Range& range, BatchResult& result) {
   d.tallies(result.by_constructor);
   d.tallies(result.by_corruption);
   d.tallies(result.by_refusal_kind);
+  d.tallies(result.by_op);
   const std::uint32_t n = d.u32();
   for (std::uint32_t i = 0; d.ok() && i < n; ++i) {
     FindingState f;

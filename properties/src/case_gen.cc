@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "shardcheck/gen/corruption.h"
+#include "shardcheck/oracles/truth.h"
 
 namespace shardcheck::gen {
 
@@ -16,7 +17,26 @@ bool has_scale(const Map& map) {
   }
   return false;
 }
+
+int draw_scale_power(ChoiceSource& c, const CaseOptions& options, const Map& truth) {
+  // The truth map must be able to write the shards, and a scaled map converts only a
+  // parameter (p = 1); a corruption may still add a scale, which the map under test
+  // must then refuse.
+  if (!options.allow_scale_power || has_scale(truth)) return 1;
+  Index power = c.between(0, 19);
+  return power < 17 ? 1 : power < 19 ? -1 : -2;
+}
+
 }  // namespace
+
+std::string digest_state_for(int scale_power) {
+  switch (scale_power) {
+    case 1: return "param";
+    case -1: return "exp_avg";
+    case -2: return "exp_avg_sq";
+    default: return "p" + std::to_string(scale_power);
+  }
+}
 
 Case generate_case(ChoiceSource& c, const CaseOptions& options) {
   Layout layout = generate_layout(c, options.layout);
@@ -27,6 +47,19 @@ Case generate_case(ChoiceSource& c, const CaseOptions& options) {
   auto per_mille = static_cast<Index>(std::clamp(p, 0.0, 1.0) * 1000.0);
   // The lo answer corrupts: an exhausted fuzzer input still exercises a corruption.
   bool corrupted = c.between(0, 999) < per_mille;
+  std::optional<int> power;
+  if (options.record_digest) {
+    // The record names the state, so the power is drawn before the corruption here.
+    power = draw_scale_power(c, options, layout.map);
+    Case producer;
+    producer.map = layout.map;
+    producer.dtype = layout.dtype;
+    if (auto recorded = oracles::truth_digest(producer)) {
+      const std::string state = digest_state_for(*power);
+      layout.map.content_digests[state] = recorded.value();
+      out.digest_state = state;
+    }
+  }
   if (corrupted) {
     Corrupted bad = corrupt(layout.map, c);
     out.map = std::move(bad.map);
@@ -38,13 +71,7 @@ Case generate_case(ChoiceSource& c, const CaseOptions& options) {
   }
   Index op = c.between(0, 9);
   out.op = op < 8 ? Op::rebuild : op == 8 ? Op::extract : Op::both;
-  // The truth map must be able to write the shards, and a scaled map converts only a
-  // parameter (p = 1); a corruption may still add a scale, which the map under test
-  // must then refuse.
-  if (options.allow_scale_power && !has_scale(out.truth_map())) {
-    Index power = c.between(0, 19);
-    out.scale_power = power < 17 ? 1 : power < 19 ? -1 : -2;
-  }
+  out.scale_power = power ? *power : draw_scale_power(c, options, out.truth_map());
   out.name.reserve(6 + layout.constructor.size() + out.corruption->kind.size());
   out.name.append("gen-").append(layout.constructor).append("-").append(out.corruption->kind);
   out.constructor = std::move(layout.constructor);

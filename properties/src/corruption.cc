@@ -87,6 +87,7 @@ auto* axes_of(P& piece, Field field) {
     case Field::piece:
     case Field::shard_shape:
     case Field::ranks:
+    case Field::content_digests:
       break;
   }
   return out;
@@ -114,6 +115,8 @@ std::string_view record_name(Field field) {
       return "piece";
     case Field::ranks:
       return "rank";
+    case Field::content_digests:
+      return "content_digests";
   }
   return "?";
 }
@@ -148,6 +151,7 @@ bool piece_fits(const Row& row, const Piece& p, const MapFacts& f) {
       return splittable(p);
     case Fits::has_rank:        // rows of the rank list have no piece sites
     case Fits::has_shard_axis:  // nor have rows of a shard shape
+    case Fits::has_digest:      // nor rows of the recorded digests
       return false;
   }
   return false;
@@ -159,6 +163,8 @@ bool map_fits(const Row& row, const Map& map) {
       return map.ranks.size() >= 2;
     case Fits::has_rank:
       return !map.ranks.empty();
+    case Fits::has_digest:
+      return !map.content_digests.empty();
     case Fits::always:
     case Fits::has_axis:
     case Fits::axis_differs:
@@ -209,7 +215,9 @@ Site nth_site(const Row& row, const Map& map, const MapFacts& f, std::size_t n) 
 
 bool applicable(const Row& row, const Map& map, const MapFacts& f) {
   if (!map_fits(row, map)) return false;
-  return detail::target_of(row.field) == CorruptionTarget::ranks || count_sites(row, map, f) > 0;
+  const CorruptionTarget target = detail::target_of(row.field);
+  return target == CorruptionTarget::ranks || target == CorruptionTarget::content_digests ||
+         count_sites(row, map, f) > 0;
 }
 
 // The vector an axis edit changes: a piece's shape or strides, or a shard shape.
@@ -269,6 +277,12 @@ void apply_edit(detail::Edit& e, const Row& row, Site site) {
       return rank_add_copy(e);
     case Op::drop_rank:
       return rank_drop(e);
+    case Op::flip_digest_bit:
+      return digest_flip_bit(e);
+    case Op::drop_digest:
+      return digest_drop(e);
+    case Op::digest_to_other_state:
+      return digest_to_other_state(e);
   }
 }
 
@@ -291,6 +305,7 @@ Corrupted apply_from(const Map& map, std::size_t first, ChoiceSource& c) {
   Site site;
   switch (detail::target_of(row.field)) {
     case CorruptionTarget::ranks:
+    case CorruptionTarget::content_digests:
       break;
     case CorruptionTarget::shard_shape:
       site = nth_site(row, map, facts, c.below(count_sites(row, map, facts)));
@@ -313,7 +328,8 @@ std::span<const std::string_view> corruption_kinds() { return kKindNames; }
 std::span<const CorruptionKind> corruption_catalogue() { return kCatalogue; }
 
 Corrupted corrupt(const Map& map, ChoiceSource& c) {
-  return apply_from(map, c.below(kKindCount), c);
+  const std::size_t drawn = map.content_digests.empty() ? detail::first_digest_row() : kKindCount;
+  return apply_from(map, c.below(drawn), c);
 }
 
 Corrupted corrupt_with(const Map& map, std::string_view kind, ChoiceSource& c) {

@@ -33,6 +33,7 @@ enum class Field {
   piece,
   shard_shape,
   ranks,
+  content_digests,
 };
 enum class Fits {
   always,
@@ -48,6 +49,7 @@ enum class Fits {
   two_ranks,
   has_rank,
   has_shard_axis,
+  has_digest,
 };
 enum class Op {
   add_at_axis,
@@ -71,6 +73,9 @@ enum class Op {
   add_empty_rank,
   add_copy_rank,
   drop_rank,
+  flip_digest_bit,
+  drop_digest,
+  digest_to_other_state,
 };
 
 // An edit's parameter: an Index (deltas, offsets, stride values) or a scale.
@@ -102,6 +107,8 @@ constexpr CorruptionTarget target_of(Field field) {
       return CorruptionTarget::shard_shape;
     case Field::ranks:
       return CorruptionTarget::ranks;
+    case Field::content_digests:
+      return CorruptionTarget::content_digests;
   }
   return CorruptionTarget::piece;
 }
@@ -118,7 +125,8 @@ constexpr bool is_offset(Field f) { return f == Field::source_offset || f == Fie
 constexpr bool fits_suits(Field field, Fits fits) {
   switch (fits) {
     case Fits::always:
-      return target_of(field) != CorruptionTarget::shard_shape;
+      return target_of(field) != CorruptionTarget::shard_shape &&
+             target_of(field) != CorruptionTarget::content_digests;
     case Fits::has_axis:
     case Fits::axis_differs:
     case Fits::two_distinct:
@@ -139,6 +147,8 @@ constexpr bool fits_suits(Field field, Fits fits) {
       return field == Field::ranks;
     case Fits::has_shard_axis:
       return field == Field::shard_shape;
+    case Fits::has_digest:
+      return field == Field::content_digests;
   }
   return false;
 }
@@ -199,6 +209,10 @@ constexpr bool well_formed(Field field, Fits fits, Op op, Param param) {
     case Op::add_copy_rank:
     case Op::drop_rank:
       return field == Field::ranks && fits == Fits::has_rank && no_param;
+    case Op::flip_digest_bit:
+    case Op::drop_digest:
+    case Op::digest_to_other_state:
+      return field == Field::content_digests && fits == Fits::has_digest && no_param;
   }
   return false;
 }
@@ -231,6 +245,19 @@ constexpr std::size_t always_applicable_row() {
 }
 static_assert(always_applicable_row() < kKindCount,
               "corruptions.def needs a row every map can take (a `ranks` row that applies always)");
+
+// The rows that edit the recorded content digests come last: corrupt() draws them only
+// for a map that records a digest, so a map without one draws exactly as it did before
+// those rows existed (the same seeds and fuzz inputs give the same cases).
+constexpr std::size_t first_digest_row() {
+  std::size_t first = kKindCount;
+  for (std::size_t i = 0; i < kKindCount; ++i) {
+    if (target_of(kRows[i].field) == CorruptionTarget::content_digests && first == kKindCount) first = i;
+    if (first != kKindCount && target_of(kRows[i].field) != CorruptionTarget::content_digests) return 0;
+  }
+  return first;
+}
+static_assert(first_digest_row() > 0, "corruptions.def: the content_digests rows must be the last rows");
 
 // A piece by position: map.ranks[rank].pieces[piece].
 struct Site {
@@ -276,6 +303,11 @@ void piece_split(Edit& e, Site site);
 void rank_add_empty(Edit& e);
 void rank_add_copy(Edit& e);
 void rank_drop(Edit& e);
+
+// Edits of the recorded content digests (the map records at least one).
+void digest_flip_bit(Edit& e);
+void digest_drop(Edit& e);
+void digest_to_other_state(Edit& e);
 
 // Predicates that keep an edit from being a no-op; the edits choose axes by the same
 // rules, so a piece that fits always has an axis to edit.

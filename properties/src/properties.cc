@@ -24,7 +24,7 @@ Finding make_finding(const Case& c, std::string signature, std::string message) 
 }
 
 // The columns of planted_bugs.def.
-enum class Alone { any_finding, truth_oracle, masked };
+enum class Alone { any_finding, truth_oracle, truth_oracle_digests, masked };
 enum class Blind { in_blind, not_blind };
 enum class Conversion { memory_safe, memory_unsafe };
 
@@ -110,6 +110,20 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
     return evaluation;
   }
   const oracles::CaseOutcome& result = outcome.value();
+  // Fully valid = conditions 1-6 by the reference model and, for a rebuild, condition 7
+  // (replica data) by the clean strict policy on the very shards the oracle converted. An
+  // extract reads no shard data, so 1-6 decide it alone.
+  std::optional<bool> map_valid;
+  auto fully_valid = [&](const oracles::OpOutcome& op) {
+    if (op.digest_ignored) return false;
+    if (!map_valid) map_valid = oracles::reference_check(c.map).valid();
+    return *map_valid && (op.op == Op::extract || result.valid_layout);
+  };
+  for (const auto& op : result.ops) {
+    Outcome category = op.verdict;
+    if (op.verdict == Outcome::wrong && fully_valid(op)) category = Outcome::wrong_valid_layout;
+    evaluation.ops.emplace_back(op.op, category);
+  }
   switch (result.verdict) {
     case Outcome::refused:
       evaluation.category = Outcome::refused;
@@ -120,15 +134,12 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
       break;
     case Outcome::wrong:
     case Outcome::wrong_valid_layout: {
-      // Fully valid = conditions 1-6 by the reference model and, for a rebuild,
-      // condition 7 (replica data) by the clean strict policy on the very shards the
-      // oracle converted. An extract reads no shard data, so 1-6 decide it alone.
-      const bool map_valid = oracles::reference_check(c.map).valid();
       const oracles::OpOutcome* silently_wrong = nullptr;
       const oracles::OpOutcome* different = nullptr;
-      for (const auto& op : result.ops) {
+      for (std::size_t i = 0; i < result.ops.size(); ++i) {
+        const oracles::OpOutcome& op = result.ops[i];
         if (op.verdict != Outcome::wrong) continue;
-        const bool valid = map_valid && (op.op == Op::extract || result.valid_layout);
+        const bool valid = evaluation.ops[i].second == Outcome::wrong_valid_layout;
         const oracles::OpOutcome*& first = valid ? different : silently_wrong;
         if (!first) first = &op;
       }
@@ -137,8 +148,9 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
       if ((silently_wrong || options.strict_layout) && !evaluation.finding && shown) {
         evaluation.finding = make_finding(
             c,
-            fmt::format("{}:{}:{}/{}", silently_wrong ? "silently-wrong" : "valid-but-different",
-                        op_name(shown->op), constructor_label(c), corruption_label(c)),
+            fmt::format("{}:{}{}:{}/{}", silently_wrong ? "silently-wrong" : "valid-but-different",
+                        op_name(shown->op), shown->digest_ignored ? "-ignoring-digest" : "",
+                        constructor_label(c), corruption_label(c)),
             result.message);
       }
       break;
@@ -249,11 +261,12 @@ std::span<const PlantedScenario> planted_scenarios() {
     // truth oracle alone must then see silently wrong tensors.
     PlantedScenario blind{"skip_all_layout_checks_and_writer_record",
                           "every in_blind switch of planted_bugs.def", {}, true};
-#define SHARDCHECK_PLANTED_BUG(name, disables, alone, in, conversion)                       \
-  if (Alone::alone != Alone::masked) {                                                      \
-    s.push_back(PlantedScenario{#name, disables, {}, Alone::alone == Alone::truth_oracle}); \
-    s.back().bugs.name = true;                                                              \
-  }                                                                                         \
+#define SHARDCHECK_PLANTED_BUG(name, disables, alone, in, conversion)                                   \
+  if (Alone::alone != Alone::masked) {                                                                  \
+    s.push_back(PlantedScenario{#name, disables, {}, Alone::alone != Alone::any_finding,                \
+                                Alone::alone == Alone::truth_oracle_digests});                          \
+    s.back().bugs.name = true;                                                                          \
+  }                                                                                                     \
   if (Blind::in == Blind::in_blind) blind.bugs.name = true;
 #include "shardcheck/planted_bugs.def"
 #undef SHARDCHECK_PLANTED_BUG

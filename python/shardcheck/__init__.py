@@ -38,7 +38,7 @@ class MapError(ValueError):
 
     ``kind`` is one of the stable error kinds (``count``, ``bounds``, ``itself``,
     ``twice``, ``uncovered``, ``different_data``, ``holders``, ``scale``, ``shape``,
-    ``format``); ``rank``, ``piece`` (the index in that rank's list, as written) and
+    ``digest``, ``format``); ``rank``, ``piece`` (the index in that rank's list, as written) and
     ``address`` say where, each None when it does not apply. ``side`` says whether
     ``address`` is an element of the full tensor (``"full"``) or a shard address
     (``"shard"``); ``path`` is the JSON location of a ``format`` error. ``str(e)`` is the

@@ -7,7 +7,10 @@
 // (spec 4.1) and lives apart in legacy.cc.
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "shardcheck/backend.h"
@@ -29,6 +32,15 @@ struct ConvertOptions {
   int scale_power = 1;         // p: 1 parameter, -1 exp_avg, -2 exp_avg_sq
   Backend* backend = nullptr;  // nullptr: the CPU backend
   CheckOptions checks;         // planted bugs and limits (strict only)
+  // Content digest (contract section 10), strict rebuild only: after every check and the
+  // copy, digest(F) of F as rebuilt (after unscaling) must equal the expected value, or
+  // the rebuild is refused with kind `digest`. `expected_digest` is a value the caller
+  // has; `digest_state` asks for the map's own record, map.content_digests[state] (a map
+  // without an entry for that state is refused `digest`). Both may be given; both must
+  // match. Neither: no digest is computed. The legacy policy ignores both, as DeepSpeed
+  // before the fix had no digests.
+  std::optional<std::uint64_t> expected_digest;
+  std::optional<std::string> digest_state;
 };
 
 // F of numel(logical_shape) elements of `dtype`. Shards must all have `dtype`.

@@ -58,6 +58,7 @@ enum class ErrorKind {
   holders,         // locations disagree with the ranks that really hold the data
   scale,           // invalid scale, or scale with scale_power != 1, or on a non-float dtype
   shape,           // a supplied buffer has the wrong element count
+  digest,          // the rebuilt tensor's content digest is not the one expected (contract section 10)
   format,          // malformed input: types, missing keys, negative numbers, overflow
 };
 
@@ -66,7 +67,7 @@ inline constexpr ErrorKind kAllErrorKinds[] = {
     ErrorKind::count,     ErrorKind::bounds,         ErrorKind::itself,
     ErrorKind::twice,     ErrorKind::uncovered,      ErrorKind::different_data,
     ErrorKind::holders,   ErrorKind::scale,          ErrorKind::shape,
-    ErrorKind::format};
+    ErrorKind::digest,    ErrorKind::format};
 
 std::string_view kind_name(ErrorKind kind);
 std::optional<ErrorKind> parse_kind(std::string_view name);
@@ -222,6 +223,11 @@ Error shard_without_shape(Rank rank);
 Error unlisted_shard(Rank rank);
 Error full_numel(Index got, Index wanted);
 Error no_shard_to_extract(Rank rank);
+
+// Contract section 10: F as rebuilt against a content digest. `state`: the map's record
+// for that state was compared; nullptr: the value the caller gave.
+Error digest_differs(std::uint64_t actual, std::uint64_t expected, const std::string* state);
+Error digest_not_recorded(const std::string& state, const std::vector<std::string>& recorded_states);
 
 // Resource limits on untrusted maps.
 Error too_large_to_verify(Index max_runs);

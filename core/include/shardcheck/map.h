@@ -1,6 +1,8 @@
 // The affine shard map (spec section 1), in mdspan's vocabulary.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,6 +58,11 @@ struct RankEntry {
 struct Map {
   Extents logical_shape;
   std::vector<RankEntry> ranks;
+  // Content digests recorded by the producer per stored tensor ("param", "exp_avg", ...;
+  // contract section 10). They describe data, not the layout: no check reads them, and
+  // conversion compares one only when asked (ConvertOptions::digest_state). Part of
+  // equality so that a codec round trip must keep them.
+  std::map<std::string, std::uint64_t> content_digests{};
 
   const RankEntry* find_rank(Rank r) const;
   RankEntry* find_rank(Rank r);

@@ -41,6 +41,10 @@ struct Case {
   std::optional<std::vector<std::uint64_t>> full;                 // F's bits
   std::optional<std::map<Rank, std::vector<std::uint64_t>>> shards;  // supplied shards' bits
   int scale_power = 1;
+  // Content digest (contract section 10) the rebuild of `map` is asked to verify: a value
+  // the consumer was given, and/or the state whose entry in map.content_digests counts.
+  std::optional<std::uint64_t> digest;
+  std::optional<std::string> digest_state;
   Op op = Op::rebuild;
   std::optional<Outcome> expect;
   std::optional<ErrorKind> expect_error;

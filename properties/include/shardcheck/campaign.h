@@ -86,6 +86,8 @@ struct Report {
   std::map<std::string, Tally> by_constructor;
   std::map<std::string, Tally> by_corruption;
   std::map<std::string, Tally> by_refusal_kind;  // refused cases per error kind
+  // Per operation run ("rebuild", "extract"): a case with op both counts in each row.
+  std::map<std::string, Tally> by_op;
   Tally total;
   std::vector<FindingRecord> findings;  // sorted by signature
   // Every requested case ran (or the time budget ran out); false for a stopped campaign.

@@ -9,6 +9,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "shardcheck/case.h"
 #include "shardcheck/checks.h"
@@ -38,12 +40,17 @@ struct Evaluation {
   Outcome category = Outcome::exact;
   std::optional<ErrorKind> refusal;  // the kind, when refused
   std::optional<Finding> finding;
+  // Each operation the case ran (rebuild and/or extract) with its own category, so that
+  // a table can show the valid-but-different class per operation: a content digest
+  // closes it for rebuild, nothing closes it for extract (contract section 10).
+  std::vector<std::pair<Op, Outcome>> ops;
 };
 
 // Property 2 (and 3 when compare_reference): the case through the oracle. A silently
 // wrong outcome is a finding unless the reference model says the map is fully valid,
 // in which case it is the valid-but-different class (a finding only with
-// strict_layout). An unusable case (its truth map refused) is a finding too: the
+// strict_layout). A rebuild that accepts a tensor without the content digest it was
+// asked to verify is silently wrong whatever the layout. An unusable case (its truth map refused) is a finding too: the
 // generators must only produce usable cases.
 Evaluation evaluate_case(const Case& c, const EvalOptions& options = {});
 
@@ -74,6 +81,9 @@ struct PlantedScenario {
   // Judged by the truth oracle alone (no reference comparison): the scenario must show
   // up as silently wrong tensors, not only as a disagreement about the map.
   bool truth_oracle_only = false;
+  // Run with content digests recorded and verified (gen::CaseOptions::record_digest):
+  // what the switch turns off only exists there.
+  bool record_digest = false;
 };
 std::span<const PlantedScenario> planted_scenarios();
 

@@ -29,6 +29,9 @@ struct OpOutcome {
   std::optional<Rank> rank;            // extract: the rank that was wrong or refused
   std::optional<Difference> difference;  // when wrong
   std::optional<Buffer> output;        // rebuild output (also when wrong)
+  // Rebuild accepted although it was asked to verify a content digest that F as returned
+  // does not have (or that the map does not record): wrong whatever the layout.
+  bool digest_ignored = false;
   std::string message;
 };
 
@@ -51,6 +54,11 @@ struct CaseOutcome {
 // wrong count for a valid map) come back as a Result error: the case is unusable.
 Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options = {},
                              OracleKind oracle = OracleKind::truth);
+
+// Contract section 10, the producer's side: digest(F) of F as the truth oracle writes the
+// shards of this case (its full tensor, or markers over the truth map's logical shape).
+// An unusable case is an error, as in run_case.
+Result<std::uint64_t> truth_digest(const Case& c);
 
 // One JSON object: verdict, kind, message, valid_layout, ops, difference.
 Json outcome_to_json(const Case& c, const CaseOutcome& outcome);

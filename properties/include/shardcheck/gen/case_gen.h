@@ -1,6 +1,8 @@
 // Whole generated Cases: a layout, usually corrupted, with an op and a scale power.
 #pragma once
 
+#include <string>
+
 #include "shardcheck/case.h"
 #include "shardcheck/gen/choice.h"
 #include "shardcheck/gen/layout.h"
@@ -11,7 +13,16 @@ struct CaseOptions {
   LayoutOptions layout;
   double corrupt_probability = 0.9;  // clamped to [0, 1]
   bool allow_scale_power = true;     // otherwise always p = 1; scaled layouts always get p = 1
+  // The producer records a content digest (contract section 10): digest(F) of the tensor
+  // the truth oracle writes, in the layout's content_digests under the case's state
+  // (digest_state_for(scale_power)), before the corruption, which may then damage that
+  // record itself; the case asks rebuild to verify that state (Case::digest_state).
+  bool record_digest = false;
 };
+
+// The state a tensor converted with scale_power p is recorded under: "param" (1),
+// "exp_avg" (-1), "exp_avg_sq" (-2), otherwise "p<power>".
+std::string digest_state_for(int scale_power);
 
 // Case.map is the corrupted map and Case.truth the layout that wrote the shards. An
 // uncorrupted case leaves truth empty (truth_map() is then the map itself, which saves

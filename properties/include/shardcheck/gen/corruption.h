@@ -25,9 +25,11 @@ inline constexpr std::string_view kNoCorruption = "none";
 std::span<const std::string_view> corruption_kinds();
 
 // What a kind edits: one piece (a field of it, or the whole piece), one rank entry's
-// shard shape, or the list of ranks. The record names the piece for `piece`, the rank
-// for `shard_shape`, and the rank added or dropped for `ranks`.
-enum class CorruptionTarget { piece, shard_shape, ranks };
+// shard shape, the list of ranks, or the content digests the producer recorded beside
+// the map (contract section 10). The record names the piece for `piece`, the rank for
+// `shard_shape`, the rank added or dropped for `ranks`, and no rank for
+// `content_digests` (its field is "content_digests.<state>").
+enum class CorruptionTarget { piece, shard_shape, ranks, content_digests };
 
 struct CorruptionKind {
   std::string_view name;
@@ -41,7 +43,9 @@ std::span<const CorruptionKind> corruption_catalogue();
 // valid or not. A kind that cannot apply (no piece, no axis, one rank) falls back
 // deterministically to the next applicable kind in corruption_kinds() order; adding
 // an empty rank always applies, so this never fails. The record names the rank id and
-// the piece index as written after the edit (for delete_piece: where it was).
+// the piece index as written after the edit (for delete_piece: where it was). The
+// kinds that damage the recorded content digests are drawn only for a map that records
+// one.
 Corrupted corrupt(const Map& map, ChoiceSource& choices);
 
 // The same with the kind fixed by name, falling back the same way when it cannot apply

@@ -1,0 +1,323 @@
+#include "shardcheck/digest.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "shardcheck/backend.h"
+#include "shardcheck/checks.h"
+
+namespace shardcheck {
+
+namespace {
+
+// Elements are read as the low bytes of their integer of the same width.
+static_assert(std::endian::native == std::endian::little);
+
+// Four 64-bit lanes. GCC and clang lower the lane-wise 64-bit multiply to what the
+// target has (AVX2: three 32-bit multiplies per lane pair), so the loop below is
+// vectorised on every target, and in one AVX2 clone where the CPU has AVX2.
+using Lanes = std::uint64_t __attribute__((vector_size(32)));
+
+// In place: a 32-byte vector passed by value would change the ABI without AVX.
+[[gnu::always_inline]] inline void finalise(Lanes& x) {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  x ^= x >> 31;
+}
+
+// Sum of the terms of n elements p[0], p[stride], p[2 * stride], ..., element j taken
+// at the key (index * gamma) key + j * key_step. Keys rather than indices: index * gamma
+// for consecutive positions is one addition apart, which keeps the multiplies for the
+// finaliser. Two accumulators of four lanes hide the multiply latency.
+template <class U, bool kContiguous>
+[[gnu::always_inline]] inline std::uint64_t sum_terms(const U* p, Index stride, Index n, std::uint64_t key,
+                                                      std::uint64_t key_step) {
+  const Index s = kContiguous ? 1 : stride;
+  Lanes acc0{};
+  Lanes acc1{};
+  Lanes k0{key, key + key_step, key + 2 * key_step, key + 3 * key_step};
+  Lanes k1 = k0 + 4 * key_step;
+  const std::uint64_t step8 = 8 * key_step;
+  Index j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const U* q = p + j * s;
+    Lanes x0 = k0 + Lanes{q[0], q[s], q[2 * s], q[3 * s]};
+    Lanes x1 = k1 + Lanes{q[4 * s], q[5 * s], q[6 * s], q[7 * s]};
+    finalise(x0);
+    finalise(x1);
+    acc0 += x0;
+    acc1 += x1;
+    k0 += step8;
+    k1 += step8;
+  }
+  const Lanes acc = acc0 + acc1;
+  std::uint64_t sum = acc[0] + acc[1] + acc[2] + acc[3];
+  std::uint64_t k = key + static_cast<std::uint64_t>(j) * key_step;
+  for (; j < n; ++j, k += key_step) {
+    std::uint64_t x = k + p[j * s];
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    sum += x;
+  }
+  return sum;
+}
+
+using SumFn = std::uint64_t (*)(const std::byte*, Index, Index, std::uint64_t, std::uint64_t);
+
+template <class U>
+std::uint64_t sum_generic(const std::byte* data, Index stride, Index n, std::uint64_t key, std::uint64_t step) {
+  const auto* p = reinterpret_cast<const U*>(data);
+  return stride == 1 ? sum_terms<U, true>(p, 1, n, key, step) : sum_terms<U, false>(p, stride, n, key, step);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SHARDCHECK_DIGEST_AVX2 1
+template <class U>
+[[gnu::target("avx2")]] std::uint64_t sum_avx2(const std::byte* data, Index stride, Index n, std::uint64_t key,
+                                              std::uint64_t step) {
+  const auto* p = reinterpret_cast<const U*>(data);
+  return stride == 1 ? sum_terms<U, true>(p, 1, n, key, step) : sum_terms<U, false>(p, stride, n, key, step);
+}
+#endif
+
+struct Kernels {
+  SumFn by_width[4];  // 1, 2, 4, 8 bytes
+};
+
+Kernels pick_kernels() {
+#ifdef SHARDCHECK_DIGEST_AVX2
+  if (__builtin_cpu_supports("avx2")) {
+    return {{sum_avx2<std::uint8_t>, sum_avx2<std::uint16_t>, sum_avx2<std::uint32_t>, sum_avx2<std::uint64_t>}};
+  }
+#endif
+  return {{sum_generic<std::uint8_t>, sum_generic<std::uint16_t>, sum_generic<std::uint32_t>,
+           sum_generic<std::uint64_t>}};
+}
+
+SumFn kernel_for(DType dtype) {
+  static const Kernels kernels = pick_kernels();
+  switch (element_size(dtype)) {
+    case 1: return kernels.by_width[0];
+    case 2: return kernels.by_width[1];
+    case 4: return kernels.by_width[2];
+    default: return kernels.by_width[3];
+  }
+}
+
+std::uint64_t key_of(Index index) { return static_cast<std::uint64_t>(index) * kDigestGamma; }
+
+// The elements of one block: shape, its positions in F (source view) and where its
+// values are read (data, through data_view, in elements of `dtype`).
+struct Block {
+  const Extents* shape = nullptr;
+  const StridedView* source = nullptr;
+  const std::byte* data = nullptr;
+  StridedView data_view;
+};
+
+// Calls fn(source address, data address, n, source step, data step) for each run of the
+// innermost axis, in row-major order. The caller has checked the views.
+template <class Fn>
+void for_each_row(const Extents& shape, const StridedView& src, const StridedView& dat, Fn&& fn) {
+  for (Index e : shape) {
+    if (e == 0) return;
+  }
+  const std::size_t d = shape.size();
+  if (d == 0) {
+    fn(src.offset, dat.offset, Index{1}, Index{0}, Index{1});
+    return;
+  }
+  std::vector<Index> counter(d - 1, 0);
+  Index s_base = src.offset;
+  Index d_base = dat.offset;
+  while (true) {
+    fn(s_base, d_base, shape[d - 1], src.strides[d - 1], dat.strides[d - 1]);
+    std::size_t axis = d - 1;
+    while (true) {
+      if (axis == 0) return;
+      --axis;
+      if (++counter[axis] < shape[axis]) {
+        s_base += src.strides[axis];
+        d_base += dat.strides[axis];
+        break;
+      }
+      s_base -= (shape[axis] - 1) * src.strides[axis];
+      d_base -= (shape[axis] - 1) * dat.strides[axis];
+      counter[axis] = 0;
+    }
+  }
+}
+
+std::uint64_t block_terms(DType dtype, const Block& b) {
+  const SumFn sum = kernel_for(dtype);
+  const auto size = static_cast<Index>(element_size(dtype));
+  std::uint64_t total = 0;
+  for_each_row(*b.shape, *b.source, b.data_view, [&](Index s, Index at, Index n, Index s_step, Index d_step) {
+    // A zero data stride only happens on an axis of extent 1 in a checked map.
+    total += sum(b.data + at * size, d_step == 0 ? 1 : d_step, n, key_of(s), key_of(s_step));
+  });
+  return total;
+}
+
+// Element by element, skipping (and claiming) elements of F already counted: for replica
+// pieces of one rank whose source spans overlap, which a valid map allows.
+std::uint64_t block_terms_once(DType dtype, const Block& b, std::vector<std::uint8_t>& claimed) {
+  const auto size = static_cast<Index>(element_size(dtype));
+  std::uint64_t total = 0;
+  for_each_row(*b.shape, *b.source, b.data_view, [&](Index s, Index at, Index n, Index s_step, Index d_step) {
+    for (Index j = 0; j < n; ++j) {
+      const Index element = s + j * s_step;
+      auto& mark = claimed[static_cast<std::size_t>(element)];
+      if (mark != 0) continue;
+      mark = 1;
+      std::uint64_t bits = 0;
+      std::memcpy(&bits, b.data + (at + j * d_step) * size, static_cast<std::size_t>(size));
+      total += digest_term(static_cast<std::uint64_t>(element), bits);
+    }
+  });
+  return total;
+}
+
+// The shards against the map, as rebuild checks them: one dtype, one shard per rank with
+// pieces, each of the map's size, none for a rank the map does not list.
+Result<DType> check_share_shards(const Map& map, const ShardSet& shards) {
+  std::optional<DType> dtype;
+  for (const auto& [rank, shard] : shards) {
+    if (dtype && shard.dtype() != *dtype) return fault::shard_dtype(rank, shard.dtype(), *dtype);
+    dtype = shard.dtype();
+    const RankEntry* entry = map.find_rank(rank);
+    if (entry == nullptr) return fault::unlisted_shard(rank);
+    if (!entry->shard_shape) {
+      if (shard.numel() != 0) return fault::shard_without_shape(rank);
+      continue;
+    }
+    const Index numel = checked_numel(*entry->shard_shape).value_or(-1);  // checked by check_map
+    if (shard.numel() != numel) return fault::shard_numel(rank, shard.numel(), numel);
+  }
+  for (const RankEntry& entry : map.ranks) {
+    if (!entry.pieces.empty() && shards.find(entry.rank) == shards.end()) {
+      return fault::missing_shard(entry.rank, entry.pieces.size());
+    }
+  }
+  return dtype.value_or(DType::float32);
+}
+
+Status check_share_scales(const Map& map, DType dtype, int scale_power) {
+  for (const RankEntry& entry : map.ranks) {
+    for (std::size_t i = 0; i < entry.pieces.size(); ++i) {
+      const Piece& piece = entry.pieces[i];
+      if (piece.scale == 1.0) continue;
+      const PieceAt at{entry.rank, static_cast<Index>(i), &piece};
+      if (scale_power != 1) return fault::scale_needs_power_one(at, scale_power);
+      if (!is_floating(dtype)) return fault::scale_on_integer(at, dtype);
+    }
+  }
+  return {};
+}
+
+bool spans_overlap(std::vector<std::pair<Index, Index>>& spans) {
+  std::sort(spans.begin(), spans.end());
+  for (std::size_t i = 1; i < spans.size(); ++i) {
+    if (spans[i].first <= spans[i - 1].second) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::uint64_t digest_elements(DType dtype, const std::byte* data, Index count, Index first_index) {
+  if (count <= 0) return 0;
+  return kernel_for(dtype)(data, 1, count, key_of(first_index), kDigestGamma);
+}
+
+std::uint64_t detail::digest_elements_baseline(DType dtype, const std::byte* data, Index count, Index first_index) {
+  if (count <= 0) return 0;
+  SumFn sum = sum_generic<std::uint64_t>;
+  switch (element_size(dtype)) {
+    case 1: sum = sum_generic<std::uint8_t>; break;
+    case 2: sum = sum_generic<std::uint16_t>; break;
+    case 4: sum = sum_generic<std::uint32_t>; break;
+    default: break;
+  }
+  return sum(data, 1, count, key_of(first_index), kDigestGamma);
+}
+
+std::uint64_t digest(const Buffer& full) { return digest_elements(full.dtype(), full.data(), full.numel(), 0); }
+
+Result<std::map<Rank, std::uint64_t>> digest_shares(const Map& map, const ShardSet& shards, int scale_power) {
+  if (Status e = check_map(map); !e.ok()) return e.error();
+  auto dtype = check_share_shards(map, shards);
+  if (!dtype) return dtype.error();
+  if (Status e = check_share_scales(map, dtype.value(), scale_power); !e.ok()) return e.error();
+  const Index numel_f = checked_numel(map.logical_shape).value_or(0);  // checked by check_map
+
+  const std::unique_ptr<Backend> backend = make_cpu_backend();
+  std::map<Rank, std::uint64_t> shares;
+  std::vector<const Piece*> counted;
+  std::vector<std::pair<Index, Index>> replica_spans;
+  std::vector<std::uint8_t> claimed;
+  Buffer unscaled;
+  for (const auto& [rank, shard] : shards) {
+    std::uint64_t share = 0;
+    const RankEntry* entry = map.find_rank(rank);
+    counted.clear();
+    replica_spans.clear();
+    for (const Piece& piece : entry->pieces) {
+      if (*std::min_element(piece.locations.begin(), piece.locations.end()) != rank) continue;
+      auto span = span_facts(piece.shape, piece.source);
+      if (span->empty) continue;
+      counted.push_back(&piece);
+      if (piece.locations.size() > 1) replica_spans.emplace_back(piece.source.offset, span->max_address);
+    }
+    // Only replicas may cover an element twice within one rank; when their spans are
+    // disjoint no element can be counted twice and the fast path is exact.
+    const bool dedupe = spans_overlap(replica_spans);
+    if (dedupe) claimed.assign(static_cast<std::size_t>(numel_f), 0);
+    for (const Piece* piece : counted) {
+      Block block{&piece->shape, &piece->source, shard.data(), piece->dest};
+      if (piece->scale != 1.0) {
+        // Unscaled by the same backend copy rebuild uses, so the share digests the very
+        // bits rebuild writes into F.
+        const Index numel = span_facts(piece->shape, piece->source)->numel;
+        unscaled = Buffer(dtype.value(), numel);
+        BlockCopy copy = rebuild_block(*piece, shard, unscaled, scale_power);
+        copy.to_view = StridedView{0, row_major_strides(piece->shape)};
+        backend->copy_block(dtype.value(), copy);
+        block.data = unscaled.data();
+        block.data_view = copy.to_view;
+      }
+      share += dedupe && piece->locations.size() > 1 ? block_terms_once(dtype.value(), block, claimed)
+                                                     : block_terms(dtype.value(), block);
+    }
+    shares[rank] = share;
+  }
+  return shares;
+}
+
+std::string format_digest(std::uint64_t digest) { return fmt::format("0x{:016x}", digest); }
+
+std::optional<std::uint64_t> parse_digest(std::string_view text) {
+  if (text.size() != 18 || text[0] != '0' || text[1] != 'x') return std::nullopt;
+  std::uint64_t value = 0;
+  const char* first = text.data() + 2;
+  const char* last = text.data() + text.size();
+  if (!std::all_of(first, last, [](char c) {
+        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+      })) {
+    return std::nullopt;
+  }
+  auto [end, ec] = std::from_chars(first, last, value, 16);
+  if (ec != std::errc() || end != last) return std::nullopt;
+  return value;
+}
+
+}  // namespace shardcheck
