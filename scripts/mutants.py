@@ -1,0 +1,361 @@
+#!/usr/bin/env python3
+"""Mutation testing over the catalogue mutants/mutants.tsv (see scripts/mutants.sh)."""
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CATALOGUE = REPO / "mutants" / "mutants.tsv"
+DETECTORS = ("campaign", "replay", "ctest")
+# Statuses of one (mutant, detector) cell. Stale and build-failed are never counted as killed.
+KILLED, SURVIVED, STALE, BUILD_FAILED = "killed", "survived", "stale", "build-failed"
+
+
+def unescape(text):
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            n = text[i + 1]
+            out.append({"n": "\n", "t": "\t", "\\": "\\"}.get(n, "\\" + n))
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def read_catalogue(path):
+    mutants, ids, errors = [], set(), []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        cols = line.split("\t")
+        if len(cols) != 5 or not all(c.strip() for c in cols):
+            errors.append(f"{path}:{lineno}: expected 5 non-empty TAB-separated columns, got {len(cols)}")
+            continue
+        mid, file, search, replace, what = cols
+        if mid in ids:
+            errors.append(f"{path}:{lineno}: duplicate id {mid}")
+        ids.add(mid)
+        search, replace = unescape(search), unescape(replace)
+        if search == replace:
+            errors.append(f"{path}:{lineno}: {mid}: the replacement equals the search text")
+        mutants.append({"id": mid, "file": file, "search": search, "replace": replace, "what": what})
+    if errors:
+        sys.exit("\n".join(errors))
+    return mutants
+
+
+def sh(cmd, log, timeout=None, cwd=None, env=None):
+    """Runs cmd, appending its output to log; returns (exit code, seconds). 124 on timeout."""
+    start = time.monotonic()
+    with open(log, "a") as out:
+        out.write(f"$ {' '.join(map(str, cmd))}\n")
+        out.flush()
+        # Own process group, so a timeout ends the campaign's workers too.
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                                start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 15)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+            rc = 124
+            out.write(f"\n[mutants] timed out after {timeout} s\n")
+    return rc, time.monotonic() - start
+
+
+def sync_tree(scratch_src):
+    """Copies the tracked and untracked-but-not-ignored files into scratch_src, touching only
+    files whose content differs (so the scratch build stays incremental)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO, check=True,
+                            capture_output=True).stdout.decode().split("\0")
+    wanted = set()
+    for rel in filter(None, listed):
+        src = REPO / rel
+        if not src.is_file():
+            continue  # deleted in the working tree but still in the index
+        wanted.add(rel)
+        dst = scratch_src / rel
+        if dst.is_file() and dst.read_bytes() == src.read_bytes():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    for path in sorted(scratch_src.rglob("*"), reverse=True):
+        rel = path.relative_to(scratch_src).as_posix()
+        if path.is_file() and rel not in wanted:
+            path.unlink()
+
+
+def replay_targets():
+    out = subprocess.run(["bash", "-c", 'source fuzz/targets.sh && fuzz_targets'], cwd=REPO, check=True,
+                         capture_output=True, text=True).stdout.split()
+    return [f"{name}_replay" for name in out]
+
+
+def targets_for(detectors):
+    if "ctest" in detectors:
+        return None  # everything
+    targets = []
+    if "campaign" in detectors:
+        targets.append("shardcheck")
+    if "replay" in detectors:
+        targets += replay_targets()
+    return targets
+
+
+def build(args, build_dir, targets, log):
+    cmd = ["cmake", "--build", str(build_dir), "-j", str(args.build_jobs)]
+    if targets:
+        cmd += ["--target", *targets]
+    return sh(cmd, log, timeout=args.build_timeout)
+
+
+def run_campaign(args, build_dir, work, log):
+    """The strict campaign, then the same with --digest. Killed: exit code 1 or any finding
+    (another non-zero exit, such as a crash of the campaign itself, counts too and is noted)."""
+    exe = build_dir / "shardcheck"
+    runs = [("plain", []), ("digest", ["--digest"])]
+    shares = (0.6, 0.4)
+    total_s, details = 0.0, []
+    for (name, extra), share in zip(runs, shares):
+        out = work / f"campaign-{name}"
+        shutil.rmtree(out, ignore_errors=True)
+        seconds = max(1, int(args.budget * share))
+        cmd = [str(exe), "campaign", "--seed", str(args.seed), "--time", str(seconds), "--jobs", str(args.jobs),
+               "--out", str(out), "--quiet", "--case-time-limit", str(args.case_time_limit), *extra]
+        if args.cases:
+            cmd += ["--cases", str(args.cases)]
+        rc, secs = sh(cmd, log, timeout=seconds + 120)
+        total_s += secs
+        findings = []
+        try:
+            report = json.loads((out / "report.json").read_text())
+            findings = [f["signature"] for f in report.get("findings", [])]
+            cases = report.get("cases")
+        except (OSError, ValueError):
+            cases = None
+        if rc != 0 or findings:
+            why = f"{name}: exit {rc}" + (f", {len(findings)} finding(s), first {findings[0]}" if findings else "")
+            if rc not in (0, 1):
+                why += " (not a verdict: crash, timeout or bad usage)"
+            return KILLED, why, total_s
+        details.append(f"{name}: {cases if cases is not None else '?'} cases clean")
+    return SURVIVED, "; ".join(details), total_s
+
+
+def run_ctest(args, build_dir, log, regex=None):
+    cmd = ["ctest", "--test-dir", str(build_dir), "-j", str(args.jobs), "--timeout", str(args.budget * 4)]
+    if regex:
+        cmd += ["-R", regex]
+    rc, secs = sh(cmd, log, timeout=args.ctest_timeout)
+    if rc == 0:
+        return SURVIVED, "all tests passed", secs
+    failed = []
+    try:
+        text = Path(log).read_text().splitlines()
+        failed = [l.split(" - ")[1].split(" (")[0].strip() for l in text if " - " in l and "(Failed" in l or
+                  " - " in l and "(Timeout" in l or " - " in l and "(SEGFAULT" in l or " - " in l and "(Subprocess" in l]
+    except (OSError, IndexError):
+        pass
+    return KILLED, f"exit {rc}" + (f"; failed: {', '.join(failed[:4])}" if failed else ""), secs
+
+
+def detect(detector, args, build_dir, work, log):
+    if detector == "campaign":
+        return run_campaign(args, build_dir, work, log)
+    if detector == "replay":
+        return run_ctest(args, build_dir, log, regex="^fuzz_")
+    return run_ctest(args, build_dir, log)
+
+
+def write_reports(out_dir, meta, results, detectors):
+    with open(out_dir / "results.tsv", "w") as f:
+        f.write("id\tfile\tdetector\tstatus\tseconds\tdetail\n")
+        for r in results:
+            for d in detectors:
+                cell = r["detectors"][d]
+                f.write(f"{r['id']}\t{r['file']}\t{d}\t{cell['status']}\t{cell['seconds']:.1f}\t{cell['detail']}\n")
+    totals = summarize(results, detectors)
+    (out_dir / "results.json").write_text(json.dumps({**meta, "totals": totals, "mutants": results}, indent=1))
+    lines = [f"# Mutation testing: {meta['started']}", "",
+             f"Catalogue `mutants/mutants.tsv` at `{meta['commit']}`; detectors {', '.join(detectors)}; "
+             f"budget {meta['budget']} s per detector, seed {meta['seed']}, {meta['jobs']} jobs.", "",
+             "| mutant | file | " + " | ".join(detectors) + " | what |",
+             "|---|---|" + "---|" * len(detectors) + "---|"]
+    for r in results:
+        cells = [r["detectors"][d]["status"] for d in detectors]
+        cells = [f"**{c}**" if c == SURVIVED else c for c in cells]
+        lines.append(f"| {r['id']} | {r['file']} | " + " | ".join(cells) + f" | {r['what']} |")
+    lines += ["", "| detector | killed | survived | build-failed | stale | score (killed / judged) |",
+              "|---|---|---|---|---|---|"]
+    for d in detectors:
+        t = totals[d]
+        lines.append(f"| {d} | {t[KILLED]} | {t[SURVIVED]} | {t[BUILD_FAILED]} | {t[STALE]} | {t['score']} |")
+    survivors = [r for r in results if any(r["detectors"][d]["status"] == SURVIVED for d in detectors)]
+    if survivors:
+        lines += ["", "Survivors (detail of the first detector each survived):", ""]
+        for r in survivors:
+            d = next(d for d in detectors if r["detectors"][d]["status"] == SURVIVED)
+            lines.append(f"- `{r['id']}` ({r['file']}): {r['what']} [{d}: {r['detectors'][d]['detail']}]")
+    (out_dir / "matrix.md").write_text("\n".join(lines) + "\n")
+    return totals
+
+
+def summarize(results, detectors):
+    totals = {}
+    for d in detectors:
+        t = {KILLED: 0, SURVIVED: 0, BUILD_FAILED: 0, STALE: 0}
+        for r in results:
+            t[r["detectors"][d]["status"]] += 1
+        judged = t[KILLED] + t[SURVIVED]
+        t["score"] = f"{t[KILLED]}/{judged} ({100.0 * t[KILLED] / judged:.0f}%)" if judged else "-"
+        totals[d] = t
+    return totals
+
+
+def print_matrix(results, detectors, totals):
+    width = max([len(r["id"]) for r in results] + [6])
+    print(f"\n{'mutant':<{width}}  " + "  ".join(f"{d:<12}" for d in detectors))
+    for r in results:
+        print(f"{r['id']:<{width}}  " + "  ".join(f"{r['detectors'][d]['status']:<12}" for d in detectors))
+    print()
+    for d in detectors:
+        t = totals[d]
+        print(f"{d}: killed {t[KILLED]}, survived {t[SURVIVED]}, build-failed {t[BUILD_FAILED]}, stale {t[STALE]}; "
+              f"score {t['score']}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--detectors", default="campaign", help="comma-separated: campaign, replay, ctest")
+    p.add_argument("--only", action="append", default=[], help="mutant id (repeatable, or comma-separated)")
+    p.add_argument("--budget", type=int, default=60, help="seconds per mutant per detector (campaign: both runs)")
+    p.add_argument("--jobs", type=int, default=2, help="campaign workers and ctest parallelism")
+    p.add_argument("--build-jobs", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--cases", type=int, default=0, help="cap each campaign run at N cases (deterministic)")
+    p.add_argument("--case-time-limit", type=int, default=10)
+    p.add_argument("--out", help="report folder (default out/mutants/<time>)")
+    p.add_argument("--scratch", help="scratch tree and build, reused between runs "
+                   "(default $TMPDIR/shardcheck-mutants-<uid>)")
+    p.add_argument("--build-timeout", type=int, default=1200)
+    p.add_argument("--ctest-timeout", type=int, default=3600)
+    p.add_argument("--list", action="store_true", help="check the catalogue's anchors against this tree and exit")
+    args = p.parse_args()
+
+    detectors = [d for d in args.detectors.split(",") if d]
+    for d in detectors:
+        if d not in DETECTORS:
+            sys.exit(f"mutants: unknown detector {d!r} (campaign, replay, ctest)")
+    mutants = read_catalogue(CATALOGUE)
+    only = {i for o in args.only for i in o.split(",") if i}
+    if only:
+        unknown = only - {m["id"] for m in mutants}
+        if unknown:
+            sys.exit(f"mutants: no mutant {', '.join(sorted(unknown))} in {CATALOGUE}")
+        mutants = [m for m in mutants if m["id"] in only]
+
+    if args.list:
+        stale = 0
+        for m in mutants:
+            path = REPO / m["file"]
+            n = path.read_text().count(m["search"]) if path.is_file() else 0
+            state = "ok" if n == 1 else f"STALE ({n} matches)"
+            stale += n != 1
+            print(f"{m['id']:<34} {m['file']:<26} {state}")
+        print(f"{len(mutants)} mutants, {stale} stale")
+        return 1 if stale else 0
+
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out_dir = Path(args.out) if args.out else REPO / "out" / "mutants" / stamp
+    out_dir = out_dir.resolve()
+    (out_dir / "logs").mkdir(parents=True, exist_ok=True)
+    scratch = Path(args.scratch or Path(os.environ.get("TMPDIR", "/tmp")) / f"shardcheck-mutants-{os.getuid()}")
+    scratch = scratch.resolve()
+    if scratch == REPO or REPO in scratch.parents:
+        sys.exit("mutants: the scratch folder must be outside the repository")
+    src, build_dir, work = scratch / "src", scratch / "build", scratch / "work"
+    for d in (src, work):
+        d.mkdir(parents=True, exist_ok=True)
+
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True,
+                            text=True).stdout.strip()
+    meta = {"started": stamp, "commit": commit, "detectors": detectors, "budget": args.budget, "seed": args.seed,
+            "jobs": args.jobs, "cases": args.cases or None}
+    print(f"mutants: {len(mutants)} mutants, detectors {','.join(detectors)}, budget {args.budget} s, "
+          f"scratch {scratch}, report {out_dir}", flush=True)
+
+    sync_tree(src)
+    setup_log = out_dir / "logs" / "_baseline.log"
+    if not (build_dir / "build.ninja").exists() and not (build_dir / "Makefile").exists():
+        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+        rc, _ = sh(["cmake", *gen, "-S", str(src), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
+                    "-DSHARDCHECK_CUDA=OFF", "-DSHARDCHECK_BENCH=OFF", "-DSHARDCHECK_TESTS=ON",
+                    "-DSHARDCHECK_SANITIZE=OFF"], setup_log)
+        if rc != 0:
+            sys.exit(f"mutants: configuring the scratch build failed, see {setup_log}")
+    targets = targets_for(detectors)
+    rc, secs = build(args, build_dir, targets, setup_log)
+    if rc != 0:
+        sys.exit(f"mutants: the unmutated tree does not build, see {setup_log}")
+    print(f"baseline build: {secs:.0f} s", flush=True)
+    # Every detector must pass on the unmutated tree, or every mutant would look killed.
+    for d in detectors:
+        status, detail, secs = detect(d, args, build_dir, work, setup_log)
+        print(f"baseline {d}: {detail} ({secs:.0f} s)", flush=True)
+        if status != SURVIVED:
+            sys.exit(f"mutants: the {d} detector fails on the unmutated tree ({detail}); see {setup_log}")
+
+    results = []
+    for i, m in enumerate(mutants, 1):
+        path = src / m["file"]
+        log = out_dir / "logs" / f"{m['id']}.log"
+        log.write_text(f"# {m['id']}: {m['what']}\n")
+        original = path.read_text() if path.is_file() else None
+        matches = original.count(m["search"]) if original is not None else 0
+        row = {"id": m["id"], "file": m["file"], "what": m["what"], "detectors": {}}
+        cells = row["detectors"]
+        if matches != 1:
+            for d in detectors:
+                cells[d] = {"status": STALE, "seconds": 0.0,
+                            "detail": f"the search text occurs {matches} times in {m['file']}"}
+        else:
+            try:
+                path.write_text(original.replace(m["search"], m["replace"], 1))
+                rc, bsecs = build(args, build_dir, targets, log)
+                if rc != 0:
+                    for d in detectors:
+                        cells[d] = {"status": BUILD_FAILED, "seconds": bsecs, "detail": f"build exit {rc}"}
+                else:
+                    for d in detectors:
+                        status, detail, secs = detect(d, args, build_dir, work, log)
+                        cells[d] = {"status": status, "seconds": secs, "detail": detail}
+            finally:
+                path.write_text(original)
+        results.append(row)
+        summary = ", ".join(f"{d} {cells[d]['status']}" for d in detectors)
+        print(f"[{i}/{len(mutants)}] {m['id']}: {summary}  ({cells[detectors[0]]['detail']})", flush=True)
+        write_reports(out_dir, meta, results, detectors)  # current after every mutant
+
+    # Leave the scratch build matching the real tree for the next run.
+    build(args, build_dir, targets, setup_log)
+    totals = write_reports(out_dir, meta, results, detectors)
+    print_matrix(results, detectors, totals)
+    print(f"\nreport: {out_dir}/matrix.md, results.tsv, results.json; logs in {out_dir}/logs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

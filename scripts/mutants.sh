@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Mutation testing: plants each mutant of mutants/mutants.tsv in turn, in a scratch copy of
+# this tree (never the tree itself), rebuilds incrementally in one scratch build folder
+# reused across mutants, runs the detectors and prints the kill matrix.
+#
+#   scripts/mutants.sh [--detectors campaign,replay,ctest] [--only ID] [--budget SECONDS]
+#                      [--out DIR] [--jobs J] [--seed S] [--cases N] [--scratch DIR] [--list]
+#
+# Detectors: campaign (the strict campaign, fixed seed, --budget seconds split 60/40
+# between a plain run and a --digest run; builds only the shardcheck CLI), replay
+# (ctest -R '^fuzz_': the fuzz corpora, the canary's known findings and
+# corpus/regressions/) and ctest (the whole suite).
+# A mutant is killed by a campaign that exits 1 or reports a finding, or a non-zero ctest.
+# A mutant whose search text no longer occurs exactly once is stale, one that does not
+# compile is build-failed; neither counts as killed. The unmutated tree must pass every
+# detector first. --list only checks the anchors (exit 1 when any is stale).
+# Output (default out/mutants/<time>/): matrix.md, results.tsv, results.json, logs/.
+# Run it nightly (README, Fuzzing: Nightly), not in CI: a full pass takes about
+# (build + budget) x mutants.
+set -euo pipefail
+exec python3 "$(dirname "$0")/mutants.py" "$@"
