@@ -16,7 +16,7 @@
 #
 # Defaults: --out out/coverage, --build build-coverage, --seconds 60 (the campaign's
 # total), --seed 1, --jobs 2. Works from a clean checkout: installs what is missing
-# (scripts/install-deps.sh; the LLVM tools come with clang), configures and builds.
+# (scripts/install-deps.sh, plus llvm-14 for llvm-profdata and llvm-cov), configures and builds.
 # Read out/coverage/summary.md first.
 set -euo pipefail
 
@@ -35,7 +35,8 @@ while (($#)); do
   esac
 done
 
-bash "$repo/scripts/install-deps.sh"
+# llvm-14: llvm-profdata and llvm-cov for the clang 14 that install-deps.sh installs.
+bash "$repo/scripts/install-deps.sh" llvm-14
 source "$repo/fuzz/targets.sh"
 
 # The profile tools must match the compiler's LLVM version.

@@ -335,6 +335,7 @@ def main():
             try:
                 path.write_text(original.replace(m["search"], m["replace"], 1))
                 rc, bsecs = build(args, build_dir, targets, log)
+                row["build_seconds"] = round(bsecs, 1)
                 if rc != 0:
                     for d in detectors:
                         cells[d] = {"status": BUILD_FAILED, "seconds": bsecs, "detail": f"build exit {rc}"}
@@ -346,7 +347,8 @@ def main():
                 path.write_text(original)
         results.append(row)
         summary = ", ".join(f"{d} {cells[d]['status']}" for d in detectors)
-        print(f"[{i}/{len(mutants)}] {m['id']}: {summary}  ({cells[detectors[0]]['detail']})", flush=True)
+        built = f", build {row['build_seconds']:.0f} s" if "build_seconds" in row else ""
+        print(f"[{i}/{len(mutants)}] {m['id']}: {summary}  ({cells[detectors[0]]['detail']}{built})", flush=True)
         write_reports(out_dir, meta, results, detectors)  # current after every mutant
 
     # Leave the scratch build matching the real tree for the next run.
