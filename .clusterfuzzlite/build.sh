@@ -4,6 +4,11 @@
 # $CC (unused: the project is C++ only), $LIB_FUZZING_ENGINE (replaces
 # -fsanitize=fuzzer at link time), $SRC (the checkout is $SRC/shardcheck), $WORK (the
 # build tree) and $OUT (binaries, seed corpora, dictionaries, options).
+# $SANITIZER needs no case of its own: its flags arrive in $CXXFLAGS. With
+# SANITIZER=coverage they are clang's source-based coverage flags
+# (-fprofile-instr-generate -fcoverage-mapping) and no sanitizer, and nothing here adds
+# one: SHARDCHECK_SANITIZE stays OFF, and a fuzz build with its own engine does not turn
+# it on. scripts/clusterfuzzlite-build-local.sh checks both modes (SANITIZER=coverage).
 #
 # The targets, their seed folders, dictionaries and options come from fuzz/targets.txt.
 # Only its `ships` rows go to $OUT: a canary (conversion_legacy) is built to crash

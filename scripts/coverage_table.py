@@ -7,6 +7,7 @@ with --mutants, the results.json of scripts/mutants.sh; writes <out>/summary.md 
 coverage and surviving mutants is marked, since running code is not checking it."""
 import argparse
 import json
+import os
 from pathlib import Path
 
 SETS = ("campaign", "corpora", "all")
@@ -18,7 +19,7 @@ def load(out, repo):
     for s in SETS:
         data = json.loads((out / s / "summary.json").read_text())["data"][0]
         for f in data["files"]:
-            name = f["filename"]
+            name = os.path.normpath(f["filename"])
             rel = name[len(repo) + 1:] if name.startswith(repo + "/") else name
             files.setdefault(rel, {})[s] = {k: f["summary"][k] for k in ("lines", "branches")}
     return files
