@@ -139,6 +139,8 @@ Buffer poisoned(DType dtype, Index numel) {
 
 }  // namespace
 
+Status legacy_check(const Map& map) { return check_counts(map); }
+
 Result<Buffer> legacy_rebuild(const Map& map, const ShardSet& shards, DType dtype, int scale_power) {
   auto numel_f = numel_of(map.logical_shape);
   if (!numel_f) return make_error(ErrorKind::format, "The logical shape has a negative extent or overflows 64 bits.");

@@ -11,6 +11,7 @@ std::string_view verdict_name(Verdict verdict) {
     case Verdict::refused: return "refused";
     case Verdict::exact: return "exact";
     case Verdict::wrong: return "wrong";
+    case Verdict::fault: return "fault";
   }
   return "wrong";
 }
@@ -76,6 +77,41 @@ void set_refused(OpOutcome& out, Error error) {
   out.message = refused_message(error);
   out.error = std::move(error);
 }
+
+void set_refused(OpOutcome& out, const TargetRefusal& refusal) {
+  out.verdict = Verdict::refused;
+  out.message = "refused " + refusal.to_string();
+  if (refusal.error) {
+    out.error = *refusal.error;
+    return;
+  }
+  if (refusal.kind) {
+    out.error = make_error(*refusal.kind, refusal.type.empty() ? refusal.message
+                                                               : refusal.type + ": " + refusal.message);
+  }
+  out.refusal = refusal;
+}
+
+void set_fault(OpOutcome& out, const TargetFault& fault) {
+  out.verdict = Verdict::fault;
+  out.message = fmt::format("FAULT: target {} ({}): {}", fault_name(fault.kind), fault.reason, fault.detail);
+  out.fault = fault;
+}
+
+// The tensor a target returned, or nullptr after recording its refusal or fault.
+Buffer* take_answer(OpOutcome& out, TargetResult<Buffer>& answer) {
+  if (auto* refusal = std::get_if<TargetRefusal>(&answer)) {
+    set_refused(out, *refusal);
+    return nullptr;
+  }
+  if (auto* fault = std::get_if<TargetFault>(&answer)) {
+    set_fault(out, *fault);
+    return nullptr;
+  }
+  return &std::get<Buffer>(answer);
+}
+
+TargetMap target_map(const Case& c) { return TargetMap{&c.map, nullptr}; }
 
 void set_compared(OpOutcome& out, const std::string& what, const Buffer& expected,
                   const Buffer& actual) {
@@ -153,15 +189,13 @@ Result<Inputs> prepare_truth(const Case& c, const ConvertOptions& strict) {
   return in;
 }
 
-OpOutcome run_rebuild(const Case& c, const Inputs& in, const ConvertOptions& options) {
+OpOutcome run_rebuild(const Case& c, const Inputs& in, Target& target) {
   OpOutcome out;
   out.op = Op::rebuild;
-  auto result = rebuild(c.map, in.shards, c.dtype, options);
-  if (!result) {
-    set_refused(out, result.error());
-    return out;
-  }
-  out.output = std::move(result.value());
+  auto answer = target.rebuild(target_map(c), in.shards, c.dtype, c.scale_power);
+  Buffer* result = take_answer(out, answer);
+  if (result == nullptr) return out;
+  out.output = std::move(*result);
   if (!in.expected) {
     out.verdict = Verdict::wrong;
     out.message = "WRONG: rebuild returned a tensor where no correct tensor exists: " +
@@ -177,16 +211,14 @@ bool has_shard(const Map& map, Rank rank) {
   return entry != nullptr && entry->shard_shape.has_value();
 }
 
-OpOutcome extract_one(const Case& c, const Buffer& full, Rank rank, const ConvertOptions& options,
+OpOutcome extract_one(const Case& c, const Buffer& full, Rank rank, Target& target,
                       const ConvertOptions& strict) {
   OpOutcome out;
   out.op = Op::extract;
   out.rank = rank;
-  auto got = extract(c.map, full, rank, options);
-  if (!got) {
-    set_refused(out, got.error());
-    return out;
-  }
+  auto answer = target.extract(target_map(c), full, rank, c.scale_power);
+  Buffer* got = take_answer(out, answer);
+  if (got == nullptr) return out;
   const Map& truth = c.truth_map();
   if (!has_shard(truth, rank)) {
     out.verdict = Verdict::wrong;
@@ -203,11 +235,11 @@ OpOutcome extract_one(const Case& c, const Buffer& full, Rank rank, const Conver
                               rank, want.error().to_string());
     return out;
   }
-  set_compared(out, fmt::format("extract rank {}", rank), want.value(), got.value());
+  set_compared(out, fmt::format("extract rank {}", rank), want.value(), *got);
   return out;
 }
 
-OpOutcome run_extract(const Case& c, const Buffer& full, const ConvertOptions& options,
+OpOutcome run_extract(const Case& c, const Buffer& full, Target& target,
                       const ConvertOptions& strict) {
   std::set<Rank> ranks;
   for (const Map* map : {&c.map, &c.truth_map()}) {
@@ -216,11 +248,14 @@ OpOutcome run_extract(const Case& c, const Buffer& full, const ConvertOptions& o
     }
   }
   std::optional<OpOutcome> refused;
+  std::optional<OpOutcome> fault;
   for (Rank rank : ranks) {
-    OpOutcome out = extract_one(c, full, rank, options, strict);
+    OpOutcome out = extract_one(c, full, rank, target, strict);
     if (out.verdict == Verdict::wrong) return out;
+    if (out.verdict == Verdict::fault && !fault) fault = std::move(out);
     if (out.verdict == Verdict::refused && !refused) refused = std::move(out);
   }
+  if (fault) return *fault;
   if (refused) return *refused;
   OpOutcome out;
   out.op = Op::extract;
@@ -241,17 +276,26 @@ bool valid_layout(const Case& c, const ShardSet* shards) {
 
 void summarize(CaseOutcome& outcome) {
   const OpOutcome* refused = nullptr;
+  const OpOutcome* fault = nullptr;
   for (const auto& op : outcome.ops) {
     if (op.verdict == Verdict::wrong) {
       outcome.verdict = Verdict::wrong;
       outcome.message = op.message;
       return;
     }
+    if (op.verdict == Verdict::fault && fault == nullptr) fault = &op;
     if (op.verdict == Verdict::refused && refused == nullptr) refused = &op;
+  }
+  if (fault != nullptr) {
+    outcome.verdict = Verdict::fault;
+    outcome.fault = fault->fault;
+    outcome.message = fault->message;
+    return;
   }
   if (refused != nullptr) {
     outcome.verdict = Verdict::refused;
     outcome.error = refused->error;
+    outcome.refusal = refused->refusal;
     outcome.message = refused->message;
     return;
   }
@@ -266,8 +310,8 @@ std::string kinds_text(const Case& c) {
   return fmt::format("{}", fmt::join(names, " or "));
 }
 
-std::string judge_strict(const Case& c, const CaseOutcome& outcome) {
-  bool kinds_given = c.expect_error || !c.accept_errors.empty();
+std::string judge_strict(const Case& c, const CaseOutcome& outcome, bool judge_kinds) {
+  bool kinds_given = judge_kinds && (c.expect_error || !c.accept_errors.empty());
   if (!c.expect && !kinds_given) return {};
   Expectation expect = c.expect.value_or(Expectation::refused);
   switch (expect) {
@@ -278,6 +322,7 @@ std::string judge_strict(const Case& c, const CaseOutcome& outcome) {
                            verdict_name(outcome.verdict));
       }
       if (!kinds_given) return {};
+      if (!outcome.error) return fmt::format("expected refused {}, got refused unknown", kinds_text(c));
       ErrorKind kind = outcome.error->kind;
       bool accepted = c.expect_error == kind;
       for (auto k : c.accept_errors) accepted = accepted || k == kind;
@@ -313,25 +358,41 @@ std::string judge_legacy(const Case& c, const CaseOutcome& outcome) {
                      format_element(c.dtype, diff->actual_bits), diff->count);
 }
 
-void judge(const Case& c, Policy policy, CaseOutcome& outcome) {
-  outcome.expectation_message =
-      policy == Policy::legacy ? judge_legacy(c, outcome) : judge_strict(c, outcome);
+void judge(const Case& c, const Target& target, CaseOutcome& outcome) {
+  outcome.expectation_message = target.is_legacy_model()
+                                    ? judge_legacy(c, outcome)
+                                    : judge_strict(c, outcome, target.judges_kinds());
   outcome.matches_expectation = outcome.expectation_message.empty();
 }
 
-Result<CaseOutcome> run_truth(const Case& c, const ConvertOptions& options,
-                              const ConvertOptions& strict) {
+Result<CaseOutcome> run_truth(const Case& c, Target& target, const ConvertOptions& strict) {
   auto inputs = prepare_truth(c, strict);
   if (!inputs) return inputs.error();
   const Inputs& in = inputs.value();
   CaseOutcome outcome;
-  if (c.op != Op::extract) outcome.ops.push_back(run_rebuild(c, in, options));
-  if (c.op != Op::rebuild) outcome.ops.push_back(run_extract(c, *in.full, options, strict));
+  if (c.op != Op::extract) outcome.ops.push_back(run_rebuild(c, in, target));
+  if (c.op != Op::rebuild) outcome.ops.push_back(run_extract(c, *in.full, target, strict));
   outcome.valid_layout = valid_layout(c, &in.shards);
   return outcome;
 }
 
-Result<CaseOutcome> run_same_map(const Case& c, const ConvertOptions& options) {
+// Every rank's shard through the target, as extract_all does for a policy.
+Result<ShardSet> target_extract_all(const Case& c, const Buffer& full, Target& target, OpOutcome& op) {
+  std::set<Rank> ranks;
+  for (const auto& entry : c.map.ranks) {
+    if (entry.shard_shape) ranks.insert(entry.rank);
+  }
+  ShardSet shards;
+  for (Rank rank : ranks) {
+    auto answer = target.extract(target_map(c), full, rank, c.scale_power);
+    Buffer* shard = take_answer(op, answer);
+    if (shard == nullptr) return make_error(ErrorKind::format, op.message);
+    shards.emplace(rank, std::move(*shard));
+  }
+  return shards;
+}
+
+Result<CaseOutcome> run_same_map(const Case& c, Target& target) {
   CaseOutcome outcome;
   OpOutcome op;
   op.op = Op::rebuild;
@@ -346,15 +407,14 @@ Result<CaseOutcome> run_same_map(const Case& c, const ConvertOptions& options) {
     }
     return full.error();
   }
-  auto shards = extract_all(c.map, full.value(), options);
+  auto shards = target_extract_all(c, full.value(), target, op);
   if (!shards) {
-    set_refused(op, shards.error());
     outcome.valid_layout = valid_layout(c, nullptr);
   } else {
     Inputs in;
     in.shards = std::move(shards.value());
     in.expected = full.value();
-    op = run_rebuild(c, in, options);
+    op = run_rebuild(c, in, target);
     outcome.valid_layout = valid_layout(c, &in.shards);
   }
   outcome.ops.push_back(std::move(op));
@@ -390,6 +450,15 @@ Json op_to_json(DType dtype, const OpOutcome& op) {
   if (op.rank) out["rank"] = *op.rank;
   out["message"] = op.message;
   if (op.error) out["error"] = error_to_json(*op.error);
+  if (op.refusal) {
+    if (!op.error) out["kind"] = "unknown";
+    out["target_error"] = {{"type", op.refusal->type}, {"message", op.refusal->message}};
+  }
+  if (op.fault) {
+    out["fault"] = {{"kind", std::string(fault_name(op.fault->kind))},
+                    {"reason", op.fault->reason},
+                    {"detail", op.fault->detail}};
+  }
   if (op.difference) {
     const Difference& d = *op.difference;
     out["difference"] = {{"element", d.element},
@@ -409,27 +478,33 @@ Json op_to_json(DType dtype, const OpOutcome& op) {
 
 }  // namespace
 
-Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options, OracleKind oracle) {
-  ConvertOptions tested = options;
-  tested.scale_power = c.scale_power;
+Result<CaseOutcome> run_case(const Case& c, Target& target, OracleKind oracle) {
   ConvertOptions strict;
   strict.scale_power = c.scale_power;
-  auto outcome = oracle == OracleKind::same_map ? run_same_map(c, tested)
-                                                : run_truth(c, tested, strict);
+  auto outcome = oracle == OracleKind::same_map ? run_same_map(c, target) : run_truth(c, target, strict);
   if (!outcome) return outcome;
   CaseOutcome& result = outcome.value();
-  result.policy = options.policy;
+  result.policy = target.is_legacy_model() ? Policy::legacy : Policy::strict;
+  result.target = target.name();
   summarize(result);
-  judge(c, options.policy, result);
+  judge(c, target, result);
   return outcome;
+}
+
+Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options, OracleKind oracle) {
+  auto target = make_policy_target(options);
+  return run_case(c, *target, oracle);
 }
 
 Json outcome_to_json(const Case& c, const CaseOutcome& outcome) {
   Json out = Json::object();
   out["name"] = c.name;
   out["policy"] = std::string(policy_name(outcome.policy));
+  if (!outcome.target.empty()) out["target"] = outcome.target;
   out["verdict"] = std::string(verdict_name(outcome.verdict));
   if (outcome.error) out["kind"] = std::string(kind_name(outcome.error->kind));
+  else if (outcome.verdict == Verdict::refused) out["kind"] = "unknown";
+  if (outcome.fault) out["fault"] = std::string(fault_name(outcome.fault->kind));
   out["message"] = outcome.message;
   out["valid_layout"] = outcome.valid_layout;
   out["matches_expectation"] = outcome.matches_expectation;

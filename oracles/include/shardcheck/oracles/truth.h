@@ -8,10 +8,13 @@
 
 #include "shardcheck/case.h"
 #include "shardcheck/convert.h"
+#include "shardcheck/oracles/target.h"
 
 namespace shardcheck::oracles {
 
-enum class Verdict { refused, exact, wrong };
+// fault: the implementation under test crashed, hung or answered garbage (exec
+// targets); never a pass.
+enum class Verdict { refused, exact, wrong, fault };
 std::string_view verdict_name(Verdict verdict);
 
 enum class OracleKind { truth, same_map };
@@ -32,6 +35,10 @@ struct OpOutcome {
   std::optional<Difference> difference;  // when wrong
   std::optional<Buffer> output;        // rebuild output (also when wrong)
   std::string message;
+  // Exec targets: the refusal in the implementation's own words (error stays empty when
+  // its text names no kind: "unknown"), or what went wrong with the process.
+  std::optional<TargetRefusal> refusal;
+  std::optional<TargetFault> fault;
 };
 
 struct CaseOutcome {
@@ -44,12 +51,20 @@ struct CaseOutcome {
   bool matches_expectation = true;
   std::string expectation_message;  // why not, when it does not
   Policy policy = Policy::strict;  // the policy the case ran under (for outcome_to_json)
+  std::string target;              // the implementation under test ("strict", "deepspeed", ...)
+  std::optional<TargetRefusal> refusal;  // the first refusal, from an exec target
+  std::optional<TargetFault> fault;      // the first fault, when the verdict is fault
 };
 
 // Runs a case. Errors in the case itself (an invalid truth map, values of the wrong
 // count) come back as a Result error of kind format/shape: the case is unusable.
 Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options = {},
                              OracleKind oracle = OracleKind::truth);
+// The same oracle with the conversions done by an implementation under test; the
+// ground truth (shards, expected tensors) still comes from the strict policy. The case
+// is judged against the target's expectations: the contract's (kinds only where the
+// target judges kinds), or the case's `legacy` block for the legacy model.
+Result<CaseOutcome> run_case(const Case& c, Target& target, OracleKind oracle = OracleKind::truth);
 
 // One JSON object: verdict, kind, message, valid_layout, ops, difference.
 Json outcome_to_json(const Case& c, const CaseOutcome& outcome);
