@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "shardcheck/campaign.h"
+#include "shardcheck/oracles/target.h"
 
 namespace shardcheck::cli {
 
@@ -24,6 +25,8 @@ struct CampaignArgs {
   std::optional<double> time_seconds;
   std::string policy = "strict";
   std::string oracle = "truth";
+  std::string target;
+  double target_timeout = 10.0;
   int jobs = 0;
   std::string shard = "0/1";
   std::string out = "campaign-out";
@@ -112,6 +115,23 @@ int run_campaign(const CampaignArgs& args) {
     return kExitUsage;
   }
   options.eval.policy = *policy;
+  if (!args.target.empty()) {
+    if (auto builtin = parse_policy(args.target)) {
+      options.eval.policy = *builtin;
+    } else {
+      // Started once here so that a target that cannot run is a usage error, not a
+      // finding per case; each worker thread then starts its own process.
+      oracles::TargetOptions target_options;
+      target_options.timeout_seconds = args.target_timeout;
+      auto probe = oracles::make_target(args.target, target_options);
+      if (!probe.target) {
+        std::fprintf(stderr, "shardcheck campaign: %s\n", probe.error.c_str());
+        return kExitUsage;
+      }
+      options.eval.target = args.target;
+      options.eval.target_timeout_seconds = args.target_timeout;
+    }
+  }
   if (args.oracle == "truth") options.eval.oracle = oracles::OracleKind::truth;
   else if (args.oracle == "same-map") options.eval.oracle = oracles::OracleKind::same_map;
   else {
@@ -128,11 +148,14 @@ int run_campaign(const CampaignArgs& args) {
     std::fprintf(stderr, "shardcheck campaign: cannot create %s: %s\n", args.out.c_str(), ec.message().c_str());
     return kExitUsage;
   }
-  std::fprintf(stderr, "shardcheck campaign: seed %llu, %s, policy %s, oracle %s, %d jobs, shard %d/%d\n",
+  std::fprintf(stderr, "shardcheck campaign: seed %llu, %s, %s %s, oracle %s, %d jobs, shard %d/%d\n",
                static_cast<unsigned long long>(options.seed),
                options.cases ? fmt::format("{} cases", *options.cases).c_str()
                              : fmt::format("{:.0f} s", *options.time_seconds).c_str(),
-               args.policy.c_str(), args.oracle.c_str(), options.jobs, options.shard_index,
+               options.eval.target.empty() ? "policy" : "target",
+               options.eval.target.empty() ? std::string(policy_name(options.eval.policy)).c_str()
+                                           : options.eval.target.c_str(),
+               args.oracle.c_str(), options.jobs, options.shard_index,
                options.shard_count);
   ProgressPrinter printer(options.cases, options.time_seconds, args.quiet);
   const campaign::Report report = campaign::run(options, [&](Index done) { printer(done); });
@@ -162,6 +185,11 @@ void register_campaign(CLI::App& app, RunState& state) {
   (void)cases;
   sub->add_option("--policy", args->policy, "strict (default) or legacy");
   sub->add_option("--oracle", args->oracle, "truth (default) or same-map");
+  sub->add_option("--target", args->target,
+                  "Implementation under test: strict, legacy, deepspeed or exec:COMMAND (overrides --policy)");
+  sub->add_option("--target-timeout", args->target_timeout,
+                  "Seconds an exec target may take per request before it counts as hung (default 10)")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--jobs", args->jobs, "Worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
   sub->add_option("--shard", args->shard, "Run part I of N (I/N), tables add up");
   sub->add_option("--out", args->out, "Directory for report.json and findings/ (default campaign-out)");

@@ -20,6 +20,7 @@ void Tally::add(props::Category category) {
     case props::Category::exact: ++exact; break;
     case props::Category::wrong: ++wrong; break;
     case props::Category::valid_but_different: ++valid_but_different; break;
+    case props::Category::target_fault: ++target_faults; break;
   }
 }
 
@@ -29,6 +30,7 @@ void Tally::merge(const Tally& other) {
   exact += other.exact;
   wrong += other.wrong;
   valid_but_different += other.valid_but_different;
+  target_faults += other.target_faults;
 }
 
 bool Report::failed() const {
@@ -86,7 +88,11 @@ void run_one(const Options& options, Index index, WorkerState& state) {
   state.by_constructor[c.constructor].add(evaluation.category);
   state.by_corruption[c.corruption ? c.corruption->kind : std::string(gen::kNoCorruption)].add(
       evaluation.category);
-  if (evaluation.refusal) state.by_refusal_kind[std::string(kind_name(*evaluation.refusal))].add(evaluation.category);
+  if (evaluation.refusal) {
+    state.by_refusal_kind[std::string(kind_name(*evaluation.refusal))].add(evaluation.category);
+  } else if (evaluation.category == props::Category::refused) {
+    state.by_refusal_kind["unknown"].add(evaluation.category);  // an implementation's own error
+  }
   if (evaluation.finding) record_finding(state, *evaluation.finding, index);
 }
 
@@ -199,14 +205,19 @@ std::string format_table(const Report& report) {
     for (const auto& [kind, tally] : report.by_refusal_kind) out += table_row(kind, tally);
   }
   out += "\n" + table_row("total", report.total);
+  if (report.total.target_faults > 0) {
+    out += fmt::format("  target faults (crash, hang, garbage): {}\n", report.total.target_faults);
+  }
   const double rate = report.seconds > 0 ? static_cast<double>(report.cases) / report.seconds : 0.0;
   const Options& o = report.options;
   out += fmt::format(
-      "\n{} cases in {:.1f} s ({:.0f} cases/s, {} job{}); policy {}, oracle {}\n", report.cases,
-      report.seconds, rate, o.jobs, o.jobs == 1 ? "" : "s", policy_name(o.eval.policy),
+      "\n{} cases in {:.1f} s ({:.0f} cases/s, {} job{}); {} {}, oracle {}\n", report.cases,
+      report.seconds, rate, o.jobs, o.jobs == 1 ? "" : "s", o.eval.target.empty() ? "policy" : "target",
+      o.eval.target.empty() ? std::string(policy_name(o.eval.policy)) : o.eval.target,
       o.eval.oracle == oracles::OracleKind::truth ? "truth" : "same-map");
-  out += fmt::format("rerun: shardcheck campaign --seed {} --cases {} --policy {} --oracle {}{}\n", o.seed,
-                     o.cases ? *o.cases : report.cases, policy_name(o.eval.policy),
+  out += fmt::format("rerun: shardcheck campaign --seed {} --cases {} --{} {} --oracle {}{}\n", o.seed,
+                     o.cases ? *o.cases : report.cases, o.eval.target.empty() ? "policy" : "target",
+                     o.eval.target.empty() ? std::string(policy_name(o.eval.policy)) : o.eval.target,
                      o.eval.oracle == oracles::OracleKind::truth ? "truth" : "same-map",
                      o.shard_count > 1 ? fmt::format(" --shard {}/{}", o.shard_index, o.shard_count)
                                        : std::string());
@@ -219,7 +230,8 @@ Json tally_json(const Tally& t) {
               {"refused", t.refused},
               {"exact", t.exact},
               {"silently_wrong", t.wrong},
-              {"valid_but_different", t.valid_but_different}};
+              {"valid_but_different", t.valid_but_different},
+              {"target_faults", t.target_faults}};
 }
 }  // namespace
 
@@ -230,6 +242,7 @@ Json report_to_json(const Report& report) {
   j["requested_cases"] = o.cases ? Json(*o.cases) : Json(nullptr);
   j["time_seconds"] = o.time_seconds ? Json(*o.time_seconds) : Json(nullptr);
   j["policy"] = policy_name(o.eval.policy);
+  if (!o.eval.target.empty()) j["target"] = o.eval.target;
   j["oracle"] = o.eval.oracle == oracles::OracleKind::truth ? "truth" : "same-map";
   j["jobs"] = o.jobs;
   j["shard"] = fmt::format("{}/{}", o.shard_index, o.shard_count);
@@ -255,17 +268,20 @@ Json report_to_json(const Report& report) {
 Json finding_case_file(const Report& report, const FindingRecord& finding) {
   Case c = finding.reproducer;
   c.name = finding.signature;
-  if (report.options.eval.policy == Policy::legacy &&
+  const bool other_target = !report.options.eval.target.empty();
+  if ((report.options.eval.policy == Policy::legacy || other_target) &&
       finding.signature.rfind("silently-wrong", 0) == 0) {
-    // Found under the legacy model: the strict policy must refuse it.
+    // Found under the legacy model or another implementation: strict must refuse it.
     c.expect = Expectation::refused;
-    c.legacy_expect = "wrong";
+    if (!other_target) c.legacy_expect = "wrong";
   }
   Json j = encode_case(c);
   j["signature"] = finding.signature;
-  j["comment"] = fmt::format("found by shardcheck campaign --seed {} (case {}, policy {}): {}",
-                             report.options.seed, finding.first_case,
-                             policy_name(report.options.eval.policy), finding.message);
+  j["comment"] = fmt::format("found by shardcheck campaign --seed {} (case {}, {} {}): {}",
+                             report.options.seed, finding.first_case, other_target ? "target" : "policy",
+                             other_target ? report.options.eval.target
+                                          : std::string(policy_name(report.options.eval.policy)),
+                             finding.message);
   return j;
 }
 

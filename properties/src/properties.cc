@@ -1,6 +1,8 @@
 #include "shardcheck/properties.h"
 
 #include <array>
+#include <map>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -45,6 +47,7 @@ std::string_view category_name(Category category) {
     case Category::exact: return "exact";
     case Category::wrong: return "silently wrong";
     case Category::valid_but_different: return "valid-but-different";
+    case Category::target_fault: return "target fault";
   }
   return "?";
 }
@@ -79,6 +82,46 @@ std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBug
   return std::nullopt;
 }
 
+namespace {
+
+// One instance per thread and target name: an exec target is a process, and a process
+// answers one request at a time.
+struct ThreadTarget {
+  std::unique_ptr<oracles::Target> target;
+  std::string error;
+};
+
+ThreadTarget& thread_target(const EvalOptions& options) {
+  thread_local std::map<std::string, ThreadTarget> targets;
+  auto [it, fresh] = targets.try_emplace(options.target);
+  if (fresh) {
+    oracles::TargetOptions target_options;
+    target_options.timeout_seconds = options.target_timeout_seconds;
+    auto made = oracles::make_target(options.target, target_options);
+    it->second.target = std::move(made.target);
+    it->second.error = std::move(made.error);
+  }
+  return it->second;
+}
+
+Result<oracles::CaseOutcome> run_on_target(const Case& c, const EvalOptions& options,
+                                           std::optional<Finding>& start_failure) {
+  if (options.target.empty()) return oracles::run_case(c, convert_options(c, options), options.oracle);
+  ThreadTarget& target = thread_target(options);
+  if (!target.target) {
+    oracles::CaseOutcome outcome;
+    outcome.verdict = oracles::Verdict::fault;
+    outcome.fault = oracles::TargetFault{oracles::FaultKind::crash, "start", target.error};
+    outcome.message = target.error;
+    outcome.target = options.target;
+    start_failure = make_finding(c, "target-crash:start", target.error);
+    return outcome;
+  }
+  return oracles::run_case(c, *target.target, options.oracle);
+}
+
+}  // namespace
+
 Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
   Evaluation evaluation;
   if (options.compare_reference) {
@@ -89,7 +132,8 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
                                                                          : Category::exact;
     return evaluation;
   }
-  const auto outcome = oracles::run_case(c, convert_options(c, options), options.oracle);
+  std::optional<Finding> start_failure;
+  const auto outcome = run_on_target(c, options, start_failure);
   if (!outcome) {
     evaluation.category = Category::refused;
     evaluation.refusal = outcome.error().kind;
@@ -109,11 +153,39 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
     case oracles::Verdict::exact:
       evaluation.category = Category::exact;
       break;
+    case oracles::Verdict::fault: {
+      evaluation.category = Category::target_fault;
+      if (start_failure) {
+        evaluation.finding = std::move(start_failure);
+        break;
+      }
+      // Crash, hang and garbage are findings whatever else was found: never a pass.
+      const oracles::OpOutcome* shown = nullptr;
+      for (const auto& op : result.ops) {
+        if (op.fault && shown == nullptr) shown = &op;
+      }
+      const oracles::TargetFault& fault = *result.fault;
+      evaluation.finding = make_finding(
+          c,
+          fmt::format("target-{}:{}:{}:{}/{}", oracles::fault_name(fault.kind),
+                      shown ? op_name(shown->op) : "start", fault.reason, constructor_label(c),
+                      corruption_label(c)),
+          result.message);
+      break;
+    }
     case oracles::Verdict::wrong: {
       // Fully valid = conditions 1-6 by the reference model and, for a rebuild,
       // condition 7 (replica data) by the clean strict policy on the very shards the
       // oracle converted. An extract reads no shard data, so 1-6 decide it alone.
-      const bool map_valid = oracles::reference_check(c.map).valid();
+      bool map_valid = oracles::reference_check(c.map).valid();
+      if (map_valid && !options.target.empty()) {
+        // Another implementation's wrong tensor on a valid map is its own bug unless the
+        // strict policy, on the same shards, is wrong the same way (a different layout).
+        ConvertOptions strict;
+        strict.scale_power = c.scale_power;
+        const auto reference = oracles::run_case(c, strict, options.oracle);
+        map_valid = reference.ok() && reference.value().verdict == oracles::Verdict::wrong;
+      }
       const oracles::OpOutcome* silently_wrong = nullptr;
       const oracles::OpOutcome* different = nullptr;
       for (const auto& op : result.ops) {

@@ -25,6 +25,7 @@ struct Tally {
   Index exact = 0;
   Index wrong = 0;
   Index valid_but_different = 0;
+  Index target_faults = 0;  // an exec target crashed, hung or answered garbage
   void add(props::Category category);
   void merge(const Tally& other);
   friend bool operator==(const Tally&, const Tally&) = default;

@@ -18,10 +18,12 @@
 
 namespace shardcheck::props {
 
-// How a case ended, as the campaign table counts it.
-enum class Category { refused, exact, wrong, valid_but_different };
+// How a case ended, as the campaign table counts it. target_fault: an exec target
+// crashed, hung or answered garbage (always a finding).
+enum class Category { refused, exact, wrong, valid_but_different, target_fault };
 inline constexpr Category kAllCategories[] = {Category::refused, Category::exact,
-                                              Category::wrong, Category::valid_but_different};
+                                              Category::wrong, Category::valid_but_different,
+                                              Category::target_fault};
 std::string_view category_name(Category category);
 
 struct Finding {
@@ -36,6 +38,11 @@ struct EvalOptions {
   PlantedBugs bugs;               // planted bugs (property 5); none in production
   bool compare_reference = true;  // also run property 3 on the case's map
   bool strict_layout = false;     // a valid-but-different outcome is a finding too
+  // An implementation under test other than the policy (oracles::make_target's names:
+  // "deepspeed", "exec:COMMAND"); empty: the policy. Each thread that evaluates cases
+  // gets its own instance, started on first use and kept for the thread's life.
+  std::string target;
+  double target_timeout_seconds = 10.0;
 };
 
 struct Evaluation {
