@@ -16,23 +16,24 @@ python=/usr/bin/python3
 dest=$root/out/deepspeed
 tree=$dest/deepspeed-$version
 
-if ! "$python" -c 'import torch, numpy' >/dev/null 2>&1; then
-  echo "deepspeed-target: installing python3-torch and python3-numpy (Debian)"
+missing=()
+"$python" -c 'import torch, numpy' >/dev/null 2>&1 || missing+=(python3-torch python3-numpy)
+"$python" -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+if ((${#missing[@]})); then
+  echo "deepspeed-target: installing ${missing[*]} (Debian)"
   export DEBIAN_FRONTEND=noninteractive
   sudo_cmd=""
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
-  $sudo_cmd apt-get install -y -qq --no-install-recommends python3-torch python3-numpy
+  $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
 if [ ! -f "$tree/deepspeed/checkpoint/affine.py" ]; then
   mkdir -p "$dest"
   archive=$dest/deepspeed-$version.tar.gz
   if [ ! -f "$archive" ]; then
-    pip=(pip3)
-    command -v pip3 >/dev/null 2>&1 || pip=("$python" -m pip)
     # --no-deps --no-binary: the source archive only; nothing is installed.
-    "${pip[@]}" download --quiet --no-deps --no-binary :all: "deepspeed==$version" -d "$dest"
+    "$python" -m pip download --quiet --no-deps --no-binary :all: "deepspeed==$version" -d "$dest"
   fi
   tar -xzf "$archive" -C "$dest"
 fi
