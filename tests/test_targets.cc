@@ -211,6 +211,8 @@ struct FaultScenario {
   const char* reason;
 };
 
+void PrintTo(const FaultScenario& s, std::ostream* os) { *os << s.flag << " 2"; }
+
 class ExecFaults : public ::testing::TestWithParam<FaultScenario> {
  protected:
   void SetUp() override {
