@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "shardcheck/campaign.h"
 #include "shardcheck/json.h"
+#include "shardcheck/oracles/target.h"
 
 namespace shardcheck::cli {
 
@@ -28,6 +29,8 @@ struct CampaignArgs {
   std::optional<double> time_seconds;
   std::string policy = "strict";
   std::string oracle = "truth";
+  std::string target;
+  double target_timeout = 10.0;
   int jobs = 0;
   std::string shard = "0/1";
   std::string out = "campaign-out";
@@ -170,6 +173,14 @@ int options_from_args(const CampaignArgs& args, campaign::Options& options) {
     return kExitUsage;
   }
   options.eval.policy = *policy;
+  if (!args.target.empty()) {
+    if (auto builtin = parse_policy(args.target)) {
+      options.eval.policy = *builtin;
+    } else {
+      options.eval.target = args.target;
+      options.eval.target_timeout_seconds = args.target_timeout;
+    }
+  }
   if (args.oracle == "truth") options.eval.oracle = oracles::OracleKind::truth;
   else if (args.oracle == "same-map") options.eval.oracle = oracles::OracleKind::same_map;
   else {
@@ -234,6 +245,19 @@ int run_campaign(const CampaignArgs& args) {
   options.plant_hang_at = args.plant_hang_at;
   options.plant_oom_at = args.plant_oom_at;
 
+  if (!options.eval.target.empty()) {
+    // Started once here (and stopped again before any worker starts) so that a target
+    // that cannot run is a usage error, not a finding per case; each worker process or
+    // thread then starts its own.
+    oracles::TargetOptions target_options;
+    target_options.timeout_seconds = options.eval.target_timeout_seconds;
+    auto probe = oracles::make_target(options.eval.target, target_options);
+    if (!probe.target) {
+      std::fprintf(stderr, "shardcheck campaign: %s\n", probe.error.c_str());
+      return kExitUsage;
+    }
+  }
+
   const std::filesystem::path out(args.resume.empty() ? args.out : args.resume);
   std::error_code ec;
   std::filesystem::create_directories(out / "findings", ec);
@@ -242,12 +266,14 @@ int run_campaign(const CampaignArgs& args) {
     return kExitUsage;
   }
   const Index already_done = args.resume.empty() ? 0 : checkpoint.report.cases;
-  std::fprintf(stderr, "shardcheck campaign: %sseed %llu, %s, policy %s, oracle %s, %d jobs%s, shard %d/%d%s\n",
+  std::fprintf(stderr, "shardcheck campaign: %sseed %llu, %s, %s %s, oracle %s, %d jobs%s, shard %d/%d%s\n",
                args.resume.empty() ? "" : fmt::format("resuming {} ({} cases done), ", out.string(), already_done).c_str(),
                static_cast<unsigned long long>(options.seed),
                options.cases ? fmt::format("{} cases", *options.cases).c_str()
                              : fmt::format("{:.0f} s", *options.time_seconds).c_str(),
-               std::string(policy_name(options.eval.policy)).c_str(),
+               options.eval.target.empty() ? "policy" : "target",
+               options.eval.target.empty() ? std::string(policy_name(options.eval.policy)).c_str()
+                                           : options.eval.target.c_str(),
                options.eval.oracle == oracles::OracleKind::truth ? "truth" : "same-map", options.jobs,
                options.isolate ? " (isolated)" : "", options.shard_index, options.shard_count,
                options.generate.record_digest ? ", digests" : "");
@@ -309,6 +335,11 @@ void register_campaign(CLI::App& app, RunState& state) {
                          "also corrupts the record"));
   defining(sub->add_option("--max-elements", args->max_elements, "Largest numel(F) generated (default 256)")
                ->check(CLI::Range(Index{1}, Index{1} << 20)));
+  defining(sub->add_option("--target", args->target,
+                           "Implementation under test: strict, legacy, deepspeed or exec:COMMAND (overrides --policy)"));
+  defining(sub->add_option("--target-timeout", args->target_timeout,
+                           "Seconds an exec target may take per request before it counts as hung (default 10)")
+               ->check(CLI::PositiveNumber));
   sub->add_flag("--quiet", args->quiet, "No progress output");
   sub->add_option("--resume", args->resume, "Continue the stopped campaign in DIR from its checkpoint.json");
   sub->add_flag("--isolate", args->isolate, "Run cases in worker processes (the default)");

@@ -19,6 +19,8 @@ struct ReproArgs {
   std::string path;
   std::string policy_name = "strict";
   std::string oracle_name = "truth";
+  std::string target;  // overrides the policy: strict, legacy, deepspeed, exec:COMMAND
+  double target_timeout = 10.0;
   bool json = false;
 };
 
@@ -33,11 +35,16 @@ int run_repro(const ReproArgs& args) {
     fmt::print(stderr, "shardcheck: {}: {}\n", args.path, c.error().to_string());
     return kExitUsage;
   }
-  ConvertOptions options;
-  options.policy = parse_policy(args.policy_name).value_or(Policy::strict);
+  oracles::TargetOptions target_options;
+  target_options.timeout_seconds = args.target_timeout;
+  auto made = oracles::make_target(args.target.empty() ? args.policy_name : args.target, target_options);
+  if (!made.target) {
+    fmt::print(stderr, "shardcheck: {}\n", made.error);
+    return kExitUsage;
+  }
   auto oracle = args.oracle_name == "same-map" ? oracles::OracleKind::same_map
                                                : oracles::OracleKind::truth;
-  auto outcome = oracles::run_case(c.value(), options, oracle);
+  auto outcome = oracles::run_case(c.value(), *made.target, oracle);
   if (!outcome) {
     fmt::print(stderr, "shardcheck: {}: the case cannot be run: {}\n", args.path,
                outcome.error().to_string());
@@ -55,7 +62,8 @@ int run_repro(const ReproArgs& args) {
     }
     if (!o.matches_expectation) fmt::print("expectation not met: {}\n", o.expectation_message);
   }
-  bool silently_wrong = o.verdict == Outcome::wrong;
+  // A crash, hang or garbage answer of an implementation under test is never a pass.
+  bool silently_wrong = o.verdict == Outcome::wrong || o.verdict == Outcome::target_fault;
   return silently_wrong || !o.matches_expectation ? kExitFound : kExitOk;
 }
 
@@ -70,6 +78,11 @@ void register_repro(CLI::App& app, RunState& state) {
       ->check(CLI::IsMember({"strict", "legacy"}));
   sub->add_option("--oracle", args->oracle_name, "truth (default) or same-map")
       ->check(CLI::IsMember({"truth", "same-map"}));
+  sub->add_option("--target", args->target,
+                  "implementation under test: strict, legacy, deepspeed or exec:COMMAND (overrides --policy)");
+  sub->add_option("--target-timeout", args->target_timeout,
+                  "seconds an exec target may take per request before it counts as hung (default 10)")
+      ->check(CLI::PositiveNumber);
   sub->add_flag("--json", args->json, "print the outcome as one JSON object");
   sub->callback([args, &state] { state.exit_code = run_repro(*args); });
 }

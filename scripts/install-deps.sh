@@ -3,7 +3,8 @@
 #   scripts/install-deps.sh [EXTRA_PACKAGE...]   (scripts/coverage.sh adds llvm-14)
 set -euo pipefail
 packages=(cmake ninja-build g++ clang libclang-rt-14-dev libeigen3-dev nlohmann-json3-dev
-          libcli11-dev libfmt-dev libgtest-dev librapidcheck-dev libbenchmark-dev zip unzip "$@")
+          libcli11-dev libfmt-dev libgtest-dev librapidcheck-dev libbenchmark-dev zip unzip
+          python3 python3-numpy "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -171,7 +172,7 @@ void expect_consistent_report(const Json& report) {
   const Json& t = report.at("total");
   auto count = [&](const char* key) { return t.at(key).get<long long>(); };
   EXPECT_EQ(count("cases"), count("refused") + count("exact") + count("silently_wrong") +
-                                count("valid_but_different") + count("crashed"));
+                                count("valid_but_different") + count("crashed") + count("target_faults"));
 }
 
 class CampaignResilience : public ::testing::Test {
@@ -450,5 +451,113 @@ TEST_F(CampaignResilience, CaseOverTheMemoryLimitBecomesAFinding) {
   EXPECT_EQ(report.at("findings").at(0).at("signature").get<std::string>().rfind("oom:", 0), 0u);
   EXPECT_EQ(report.at("findings").at(0).at("case_index").get<long long>(), 40);
 }
+
+// --- an implementation under test in another process ---------------------------------
+
+// The interpreter of tests/python/protocol_impl.py (as in test_targets.cc).
+std::string python() {
+  const char* chosen = std::getenv("SHARDCHECK_TEST_PYTHON");
+  return chosen != nullptr && *chosen != '\0' ? chosen : "/usr/bin/python3";
+}
+
+std::string impl_target(const std::string& flags = "") {
+  return "exec:exec " + python() + " " + SHARDCHECK_SOURCE_DIR + "/tests/python/protocol_impl.py" +
+         (flags.empty() ? "" : " " + flags);
+}
+
+class TargetCampaign : public CampaignResilience, public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    CampaignResilience::SetUp();
+    if (std::system((python() + " -c 'import numpy' >/dev/null 2>&1").c_str()) != 0) {
+      GTEST_SKIP() << python() << " cannot import numpy (apt-get install python3-numpy, or set SHARDCHECK_TEST_PYTHON)";
+    }
+  }
+  std::string isolate() const { return GetParam() ? "--isolate" : "--no-isolate"; }
+};
+
+// The target is part of what the checkpoint holds: a campaign stopped by SIGTERM resumes
+// through the same implementation and ends as an uninterrupted run.
+TEST_P(TargetCampaign, ResumesThroughTheSameTarget) {
+  const std::string target = impl_target();
+  const std::vector<std::string> campaign_args{"campaign", "--target", target, "--seed", "5", "--cases", "3000",
+                                               "--jobs",   "2",        "--quiet"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = campaign_args;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const fs::path stopped = dir_ / "stopped";
+  const fs::path whole = dir_ / "whole";
+  {
+    Running first(with({"--out", stopped.string(), isolate()}), dir_ / "stderr1.txt");
+    // The first checkpoint is written about two seconds in: then stop.
+    const auto deadline = SteadyClock::now() + 120s;
+    while (!fs::exists(stopped / "checkpoint.json") && SteadyClock::now() < deadline) std::this_thread::sleep_for(20ms);
+    first.send(SIGTERM);
+    EXPECT_EQ(exit_code(first.wait()), 0) << read_text(dir_ / "stderr1.txt");
+  }
+  const Json checkpoint = read_json(stopped / "checkpoint.json");
+  ASSERT_FALSE(checkpoint.is_discarded());
+  EXPECT_EQ(checkpoint.at("target"), target);
+  const Json partial = read_json(stopped / "report.json");
+  ASSERT_FALSE(partial.is_discarded());
+  EXPECT_EQ(partial.at("target"), target);
+  ASSERT_FALSE(partial.at("complete").get<bool>()) << "the campaign ended before SIGTERM: nothing to resume";
+  {
+    Running resumed({"campaign", "--resume", stopped.string(), "--quiet", isolate()}, dir_ / "stderr2.txt");
+    EXPECT_EQ(exit_code(resumed.wait()), 0) << read_text(dir_ / "stderr2.txt");
+  }
+  EXPECT_NE(read_text(dir_ / "stderr2.txt").find("target " + target), std::string::npos)
+      << read_text(dir_ / "stderr2.txt");
+  {
+    Running uninterrupted(with({"--out", whole.string(), isolate()}), dir_ / "stderr3.txt");
+    EXPECT_EQ(exit_code(uninterrupted.wait()), 0) << read_text(dir_ / "stderr3.txt");
+  }
+  const Json a = read_json(stopped / "report.json");
+  const Json b = read_json(whole / "report.json");
+  ASSERT_FALSE(a.is_discarded());
+  ASSERT_FALSE(b.is_discarded());
+  EXPECT_TRUE(a.at("complete").get<bool>());
+  EXPECT_EQ(outcome(a), outcome(b));
+  EXPECT_EQ(b.at("total").at("target_faults").get<long long>(), 0);
+  EXPECT_GT(b.at("total").at("exact").get<long long>(), 0);
+  // The rerun line names the target, quoted for the shell.
+  EXPECT_NE(read_text(whole / "table.txt").find("--target '" + target + "'"), std::string::npos)
+      << read_text(whole / "table.txt");
+}
+
+// A target process that dies is restarted: each worker (process or thread) owns its own,
+// every crash is one target fault and one finding, and the cases after it still run.
+TEST_P(TargetCampaign, ACrashingTargetIsRestartedAndEveryCaseRuns) {
+  const fs::path out = dir_ / "crashing";
+  {
+    Running run({"campaign", "--target", impl_target("--crash-on 15"), "--seed", "41", "--cases", "200", "--jobs", "2",
+                 "--quiet", "--out", out.string(), isolate()},
+                dir_ / "stderr.txt");
+    EXPECT_EQ(exit_code(run.wait()), 1) << read_text(dir_ / "stderr.txt");
+  }
+  const Json report = read_json(out / "report.json");
+  ASSERT_FALSE(report.is_discarded());
+  expect_consistent_report(report);
+  EXPECT_TRUE(report.at("complete").get<bool>());
+  EXPECT_EQ(report.at("cases").get<long long>(), 200);
+  const Json& total = report.at("total");
+  const long long faults = total.at("target_faults").get<long long>();
+  // 200 cases make a few hundred requests, and one in 15 of each process crashes it;
+  // without a restart every request after the first crash would fault.
+  EXPECT_GE(faults, 4) << total.dump();
+  EXPECT_LT(faults, 200 / 3) << "after a crash the next request must find a fresh process: " << total.dump();
+  EXPECT_EQ(total.at("crashed").get<long long>(), 0) << "a target's crash must not take its worker down";
+  EXPECT_EQ(total.at("silently_wrong").get<long long>(), 0);
+  EXPECT_GT(total.at("exact").get<long long>(), 0);
+  ASSERT_FALSE(report.at("findings").empty());
+  for (const auto& finding : report.at("findings")) {
+    EXPECT_EQ(finding.at("signature").get<std::string>().rfind("target-crash:", 0), 0u) << finding.dump();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, TargetCampaign, ::testing::Values(true, false),
+                         [](const auto& info) { return std::string(info.param ? "Isolated" : "InProcess"); });
 
 }  // namespace

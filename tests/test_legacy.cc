@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "shardcheck/convert.h"
@@ -42,6 +43,11 @@ Buffer accepted(const Result<Buffer>& result) {
 }
 
 using namespace build;  // repro1() .. repro8()
+
+// Repro 8 completed: both ranks list the replica.
+Map repro8_both() {
+  return M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0, 1})}), R(1, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0, 1})})});
+}
 
 TEST(LegacySpec6, Repro1GivesRank1ValuesThenPoison) {
   ShardSet shards{{0, values({1, 2, 3, 4})}, {1, values({5, 6, 7, 8})}};
@@ -109,6 +115,14 @@ TEST(Legacy, ZeroStrideWriteIsItself) {
   // Extract reads through that source view, which torch allows, and writes a dense dest.
   auto shard = legacy_extract(map, values({1, 2, 3, 4}), 0);
   EXPECT_EQ(accepted(shard), values({1, 2, 1, 2}));
+  // A replica comparison writes nothing: a zero stride on either side reads fine.
+  const Map compared = M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0, 1})}),
+                               R(1, Extents{4}, {P({2, 2}, 0, {2, 1}, 0, {0, 1}, {0, 1})})});
+  EXPECT_EQ(refused(legacy_rebuild(compared, {{0, values({1, 2, 1, 2})}, {1, values({1, 9, 7, 7})}}, f32)).kind,
+            ErrorKind::different_data);
+  // Rank 1 reads its shard addresses 0,1,0,1: 2 and 3 are never looked at.
+  EXPECT_EQ(accepted(legacy_rebuild(compared, {{0, values({1, 2, 1, 2})}, {1, values({1, 2, 7, 7})}}, f32)),
+            values({1, 2, 1, 2}));
   // Extract writing through a zero dest stride is refused.
   const Map dest_zero = M({4}, {R(0, Extents{4}, {P({2, 2}, 0, {2, 1}, 0, {0, 1}, {0})})});
   EXPECT_EQ(refused(legacy_extract(dest_zero, values({1, 2, 3, 4}), 0)).kind, ErrorKind::itself);
@@ -154,8 +168,8 @@ TEST(Legacy, MalformedNumbersNeverCrash) {
   const Map mismatched = M({4}, {R(0, Extents{4}, {P({4}, 0, {1, 1}, 0, {1}, {0})})});
   EXPECT_EQ(refused(legacy_rebuild(mismatched, {{0, values({1, 2, 3, 4})}}, f32)).kind, ErrorKind::format);
   // A map asking for a huge F or shard backed by no data is refused, not allocated.
-  const Map giant = M({huge}, {R(0, Extents{huge}, {})});
-  EXPECT_EQ(refused(legacy_rebuild(giant, {}, f32)).kind, ErrorKind::format);
+  const Map giant = M({huge}, {R(0, Extents{0}, {})});
+  EXPECT_EQ(refused(legacy_rebuild(giant, {{0, Buffer(f32, 0)}}, f32)).kind, ErrorKind::format);
   const Map giant_shard = M({4}, {R(0, Extents{huge}, {})});
   EXPECT_EQ(refused(legacy_extract(giant_shard, values({1, 2, 3, 4}), 0)).kind, ErrorKind::format);
   EXPECT_EQ(refused(legacy_extract(repro8(), values({1, 2, 3, 4}), 5)).kind, ErrorKind::format);
@@ -172,11 +186,54 @@ TEST(Legacy, ExtractStartsPoisonedAndWritesInOrder) {
   EXPECT_EQ(shard.bits(3), poison_bits(f32));
 }
 
-TEST(Legacy, ScaleAppliesWithoutRefusal) {
+TEST(Legacy, ScaleAppliesToParametersOnly) {
   const Map map = M({3}, {R(0, Extents{3}, {P({3}, 0, {1}, 0, {1}, {0}, 2.0)})});
-  EXPECT_EQ(accepted(legacy_extract(map, values({1, 2, 3}), 0, -1)), values({0.5, 1, 1.5}));
-  EXPECT_EQ(accepted(legacy_rebuild(map, {{0, values({1, 2, 3})}}, f32, -2)), values({4, 8, 12}));
   EXPECT_EQ(accepted(legacy_rebuild(map, {{0, values({1, 2, 3})}}, f32)), values({0.5, 1, 1.5}));
+  EXPECT_EQ(accepted(legacy_extract(map, values({1, 2, 3}), 0)), values({2, 4, 6}));
+  // An optimizer state through a scaled piece is refused in both directions (contract 4.1).
+  EXPECT_EQ(refused(legacy_extract(map, values({1, 2, 3}), 0, -1)).kind, ErrorKind::scale);
+  EXPECT_EQ(refused(legacy_rebuild(map, {{0, values({1, 2, 3})}}, f32, -2)).kind, ErrorKind::scale);
+  // Its piece constructor refuses a zero scale.
+  const Map zero = M({3}, {R(0, Extents{3}, {P({3}, 0, {1}, 0, {1}, {0}, 0.0)})});
+  EXPECT_EQ(refused(legacy_rebuild(zero, {{0, values({1, 2, 3})}}, f32)).kind, ErrorKind::scale);
+  EXPECT_EQ(refused(legacy_extract(zero, values({1, 2, 3}), 0)).kind, ErrorKind::scale);
+}
+
+// Integer data meets a scale through torch's type promotion: divided in float32 and cast
+// back (truncation, wrapping) on rebuild; an in-place multiply cannot be cast back on extract.
+TEST(Legacy, ScaledIntegersGoThroughFloat32) {
+  const Map map = M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0}, -1.0)})});
+  const Buffer shard = values({0, 1, 2, 100}, DType::uint8);
+  EXPECT_EQ(accepted(legacy_rebuild(map, {{0, shard}}, DType::uint8)), values({0, 255, 254, 156}, DType::uint8));
+  const Map half = M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0}, 2.0)})});
+  EXPECT_EQ(accepted(legacy_rebuild(half, {{0, values({0, 1, 3, -7}, DType::int8)}}, DType::int8)),
+            values({0, 0, 1, -3}, DType::int8));
+  EXPECT_EQ(refused(legacy_extract(half, values({0, 1, 3, 7}, DType::int32), 0)).kind, ErrorKind::scale);
+}
+
+// The details of contract 4.1 that decide a verdict, as DeepSpeed's module decides them.
+TEST(Legacy, ChecksWhatDeepSpeedChecks) {
+  // The count check covers a rank with no pieces: its shard must be empty.
+  const Map lonely = M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0})}), R(1, Extents{2}, {})});
+  const ShardSet both{{0, values({1, 2, 3, 4})}, {1, values({5, 6})}};
+  EXPECT_EQ(refused(legacy_rebuild(lonely, both, f32)).kind, ErrorKind::count);
+  EXPECT_EQ(legacy_check(lonely).error().kind, ErrorKind::count);
+  // A negative extent beside a zero one still counts 0 elements, as a plain product does.
+  const Map odd = M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0})}), R(1, Extents{0, -1}, {})});
+  EXPECT_EQ(accepted(legacy_rebuild(odd, {{0, values({1, 2, 3, 4})}, {1, Buffer(f32, 0)}}, f32)),
+            values({1, 2, 3, 4}));
+  // A shard for a rank the map does not list, a missing one, or none at all.
+  const Map one = M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0})})});
+  EXPECT_EQ(refused(legacy_rebuild(one, {{0, values({1, 2, 3, 4})}, {1, values({5})}}, f32)).kind, ErrorKind::shape);
+  EXPECT_EQ(refused(legacy_rebuild(one, {}, f32)).kind, ErrorKind::shape);
+  EXPECT_EQ(refused(legacy_rebuild(M({4}, {}), {}, f32)).kind, ErrorKind::shape);
+  EXPECT_EQ(refused(legacy_rebuild(repro3(), {{1, values({1, 2, 3, 4})}}, f32)).kind, ErrorKind::shape);
+  // Replicas compare by value (torch.equal): +0 equals -0, and a NaN equals nothing.
+  const ShardSet zeros{{0, values({0.0, 1, 2, 3})}, {1, values({-0.0, 1, 2, 3})}};
+  const Buffer kept = accepted(legacy_rebuild(repro8_both(), zeros, f32));
+  EXPECT_EQ(kept.bits(0), zeros.at(0).bits(0));  // the first writer's zero survives
+  const ShardSet nans{{0, values({NAN, 1, 2, 3})}, {1, values({NAN, 1, 2, 3})}};
+  EXPECT_EQ(refused(legacy_rebuild(repro8_both(), nans, f32)).kind, ErrorKind::different_data);
 }
 
 TEST(Legacy, PolicyDispatchAndNames) {

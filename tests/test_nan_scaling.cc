@@ -177,14 +177,28 @@ TEST(NanScaling, ScaledAndUnscaledCopiesOfOneNanAgree) {
   }
 }
 
-// The legacy model is DeepSpeed's, which scales in torch: it may quieten a NaN, and then
-// replicas whose payloads differ are merged without a word.
+// The legacy model is DeepSpeed's, which scales in torch: a scaled NaN may lose its
+// payload (bfloat16 goes through float32 and comes back canonical). Replicas are compared
+// with torch.equal, by value, so replicas holding NaNs are refused whatever their bits
+// (contract section 4.1), where strict compares the bits and keeps identical NaNs.
 TEST(NanScaling, LegacyKeepsTorchArithmetic) {
-  const Map map = replicated(1, 0.5, 0.5);
-  const ShardSet shards{{0, buffer(DType::bfloat16, {0x7fc1})}, {1, buffer(DType::bfloat16, {0x7fc2})}};
-  auto legacy = legacy_rebuild(map, shards, DType::bfloat16);
+  Map single;
+  single.logical_shape = {1};
+  single.ranks.push_back(RankEntry{0, Extents{1}, {piece(0, 1, {0}, 0.5)}});
+  auto legacy = legacy_rebuild(single, {{0, buffer(DType::bfloat16, {0x7fc1})}}, DType::bfloat16);
   ASSERT_TRUE(legacy.ok()) << legacy.error().to_string();
   EXPECT_EQ(legacy.value().bits(0), 0x7fc0u);
+  ConvertOptions strict;
+  auto kept = rebuild(single, {{0, buffer(DType::bfloat16, {0x7fc1})}}, DType::bfloat16, strict);
+  ASSERT_TRUE(kept.ok()) << kept.error().to_string();
+  EXPECT_EQ(kept.value().bits(0), 0x7fc1u);
+
+  const Map map = replicated(1, 0.5, 0.5);
+  const ShardSet same{{0, buffer(DType::bfloat16, {0x7fc1})}, {1, buffer(DType::bfloat16, {0x7fc1})}};
+  auto replicas = legacy_rebuild(map, same, DType::bfloat16);
+  ASSERT_FALSE(replicas.ok());
+  EXPECT_EQ(replicas.error().kind, ErrorKind::different_data);
+  EXPECT_TRUE(rebuild(map, same, DType::bfloat16, strict).ok());
 }
 
 }  // namespace

@@ -337,6 +337,10 @@ Error missing_shard(Rank rank, std::size_t pieces) {
                     Where::in_rank(rank));
 }
 
+Error no_shards() {
+  return make_error(ErrorKind::shape, "no shard was supplied, so there is nothing to rebuild from");
+}
+
 Error shard_dtype(Rank rank, DType got, DType wanted) {
   return make_error(ErrorKind::shape,
                     fmt::format("the shard supplied for this rank has dtype {} but the conversion is for {}",
@@ -426,6 +430,14 @@ Error digest_not_recorded(const std::string& state, const std::vector<std::strin
                                 state_text(state),
                                 shown.empty() ? std::string("it records none")
                                               : fmt::format("it records {}", fmt::join(shown, ", "))));
+}
+
+Error foreign_refusal(ErrorKind kind, std::string_view type, std::string_view message) {
+  std::string quoted(message);
+  std::replace(quoted.begin(), quoted.end(), '"', '\'');
+  std::replace(quoted.begin(), quoted.end(), '\n', ' ');
+  return make_error(kind, fmt::format("the implementation under test refused with {} \"{}\"",
+                                      type.empty() ? std::string_view("an error") : type, quoted));
 }
 
 Error allocation(std::string_view what, Index wanted) {

@@ -4,6 +4,9 @@
 // buffers, no negative strides, no write through a zero stride). The arithmetic that
 // addresses buffers is still overflow-checked, so a malformed map cannot crash it.
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <set>
 
 #include "shardcheck/convert.h"
@@ -22,12 +25,26 @@ std::optional<Index> numel_of(const Extents& shape) {
   return checked_numel(shape);
 }
 
+// DeepSpeed's element count of a shape: a plain product, so a negative extent beside a
+// zero one still counts 0. Only overflow is refused.
+std::optional<Index> signed_product(const Extents& shape) {
+  Index product = 1;
+  for (Index extent : shape) {
+    auto next = checked_mul(product, extent);
+    if (!next) return std::nullopt;
+    product = *next;
+  }
+  return product;
+}
+
 // What torch.as_strided refuses, and what addressing needs: equal lengths, no
 // negative numbers, no overflow, non-empty views inside their buffers; then a write
-// through a zero stride on an axis of extent > 1. `writes_source` tells which view
-// is written (rebuild writes into F through the source view).
+// through a zero stride on an axis of extent > 1. `writes` tells which view is written:
+// rebuild writes F through the source view, extract the shard through the dest view,
+// and a replica comparison writes neither.
+enum class Writes { source, dest, nothing };
 Status check_piece(const Piece& piece, Rank rank, Index index, Index numel_f, Index shard_numel,
-                   bool writes_source) {
+                   Writes writes) {
   const PieceAt at{rank, index, &piece};
   const std::size_t n = piece.shape.size();
   if (piece.source.strides.size() != n || piece.dest.strides.size() != n) return fault::piece(PieceFault::axes, at);
@@ -45,6 +62,8 @@ Status check_piece(const Piece& piece, Rank rank, Index index, Index numel_f, In
   if (src->empty) return {};
   if (src->max_address >= numel_f) return fault::out_of_bounds(at, Side::full, src->max_address, numel_f);
   if (dst->max_address >= shard_numel) return fault::out_of_bounds(at, Side::shard, dst->max_address, shard_numel);
+  if (writes == Writes::nothing) return {};
+  const bool writes_source = writes == Writes::source;
   const Strides& written = writes_source ? piece.source.strides : piece.dest.strides;
   for (std::size_t k = 0; k < n; ++k) {
     if (piece.shape[k] > 1 && written[k] == 0) {
@@ -54,21 +73,27 @@ Status check_piece(const Piece& piece, Rank rank, Index index, Index numel_f, In
   return {};
 }
 
-// DeepSpeed's only map check: each rank's pieces hold as many elements as its shard.
+// DeepSpeed's only map check: each rank's pieces hold as many elements as its shard,
+// for every rank the map lists (a rank with no pieces must have an empty shard). Its
+// piece constructor refuses a zero scale, so no map holding one is ever built.
 Status check_counts(const Map& map) {
   for (const auto& entry : map.ranks) {
-    if (entry.pieces.empty()) continue;
+    for (std::size_t i = 0; i < entry.pieces.size(); ++i) {
+      if (entry.pieces[i].scale == 0.0) {
+        return fault::piece(PieceFault::bad_scale, PieceAt{entry.rank, static_cast<Index>(i), &entry.pieces[i]});
+      }
+    }
+  }
+  for (const auto& entry : map.ranks) {
+    if (entry.pieces.empty() && !entry.shard_shape) continue;  // an empty shard
     if (!entry.shard_shape) return fault::missing_shard_shape(entry.rank);
-    auto expected = numel_of(*entry.shard_shape);
+    auto expected = signed_product(*entry.shard_shape);
     if (!expected) return fault::bad_shard_shape(entry.rank, *entry.shard_shape);
     Index total = 0;
     for (std::size_t i = 0; i < entry.pieces.size(); ++i) {
       const Piece& piece = entry.pieces[i];
       const PieceAt at{entry.rank, static_cast<Index>(i), &piece};
-      if (std::any_of(piece.shape.begin(), piece.shape.end(), [](Index e) { return e < 0; })) {
-        return fault::piece(PieceFault::negative_extent, at);
-      }
-      auto n = checked_numel(piece.shape);
+      auto n = signed_product(piece.shape);
       if (!n) return fault::piece(PieceFault::source_overflow, at);
       // Python's integers do not overflow: a sum beyond 64 bits is a count mismatch.
       auto sum = checked_add(total, *n);
@@ -87,6 +112,86 @@ BlockCopy torch_arithmetic(BlockCopy copy) {
   return copy;
 }
 
+// Moving an optimizer state through a scaled piece is refused, in both directions.
+Status check_optimizer_scale(const Map& map, int scale_power) {
+  if (scale_power == 1) return {};
+  for (const auto& entry : map.ranks) {
+    for (std::size_t i = 0; i < entry.pieces.size(); ++i) {
+      if (entry.pieces[i].scale == 1.0) continue;
+      return fault::scale_needs_power_one(PieceAt{entry.rank, static_cast<Index>(i), &entry.pieces[i]}, scale_power);
+    }
+  }
+  return {};
+}
+
+// Integer and bool data meet a scale through torch's type promotion: the division
+// happens in float32 (the default dtype) and the result is cast back on the copy.
+bool scaled_integers(DType dtype, const Piece& piece, int scale_power) {
+  return !is_floating(dtype) && std::pow(piece.scale, scale_power) != 1.0;
+}
+
+// The element's value as torch promotes it to float32 (bool as 0 or 1).
+float promoted(DType dtype, std::uint64_t bits) {
+  if (dtype == DType::boolean) return bits != 0 ? 1.0f : 0.0f;
+  if (dtype == DType::uint8) return static_cast<float>(bits);
+  const int width = static_cast<int>(element_size(dtype)) * 8;
+  const std::uint64_t sign = std::uint64_t{1} << (width - 1);
+  const auto value = width == 64 ? static_cast<std::int64_t>(bits)
+                                 : static_cast<std::int64_t>(bits ^ sign) - static_cast<std::int64_t>(sign);
+  return static_cast<float>(value);
+}
+
+// float32 cast back to the element type: truncation toward zero, wrapped to the width
+// (what the CPU's conversion through a 64-bit integer gives); bool is "non-zero".
+std::uint64_t demoted(DType dtype, float value) {
+  if (dtype == DType::boolean) return value != 0.0f ? 1 : 0;
+  const float limit = 9.2233720368547758e18f;  // 2^63
+  const std::int64_t whole = std::isfinite(value) && std::fabs(value) < limit
+                                 ? static_cast<std::int64_t>(value)
+                                 : std::numeric_limits<std::int64_t>::min();
+  const std::size_t size = element_size(dtype);
+  const std::uint64_t mask = size == 8 ? ~std::uint64_t{0} : (std::uint64_t{1} << (size * 8)) - 1;
+  return static_cast<std::uint64_t>(whole) & mask;
+}
+
+// Rebuilds one piece element by element where the backend's copy does not model torch:
+// integers divided through float32. The copy keeps the value written last.
+void copy_promoted(DType dtype, const Piece& piece, const Buffer& shard, Buffer& full, int scale_power) {
+  const float factor = static_cast<float>(std::pow(piece.scale, scale_power));
+  const Index n = checked_numel(piece.shape).value_or(0);
+  for (Index k = 0; k < n; ++k) {
+    const std::uint64_t bits = shard.bits(address_at(piece.shape, piece.dest, k));
+    full.set_bits(address_at(piece.shape, piece.source, k), demoted(dtype, promoted(dtype, bits) / factor));
+  }
+}
+
+// torch.equal between what F holds and the unscaled replica: value equality in the
+// (promoted) element type, so +0.0 equals -0.0 and a NaN equals nothing. Returns the
+// row-major index of the first element that differs.
+std::optional<Index> first_unequal(DType dtype, const Piece& piece, const Buffer& shard, const Buffer& full,
+                                   int scale_power) {
+  const Index n = checked_numel(piece.shape).value_or(0);
+  const bool integers_scaled = scaled_integers(dtype, piece, scale_power);
+  const float factor = static_cast<float>(std::pow(piece.scale, scale_power));
+  for (Index k = 0; k < n; ++k) {
+    const std::uint64_t incoming = shard.bits(address_at(piece.shape, piece.dest, k));
+    const std::uint64_t held = full.bits(address_at(piece.shape, piece.source, k));
+    bool equal = false;
+    if (is_floating(dtype)) {
+      const bool unscaled = std::pow(piece.scale, scale_power) == 1.0;  // DeepSpeed skips the division
+      equal = bits_to_double(dtype, held) ==
+              bits_to_double(dtype, unscaled ? incoming : apply_scale(dtype, incoming, piece.scale, scale_power, false,
+                                                                                NanScaling::arithmetic));
+    } else if (integers_scaled) {
+      equal = promoted(dtype, held) == promoted(dtype, incoming) / factor;
+    } else {
+      equal = held == incoming;
+    }
+    if (!equal) return k;
+  }
+  return std::nullopt;
+}
+
 Buffer poisoned(DType dtype, Index numel) {
   Buffer out(dtype, numel);
   const std::uint64_t poison = poison_bits(dtype);
@@ -96,19 +201,29 @@ Buffer poisoned(DType dtype, Index numel) {
 
 }  // namespace
 
+Status legacy_check(const Map& map) { return check_counts(map); }
+
 Result<Buffer> legacy_rebuild(const Map& map, const ShardSet& shards, DType dtype, int scale_power) {
   auto numel_f = numel_of(map.logical_shape);
   if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
   if (Status e = check_counts(map); !e.ok()) return e.error();
+  if (Status e = check_optimizer_scale(map, scale_power); !e.ok()) return e.error();
+  // Every supplied shard must belong to a listed rank and have its element count.
   Index supplied = 0;
-  for (const auto& entry : map.ranks) {
-    if (entry.pieces.empty()) continue;
-    auto it = shards.find(entry.rank);
-    if (it == shards.end()) return fault::missing_shard(entry.rank, entry.pieces.size());
-    const Index expected = *numel_of(*entry.shard_shape);  // check_counts vouched for it
-    if (it->second.dtype() != dtype) return fault::shard_dtype(entry.rank, it->second.dtype(), dtype);
-    if (it->second.numel() != expected) return fault::shard_numel(entry.rank, it->second.numel(), expected);
+  for (const auto& [rank, shard] : shards) {
+    const RankEntry* entry = map.find_rank(rank);
+    if (entry == nullptr) return fault::unlisted_shard(rank);
+    if (!entry->shard_shape && shard.numel() != 0) return fault::shard_without_shape(rank);
+    const Index expected = entry->shard_shape ? *signed_product(*entry->shard_shape) : 0;  // check_counts vouched
+    if (shard.dtype() != dtype) return fault::shard_dtype(rank, shard.dtype(), dtype);
+    if (shard.numel() != expected) return fault::shard_numel(rank, shard.numel(), expected);
     supplied = checked_add(supplied, expected).value_or(supplied);
+  }
+  if (shards.empty()) return fault::no_shards();
+  for (const auto& entry : map.ranks) {
+    if (!entry.pieces.empty() && shards.count(entry.rank) == 0) {
+      return fault::missing_shard(entry.rank, entry.pieces.size());
+    }
   }
   // Legacy buffers are sized by the map; nothing checked vouches for that size, so it is
   // capped by what the caller really supplied (or a generous fixed limit).
@@ -123,13 +238,14 @@ Result<Buffer> legacy_rebuild(const Map& map, const ShardSet& shards, DType dtyp
       const Buffer& shard = shards.at(entry.rank);
       const auto index = static_cast<Index>(i);
       const bool compare = piece.locations.size() > 1 && started.count(piece.source.offset) > 0;
-      // A comparison only reads F, so only a write is refused for a zero stride.
-      if (Status e = check_piece(piece, entry.rank, index, *numel_f, shard.numel(), !compare); !e.ok()) {
+      // A comparison only reads, so only a write is refused for a zero stride.
+      if (Status e = check_piece(piece, entry.rank, index, *numel_f, shard.numel(),
+                                 compare ? Writes::nothing : Writes::source);
+          !e.ok()) {
         return e.error();
       }
-      const BlockCopy copy = torch_arithmetic(rebuild_block(piece, shard, full, scale_power));
       if (compare) {
-        if (auto k = backend.compare_block(dtype, copy)) {
+        if (auto k = first_unequal(dtype, piece, shard, full, scale_power)) {
           const Index element = address_at(piece.shape, piece.source, *k);
           const Index shard_address = address_at(piece.shape, piece.dest, *k);
           return fault::replicas_differ(
@@ -138,8 +254,10 @@ Result<Buffer> legacy_rebuild(const Map& map, const ShardSet& shards, DType dtyp
               full.bits(element),
               nullptr);
         }
+      } else if (scaled_integers(dtype, piece, scale_power)) {
+        copy_promoted(dtype, piece, shard, full, scale_power);
       } else {
-        backend.copy_block(dtype, copy);
+        backend.copy_block(dtype, torch_arithmetic(rebuild_block(piece, shard, full, scale_power)));
       }
       started.insert(piece.source.offset);
     }
@@ -156,13 +274,25 @@ Result<Buffer> legacy_extract(const Map& map, const Buffer& full, Rank rank, int
   auto shard_numel = numel_of(*entry->shard_shape);
   if (!shard_numel) return fault::bad_shard_shape(rank, *entry->shard_shape);
   if (Status e = allocation_guard(*shard_numel, full.numel(), CheckLimits{}, "a shard"); !e.ok()) return e.error();
+  for (const auto& other : map.ranks) {
+    for (std::size_t i = 0; i < other.pieces.size(); ++i) {
+      if (other.pieces[i].scale == 0.0) {
+        return fault::piece(PieceFault::bad_scale, PieceAt{other.rank, static_cast<Index>(i), &other.pieces[i]});
+      }
+    }
+  }
+  if (Status e = check_optimizer_scale(map, scale_power); !e.ok()) return e.error();
 
   Buffer shard = poisoned(full.dtype(), *shard_numel);
   Backend& backend = cpu_backend();
   for (std::size_t i = 0; i < entry->pieces.size(); ++i) {
     const Piece& piece = entry->pieces[i];
     const auto index = static_cast<Index>(i);
-    if (Status e = check_piece(piece, rank, index, *numel_f, *shard_numel, false); !e.ok()) return e.error();
+    if (Status e = check_piece(piece, rank, index, *numel_f, *shard_numel, Writes::dest); !e.ok()) return e.error();
+    if (scaled_integers(full.dtype(), piece, scale_power)) {
+      // torch cannot multiply integer data by a float scale in place.
+      return fault::scale_on_integer(PieceAt{rank, index, &piece}, full.dtype());
+    }
     backend.copy_block(full.dtype(), torch_arithmetic(extract_block(piece, full, shard, scale_power)));
   }
   return shard;

@@ -11,6 +11,7 @@ constexpr std::pair<Outcome, std::string_view> kOutcomeNames[] = {
     {Outcome::exact, "exact"},
     {Outcome::wrong, "wrong"},
     {Outcome::wrong_valid_layout, "wrong_valid_layout"},
+    {Outcome::target_fault, "target_fault"},
 };
 
 }  // namespace
@@ -24,7 +25,7 @@ std::string_view outcome_name(Outcome outcome) {
 
 std::optional<Outcome> parse_outcome(std::string_view name) {
   for (const auto& [value, spelling] : kOutcomeNames) {
-    if (spelling == name) return value;
+    if (spelling == name && value != Outcome::target_fault) return value;
   }
   return std::nullopt;
 }

@@ -71,6 +71,38 @@ void set_refused(OpOutcome& out, Error error) {
   out.error = std::move(error);
 }
 
+void set_refused(OpOutcome& out, const TargetRefusal& refusal) {
+  out.verdict = Outcome::refused;
+  out.message = "refused " + refusal.to_string();
+  if (refusal.error) {
+    out.error = *refusal.error;
+    return;
+  }
+  if (refusal.kind) out.error = fault::foreign_refusal(*refusal.kind, refusal.type, refusal.message);
+  out.refusal = refusal;
+}
+
+void set_fault(OpOutcome& out, const TargetFault& fault) {
+  out.verdict = Outcome::target_fault;
+  out.message = fmt::format("FAULT: target {} ({}): {}", fault_name(fault.kind), fault.reason, fault.detail);
+  out.fault = fault;
+}
+
+// The tensor a target returned, or nullptr after recording its refusal or fault.
+Buffer* take_answer(OpOutcome& out, TargetResult<Buffer>& answer) {
+  if (auto* refusal = std::get_if<TargetRefusal>(&answer)) {
+    set_refused(out, *refusal);
+    return nullptr;
+  }
+  if (auto* fault = std::get_if<TargetFault>(&answer)) {
+    set_fault(out, *fault);
+    return nullptr;
+  }
+  return &std::get<Buffer>(answer);
+}
+
+TargetMap target_map(const Case& c) { return TargetMap{&c.map, nullptr}; }
+
 void set_compared(OpOutcome& out, const std::string& what, const Buffer& expected,
                   const Buffer& actual) {
   auto diff = compare(expected, actual);
@@ -221,15 +253,14 @@ std::optional<std::string> digest_not_enforced(const Case& c, const Buffer& outp
   return std::nullopt;
 }
 
-OpOutcome run_rebuild(const Case& c, const Inputs& in, const ConvertOptions& options) {
+OpOutcome run_rebuild(const Case& c, const Inputs& in, Target& target) {
   OpOutcome out;
   out.op = Op::rebuild;
-  auto result = rebuild(c.map, in.shards, c.dtype, options);
-  if (!result) {
-    set_refused(out, result.error());
-    return out;
-  }
-  out.output = std::move(result.value());
+  auto answer = target.rebuild(target_map(c), in.shards, c.dtype, c.scale_power,
+                               RebuildDigest{c.digest, c.digest_state});
+  Buffer* result = take_answer(out, answer);
+  if (result == nullptr) return out;
+  out.output = std::move(*result);
   if (!in.expected) {
     out.verdict = Outcome::wrong;
     out.message = "WRONG: rebuild returned a tensor where no correct tensor exists: " +
@@ -253,16 +284,14 @@ bool has_shard(const Map& map, Rank rank) {
   return entry != nullptr && entry->shard_shape.has_value();
 }
 
-OpOutcome extract_one(const Case& c, const Buffer& full, Rank rank, const ConvertOptions& options,
+OpOutcome extract_one(const Case& c, const Buffer& full, Rank rank, Target& target,
                       const ConvertOptions& strict) {
   OpOutcome out;
   out.op = Op::extract;
   out.rank = rank;
-  auto got = extract(c.map, full, rank, options);
-  if (!got) {
-    set_refused(out, got.error());
-    return out;
-  }
+  auto answer = target.extract(target_map(c), full, rank, c.scale_power);
+  Buffer* got = take_answer(out, answer);
+  if (got == nullptr) return out;
   const Map& truth = c.truth_map();
   if (!has_shard(truth, rank)) {
     out.verdict = Outcome::wrong;
@@ -279,11 +308,11 @@ OpOutcome extract_one(const Case& c, const Buffer& full, Rank rank, const Conver
                               rank, want.error().to_string());
     return out;
   }
-  set_compared(out, fmt::format("extract rank {}", rank), want.value(), got.value());
+  set_compared(out, fmt::format("extract rank {}", rank), want.value(), *got);
   return out;
 }
 
-OpOutcome run_extract(const Case& c, const Buffer& full, const ConvertOptions& options,
+OpOutcome run_extract(const Case& c, const Buffer& full, Target& target,
                       const ConvertOptions& strict) {
   std::set<Rank> ranks;
   for (const Map* map : {&c.map, &c.truth_map()}) {
@@ -292,11 +321,14 @@ OpOutcome run_extract(const Case& c, const Buffer& full, const ConvertOptions& o
     }
   }
   std::optional<OpOutcome> refused;
+  std::optional<OpOutcome> fault;
   for (Rank rank : ranks) {
-    OpOutcome out = extract_one(c, full, rank, options, strict);
+    OpOutcome out = extract_one(c, full, rank, target, strict);
     if (out.verdict == Outcome::wrong) return out;
+    if (out.verdict == Outcome::target_fault && !fault) fault = std::move(out);
     if (out.verdict == Outcome::refused && !refused) refused = std::move(out);
   }
+  if (fault) return *fault;
   if (refused) return *refused;
   OpOutcome out;
   out.op = Op::extract;
@@ -317,17 +349,26 @@ bool valid_layout(const Case& c, const ShardSet* shards) {
 
 void summarize(CaseOutcome& outcome) {
   const OpOutcome* refused = nullptr;
+  const OpOutcome* fault = nullptr;
   for (const auto& op : outcome.ops) {
     if (op.verdict == Outcome::wrong) {
       outcome.verdict = Outcome::wrong;
       outcome.message = op.message;
       return;
     }
+    if (op.verdict == Outcome::target_fault && fault == nullptr) fault = &op;
     if (op.verdict == Outcome::refused && refused == nullptr) refused = &op;
+  }
+  if (fault != nullptr) {
+    outcome.verdict = Outcome::target_fault;
+    outcome.fault = fault->fault;
+    outcome.message = fault->message;
+    return;
   }
   if (refused != nullptr) {
     outcome.verdict = Outcome::refused;
     outcome.error = refused->error;
+    outcome.refusal = refused->refusal;
     outcome.message = refused->message;
     return;
   }
@@ -358,8 +399,8 @@ std::string got_text(const CaseOutcome& outcome) {
   return std::string(outcome_name(outcome.verdict));
 }
 
-std::string judge_strict(const Case& c, const CaseOutcome& outcome) {
-  bool kinds_given = c.expect_error || !c.accept_errors.empty();
+std::string judge_strict(const Case& c, const CaseOutcome& outcome, bool judge_kinds) {
+  bool kinds_given = judge_kinds && (c.expect_error || !c.accept_errors.empty());
   if (!c.expect && !kinds_given) return {};
   Outcome expect = c.expect.value_or(Outcome::refused);
   if (!is_outcome(outcome, expect)) {
@@ -368,6 +409,7 @@ std::string judge_strict(const Case& c, const CaseOutcome& outcome) {
                        got_text(outcome));
   }
   if (expect != Outcome::refused || !kinds_given) return {};
+  if (!outcome.error) return fmt::format("expected refused {}, got refused unknown", kinds_text(c));
   ErrorKind kind = outcome.error->kind;
   bool accepted = c.expect_error == kind;
   for (auto k : c.accept_errors) accepted = accepted || k == kind;
@@ -393,9 +435,10 @@ std::string judge_legacy(const Case& c, const CaseOutcome& outcome) {
                      format_element(c.dtype, diff->actual_bits), diff->count);
 }
 
-void judge(const Case& c, Policy policy, CaseOutcome& outcome) {
-  outcome.expectation_message =
-      policy == Policy::legacy ? judge_legacy(c, outcome) : judge_strict(c, outcome);
+void judge(const Case& c, const Target& target, CaseOutcome& outcome) {
+  outcome.expectation_message = target.is_legacy_model()
+                                    ? judge_legacy(c, outcome)
+                                    : judge_strict(c, outcome, target.judges_kinds());
   outcome.matches_expectation = outcome.expectation_message.empty();
 }
 
@@ -415,19 +458,34 @@ CaseOutcome refused_outright(const Case& c, const Error& error, OracleKind oracl
   return outcome;
 }
 
-Result<CaseOutcome> run_truth(const Case& c, const ConvertOptions& options,
-                              const ConvertOptions& strict) {
+Result<CaseOutcome> run_truth(const Case& c, Target& target, const ConvertOptions& strict) {
   auto inputs = prepare_truth(c, strict);
   if (!inputs) return inputs.error();
   const Inputs& in = inputs.value();
   CaseOutcome outcome;
-  if (c.op != Op::extract) outcome.ops.push_back(run_rebuild(c, in, options));
-  if (c.op != Op::rebuild) outcome.ops.push_back(run_extract(c, *in.full, options, strict));
+  if (c.op != Op::extract) outcome.ops.push_back(run_rebuild(c, in, target));
+  if (c.op != Op::rebuild) outcome.ops.push_back(run_extract(c, *in.full, target, strict));
   outcome.valid_layout = valid_layout(c, &in.shards);
   return outcome;
 }
 
-Result<CaseOutcome> run_same_map(const Case& c, const ConvertOptions& options) {
+// Every rank's shard through the target, as extract_all does for a policy.
+Result<ShardSet> target_extract_all(const Case& c, const Buffer& full, Target& target, OpOutcome& op) {
+  std::set<Rank> ranks;
+  for (const auto& entry : c.map.ranks) {
+    if (entry.shard_shape) ranks.insert(entry.rank);
+  }
+  ShardSet shards;
+  for (Rank rank : ranks) {
+    auto answer = target.extract(target_map(c), full, rank, c.scale_power);
+    Buffer* shard = take_answer(op, answer);
+    if (shard == nullptr) return make_error(ErrorKind::format, op.message);
+    shards.emplace(rank, std::move(*shard));
+  }
+  return shards;
+}
+
+Result<CaseOutcome> run_same_map(const Case& c, Target& target) {
   CaseOutcome outcome;
   OpOutcome op;
   op.op = Op::rebuild;
@@ -437,15 +495,14 @@ Result<CaseOutcome> run_same_map(const Case& c, const ConvertOptions& options) {
     if (Status error = check_structure(c.map); !error.ok()) return refused_outright(c, error.error(), OracleKind::same_map);
     return full.error();
   }
-  auto shards = extract_all(c.map, full.value(), options);
+  auto shards = target_extract_all(c, full.value(), target, op);
   if (!shards) {
-    set_refused(op, shards.error());
     outcome.valid_layout = valid_layout(c, nullptr);
   } else {
     Inputs in;
     in.shards = std::move(shards.value());
     in.expected = full.value();
-    op = run_rebuild(c, in, options);
+    op = run_rebuild(c, in, target);
     outcome.valid_layout = valid_layout(c, &in.shards);
   }
   outcome.ops.push_back(std::move(op));
@@ -482,6 +539,15 @@ Json op_to_json(DType dtype, const OpOutcome& op) {
   if (op.digest_ignored) out["digest_ignored"] = true;
   out["message"] = op.message;
   if (op.error) out["error"] = error_to_json(*op.error);
+  if (op.refusal) {
+    if (!op.error) out["kind"] = "unknown";
+    out["target_error"] = {{"type", op.refusal->type}, {"message", op.refusal->message}};
+  }
+  if (op.fault) {
+    out["fault"] = {{"kind", std::string(fault_name(op.fault->kind))},
+                    {"reason", op.fault->reason},
+                    {"detail", op.fault->detail}};
+  }
   if (op.difference) {
     const Difference& d = *op.difference;
     out["difference"] = {{"element", d.element},
@@ -507,35 +573,41 @@ Result<std::uint64_t> truth_digest(const Case& c) {
   return digest(full.value());
 }
 
-Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options, OracleKind oracle) {
-  ConvertOptions tested = options;
-  tested.scale_power = c.scale_power;
-  tested.expected_digest = c.digest;
-  tested.digest_state = c.digest_state;
+Result<CaseOutcome> run_case(const Case& c, Target& target, OracleKind oracle) {
   ConvertOptions strict;
   strict.scale_power = c.scale_power;
   Result<CaseOutcome> outcome = CaseOutcome{};
   if (Status error = undecoded_map_error(c); !error.ok()) {
+    // The harness cannot decode the map, so no target sees it (docs/protocol.md).
     outcome = refused_outright(c, error.error(), oracle);  // contract section 9
   } else if (oracle == OracleKind::same_map) {
-    outcome = run_same_map(c, tested);
+    outcome = run_same_map(c, target);
   } else {
-    outcome = run_truth(c, tested, strict);
+    outcome = run_truth(c, target, strict);
   }
   if (!outcome) return outcome;
   CaseOutcome& result = outcome.value();
-  result.policy = options.policy;
+  result.policy = target.is_legacy_model() ? Policy::legacy : Policy::strict;
+  result.target = target.name();
   summarize(result);
-  judge(c, options.policy, result);
+  judge(c, target, result);
   return outcome;
+}
+
+Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options, OracleKind oracle) {
+  auto target = make_policy_target(options);
+  return run_case(c, *target, oracle);
 }
 
 Json outcome_to_json(const Case& c, const CaseOutcome& outcome) {
   Json out = Json::object();
   out["name"] = c.name;
   out["policy"] = std::string(policy_name(outcome.policy));
+  if (!outcome.target.empty()) out["target"] = outcome.target;
   out["verdict"] = std::string(outcome_name(outcome.verdict));
   if (outcome.error) out["kind"] = std::string(kind_name(outcome.error->kind));
+  else if (outcome.verdict == Outcome::refused) out["kind"] = "unknown";
+  if (outcome.fault) out["fault"] = std::string(fault_name(outcome.fault->kind));
   out["message"] = outcome.message;
   out["valid_layout"] = outcome.valid_layout;
   out["matches_expectation"] = outcome.matches_expectation;

@@ -21,6 +21,7 @@ void Tally::add(Outcome outcome) {
     case Outcome::exact: ++exact; break;
     case Outcome::wrong: ++wrong; break;
     case Outcome::wrong_valid_layout: ++valid_but_different; break;
+    case Outcome::target_fault: ++target_faults; break;
   }
 }
 
@@ -36,6 +37,7 @@ void Tally::merge(const Tally& other) {
   wrong += other.wrong;
   valid_but_different += other.valid_but_different;
   crashed += other.crashed;
+  target_faults += other.target_faults;
 }
 
 bool Report::failed() const {
@@ -101,13 +103,13 @@ Report run(const Options& options, const std::function<void(Index)>& progress,
 namespace {
 
 std::string table_row(std::string_view name, const Tally& t) {
-  return fmt::format("  {:<28} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", name, t.cases, t.refused,
-                     t.exact, t.wrong, t.valid_but_different, t.crashed);
+  return fmt::format("  {:<28} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}\n", name, t.cases, t.refused,
+                     t.exact, t.wrong, t.valid_but_different, t.crashed, t.target_faults);
 }
 
 std::string table_header(std::string_view title) {
-  return fmt::format("  {:<28} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", title, "cases", "refused",
-                     "exact", "wrong", "valid-diff", "crashed");
+  return fmt::format("  {:<28} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}\n", title, "cases", "refused",
+                     "exact", "wrong", "valid-diff", "crashed", "target-fault");
 }
 
 // Rows for the known names in their order, then any other name seen (a worker that
@@ -127,6 +129,26 @@ std::string table_section(std::string_view title, const std::vector<std::string_
 
 std::string_view oracle_name(oracles::OracleKind oracle) {
   return oracle == oracles::OracleKind::truth ? "truth" : "same-map";
+}
+
+// What ran the conversions: the target's name, or the policy's.
+std::string implementation_name(const Options& o) {
+  return o.eval.target.empty() ? std::string(policy_name(o.eval.policy)) : o.eval.target;
+}
+
+// A word the shell reads back as `text` (exec: targets carry a command line).
+std::string shell_word(const std::string& text) {
+  const bool plain = !text.empty() && std::all_of(text.begin(), text.end(), [](char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           std::string_view("-_./:=,+").find(ch) != std::string_view::npos;
+  });
+  if (plain) return text;
+  std::string out = "'";
+  for (char ch : text) {
+    if (ch == '\'') out += "'\\''";
+    else out += ch;
+  }
+  return out + "'";
 }
 
 }  // namespace
@@ -152,13 +174,14 @@ std::string format_table(const Report& report) {
   const double rate = report.seconds > 0 ? static_cast<double>(report.cases) / report.seconds : 0.0;
   const Options& o = report.options;
   out += fmt::format(
-      "\n{} cases in {:.1f} s ({:.0f} cases/s, {} job{}{}); policy {}, oracle {}{}{}\n", report.cases,
+      "\n{} cases in {:.1f} s ({:.0f} cases/s, {} job{}{}); {} {}, oracle {}{}{}\n", report.cases,
       report.seconds, rate, o.jobs, o.jobs == 1 ? "" : "s", o.isolate ? ", isolated" : "",
-      policy_name(o.eval.policy), oracle_name(o.eval.oracle),
+      o.eval.target.empty() ? "policy" : "target", implementation_name(o), oracle_name(o.eval.oracle),
       o.generate.record_digest ? ", content digests recorded and verified" : "",
       report.complete ? "" : "; stopped before the end (resume with --resume)");
-  out += fmt::format("rerun: shardcheck campaign --seed {} --cases {} --policy {} --oracle {}{}{}\n", o.seed,
-                     o.cases ? *o.cases : report.cases, policy_name(o.eval.policy), oracle_name(o.eval.oracle),
+  out += fmt::format("rerun: shardcheck campaign --seed {} --cases {} --{} {} --oracle {}{}{}\n", o.seed,
+                     o.cases ? *o.cases : report.cases, o.eval.target.empty() ? "policy" : "target",
+                     shell_word(implementation_name(o)), oracle_name(o.eval.oracle),
                      o.shard_count > 1 ? fmt::format(" --shard {}/{}", o.shard_index, o.shard_count)
                                        : std::string(),
                      o.generate.record_digest ? " --digest" : "");
@@ -173,12 +196,13 @@ Json tally_json(const Tally& t) {
               {"exact", t.exact},
               {"silently_wrong", t.wrong},
               {"valid_but_different", t.valid_but_different},
-              {"crashed", t.crashed}};
+              {"crashed", t.crashed},
+              {"target_faults", t.target_faults}};
 }
 
-// The checkpoint's compact form of a tally: the six counts in Tally's order.
+// The checkpoint's compact form of a tally: the seven counts in Tally's order.
 Json tally_array(const Tally& t) {
-  return Json::array({t.cases, t.refused, t.exact, t.wrong, t.valid_but_different, t.crashed});
+  return Json::array({t.cases, t.refused, t.exact, t.wrong, t.valid_but_different, t.crashed, t.target_faults});
 }
 
 }  // namespace
@@ -190,6 +214,7 @@ Json report_to_json(const Report& report) {
   j["requested_cases"] = o.cases ? Json(*o.cases) : Json(nullptr);
   j["time_seconds"] = o.time_seconds ? Json(*o.time_seconds) : Json(nullptr);
   j["policy"] = policy_name(o.eval.policy);
+  if (!o.eval.target.empty()) j["target"] = o.eval.target;
   j["oracle"] = oracle_name(o.eval.oracle);
   j["jobs"] = o.jobs;
   j["isolate"] = o.isolate;
@@ -228,6 +253,8 @@ Json checkpoint_to_json(const Checkpoint& checkpoint) {
   j["requested_cases"] = o.cases ? Json(*o.cases) : Json(nullptr);
   j["time_seconds"] = o.time_seconds ? Json(*o.time_seconds) : Json(nullptr);
   j["policy"] = policy_name(o.eval.policy);
+  j["target"] = o.eval.target;
+  j["target_timeout"] = o.eval.target_timeout_seconds;
   j["oracle"] = oracle_name(o.eval.oracle);
   j["strict_layout"] = o.eval.strict_layout;
   j["max_elements"] = o.generate.layout.max_elements;
@@ -273,12 +300,13 @@ Index checked_count(const Json& j, const char* what) {
 
 Index count_field(const Json& j, const char* key) { return checked_count(j.at(key), key); }
 
+// Six counts: a checkpoint written before target faults were counted (none then).
 Tally tally_from_array(const Json& j) {
-  if (!j.is_array() || j.size() != 6) throw std::out_of_range("a tally is not an array of 6 counts");
+  if (!j.is_array() || (j.size() != 7 && j.size() != 6)) throw std::out_of_range("a tally is not an array of 7 counts");
   Tally t;
-  Index* fields[] = {&t.cases, &t.refused, &t.exact, &t.wrong, &t.valid_but_different, &t.crashed};
+  Index* fields[] = {&t.cases, &t.refused, &t.exact, &t.wrong, &t.valid_but_different, &t.crashed, &t.target_faults};
   Index sum = 0;
-  for (std::size_t i = 0; i < 6; ++i) {
+  for (std::size_t i = 0; i < j.size(); ++i) {
     *fields[i] = checked_count(j[i], "a tally count");
     if (i > 0) sum += *fields[i];
   }
@@ -300,6 +328,10 @@ Checkpoint parse_checkpoint(const Json& j) {
   const auto policy = parse_policy(j.at("policy").get<std::string>());
   if (!policy) throw std::out_of_range("unknown policy");
   o.eval.policy = *policy;
+  // Absent from checkpoints written before targets existed: the policy ran.
+  if (j.contains("target")) o.eval.target = j.at("target").get<std::string>();
+  if (j.contains("target_timeout")) o.eval.target_timeout_seconds = j.at("target_timeout").get<double>();
+  if (!(o.eval.target_timeout_seconds > 0)) throw std::out_of_range("target_timeout is not positive");
   const auto oracle = j.at("oracle").get<std::string>();
   if (oracle == "truth") o.eval.oracle = oracles::OracleKind::truth;
   else if (oracle == "same-map") o.eval.oracle = oracles::OracleKind::same_map;
@@ -372,17 +404,20 @@ std::optional<Checkpoint> checkpoint_from_json(const Json& json, std::string& er
 Json finding_case_file(const Report& report, const FindingRecord& finding) {
   Case c = finding.reproducer;
   c.name = finding.signature;
-  if (report.options.eval.policy == Policy::legacy &&
+  const bool other_target = !report.options.eval.target.empty();
+  if ((report.options.eval.policy == Policy::legacy || other_target) &&
       finding.signature.rfind("silently-wrong", 0) == 0) {
-    // Found under the legacy model: the strict policy must refuse it.
+    // Found under the legacy model or another implementation: strict must refuse it.
     c.expect = Outcome::refused;
-    c.legacy_expect = Outcome::wrong;
+    if (!other_target) c.legacy_expect = Outcome::wrong;
   }
   Json j = encode_case(c);
   j["signature"] = finding.signature;
-  j["comment"] = fmt::format("found by shardcheck campaign --seed {} (case {}, policy {}): {}",
-                             report.options.seed, finding.first_case,
-                             policy_name(report.options.eval.policy), finding.message);
+  j["comment"] = fmt::format("found by shardcheck campaign --seed {} (case {}, {} {}): {}",
+                             report.options.seed, finding.first_case, other_target ? "target" : "policy",
+                             other_target ? report.options.eval.target
+                                          : std::string(policy_name(report.options.eval.policy)),
+                             finding.message);
   return j;
 }
 

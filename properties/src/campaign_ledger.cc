@@ -113,7 +113,11 @@ std::optional<FindingState> run_case(const Options& options, Index index, BatchR
   const props::Evaluation evaluation = props::evaluate_case(c, options.eval);
   into.by_constructor[c.constructor].add(evaluation.category);
   into.by_corruption[corruption_of(c)].add(evaluation.category);
-  if (evaluation.refusal) into.by_refusal_kind[std::string(kind_name(*evaluation.refusal))].add(evaluation.category);
+  if (evaluation.refusal) {
+    into.by_refusal_kind[std::string(kind_name(*evaluation.refusal))].add(evaluation.category);
+  } else if (evaluation.category == Outcome::refused) {
+    into.by_refusal_kind["unknown"].add(evaluation.category);  // an implementation's own error, no kind
+  }
   for (const auto& [op, category] : evaluation.ops) into.by_op[std::string(op_name(op))].add(category);
   if (!evaluation.finding) return std::nullopt;
   // evaluate_case's reproducer is the case itself, so the index alone brings it back.

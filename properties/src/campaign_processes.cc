@@ -78,7 +78,7 @@ class Encoder {
     bytes_.append(s);
   }
   void tally(const Tally& t) {
-    for (Index v : {t.cases, t.refused, t.exact, t.wrong, t.valid_but_different, t.crashed}) i64(v);
+    for (Index v : {t.cases, t.refused, t.exact, t.wrong, t.valid_but_different, t.crashed, t.target_faults}) i64(v);
   }
   void tallies(const std::map<std::string, Tally>& map) {
     u32(static_cast<std::uint32_t>(map.size()));
@@ -129,7 +129,8 @@ class Decoder {
   }
   Tally tally() {
     Tally t;
-    for (Index* field : {&t.cases, &t.refused, &t.exact, &t.wrong, &t.valid_but_different, &t.crashed}) {
+    for (Index* field : {&t.cases, &t.refused, &t.exact, &t.wrong, &t.valid_but_different, &t.crashed,
+                         &t.target_faults}) {
       *field = i64();
     }
     return t;

@@ -1,5 +1,9 @@
 #include "shardcheck/properties.h"
 
+#include <unistd.h>
+
+#include <map>
+#include <memory>
 #include <vector>
 
 #include <fmt/format.h>
@@ -88,6 +92,54 @@ std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBug
   return std::nullopt;
 }
 
+namespace {
+
+// One instance per thread and target name: an exec target is a process, and a process
+// answers one request at a time. A forked process (an isolated campaign's worker)
+// inherits its parent thread's instances, whose processes are the parent's children,
+// not its own: it lets go of them and starts its own.
+struct ThreadTarget {
+  std::unique_ptr<oracles::Target> target;
+  std::string error;
+  pid_t owner = -1;
+};
+
+ThreadTarget& thread_target(const EvalOptions& options) {
+  thread_local std::map<std::string, ThreadTarget> targets;
+  auto [it, fresh] = targets.try_emplace(options.target);
+  if (!fresh && it->second.owner != getpid()) {
+    if (it->second.target) it->second.target->detach();
+    fresh = true;
+  }
+  if (fresh) {
+    oracles::TargetOptions target_options;
+    target_options.timeout_seconds = options.target_timeout_seconds;
+    auto made = oracles::make_target(options.target, target_options);
+    it->second.target = std::move(made.target);
+    it->second.error = std::move(made.error);
+    it->second.owner = getpid();
+  }
+  return it->second;
+}
+
+Result<oracles::CaseOutcome> run_on_target(const Case& c, const EvalOptions& options,
+                                           std::optional<Finding>& start_failure) {
+  if (options.target.empty()) return oracles::run_case(c, convert_options(c, options), options.oracle);
+  ThreadTarget& target = thread_target(options);
+  if (!target.target) {
+    oracles::CaseOutcome outcome;
+    outcome.verdict = Outcome::target_fault;
+    outcome.fault = oracles::TargetFault{oracles::FaultKind::crash, "start", target.error};
+    outcome.message = target.error;
+    outcome.target = options.target;
+    start_failure = make_finding(c, "target-crash:start", target.error);
+    return outcome;
+  }
+  return oracles::run_case(c, *target.target, options.oracle);
+}
+
+}  // namespace
+
 Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
   Evaluation evaluation;
   if (options.compare_reference) {
@@ -98,7 +150,8 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
                                                                               : Outcome::refused;
     return evaluation;
   }
-  const auto outcome = oracles::run_case(c, convert_options(c, options), options.oracle);
+  std::optional<Finding> start_failure;
+  const auto outcome = run_on_target(c, options, start_failure);
   if (!outcome) {
     evaluation.category = Outcome::refused;
     evaluation.refusal = outcome.error().kind;
@@ -114,10 +167,24 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
   // (replica data) by the clean strict policy on the very shards the oracle converted. An
   // extract reads no shard data, so 1-6 decide it alone.
   std::optional<bool> map_valid;
+  std::optional<Result<oracles::CaseOutcome>> strict;
   auto fully_valid = [&](const oracles::OpOutcome& op) {
     if (op.digest_ignored) return false;
     if (!map_valid) map_valid = oracles::reference_check(c.map).valid();
-    return *map_valid && (op.op == Op::extract || result.valid_layout);
+    if (!*map_valid || (op.op == Op::rebuild && !result.valid_layout)) return false;
+    if (options.target.empty()) return true;
+    // Another implementation's wrong tensor on a valid map is its own bug unless the
+    // strict policy, on the same case, is wrong the same way (a different layout).
+    if (!strict) {
+      ConvertOptions clean;
+      clean.scale_power = c.scale_power;
+      strict = oracles::run_case(c, clean, options.oracle);
+    }
+    if (!strict->ok()) return false;
+    for (const auto& same : strict->value().ops) {
+      if (same.op == op.op && same.verdict == Outcome::wrong) return true;
+    }
+    return false;
   };
   for (const auto& op : result.ops) {
     Outcome category = op.verdict;
@@ -132,6 +199,26 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
     case Outcome::exact:
       evaluation.category = Outcome::exact;
       break;
+    case Outcome::target_fault: {
+      evaluation.category = Outcome::target_fault;
+      if (start_failure) {
+        evaluation.finding = std::move(start_failure);
+        break;
+      }
+      // Crash, hang and garbage are findings whatever else was found: never a pass.
+      const oracles::OpOutcome* shown = nullptr;
+      for (const auto& op : result.ops) {
+        if (op.fault && shown == nullptr) shown = &op;
+      }
+      const oracles::TargetFault& fault = *result.fault;
+      evaluation.finding = make_finding(
+          c,
+          fmt::format("target-{}:{}:{}:{}/{}", oracles::fault_name(fault.kind),
+                      shown ? op_name(shown->op) : "start", fault.reason, constructor_label(c),
+                      corruption_label(c)),
+          result.message);
+      break;
+    }
     case Outcome::wrong:
     case Outcome::wrong_valid_layout: {
       const oracles::OpOutcome* silently_wrong = nullptr;

@@ -65,5 +65,7 @@ Result<Buffer> legacy_rebuild(const Map& map, const ShardSet& shards, DType dtyp
                               int scale_power = 1);
 Result<Buffer> legacy_extract(const Map& map, const Buffer& full, Rank rank,
                               int scale_power = 1);
+// The only map check the legacy model runs before converting: per-rank element counts.
+Status legacy_check(const Map& map);
 
 }  // namespace shardcheck

@@ -217,6 +217,7 @@ Error scale_on_integer(const PieceAt& at, DType dtype);
 
 // The buffers a conversion is given.
 Error missing_shard(Rank rank, std::size_t pieces);
+Error no_shards();  // a rebuild given no shard at all
 Error shard_dtype(Rank rank, DType got, DType wanted);
 Error shard_numel(Rank rank, Index got, Index wanted);
 Error shard_without_shape(Rank rank);
@@ -228,6 +229,10 @@ Error no_shard_to_extract(Rank rank);
 // for that state was compared; nullptr: the value the caller gave.
 Error digest_differs(std::uint64_t actual, std::uint64_t expected, const std::string* state);
 Error digest_not_recorded(const std::string& state, const std::vector<std::string>& recorded_states);
+
+// An implementation under test refused in its own words (`type`, `message`), and its
+// refusal maps to `kind`; the message is quoted so that it cannot break the grammar.
+Error foreign_refusal(ErrorKind kind, std::string_view type, std::string_view message);
 
 // Resource limits on untrusted maps.
 Error too_large_to_verify(Index max_runs);

@@ -31,6 +31,9 @@ struct Tally {
   Index wrong = 0;
   Index valid_but_different = 0;
   Index crashed = 0;  // isolated cases that crashed, timed out or ran out of memory
+  // An implementation under test (exec target) crashed, hung or answered garbage: no
+  // verdict on the map, and never a pass (every such case is a finding too).
+  Index target_faults = 0;
   void add(Outcome outcome);
   void add_crashed();
   void merge(const Tally& other);

@@ -32,6 +32,13 @@ struct EvalOptions {
   PlantedBugs bugs;               // planted bugs (property 5); none in production
   bool compare_reference = true;  // also run property 3 on the case's map
   bool strict_layout = false;     // a valid-but-different outcome is a finding too
+  // An implementation under test other than the policy (oracles::make_target's names:
+  // "deepspeed", "exec:COMMAND"); empty: the policy. Each thread that evaluates cases
+  // gets its own instance, started on first use and kept for the thread's life; a
+  // campaign's worker process is one such thread, so it owns its own target process
+  // (a fork copies no started target: the parent never evaluates a case itself).
+  std::string target;
+  double target_timeout_seconds = 10.0;
 };
 
 struct Evaluation {

@@ -8,6 +8,7 @@
 
 #include "shardcheck/case.h"
 #include "shardcheck/convert.h"
+#include "shardcheck/oracles/target.h"
 #include "shardcheck/outcome.h"
 
 namespace shardcheck::oracles {
@@ -24,7 +25,7 @@ struct Difference {
 
 struct OpOutcome {
   Op op = Op::rebuild;
-  Outcome verdict = Outcome::exact;    // refused, exact or wrong
+  Outcome verdict = Outcome::exact;    // refused, exact, wrong or target_fault
   std::optional<Error> error;          // when refused
   std::optional<Rank> rank;            // extract: the rank that was wrong or refused
   std::optional<Difference> difference;  // when wrong
@@ -33,10 +34,15 @@ struct OpOutcome {
   // does not have (or that the map does not record): wrong whatever the layout.
   bool digest_ignored = false;
   std::string message;
+  // Exec targets: the refusal in the implementation's own words (error stays empty when
+  // its text names no kind: "unknown"), or what went wrong with the process.
+  std::optional<TargetRefusal> refusal;
+  std::optional<TargetFault> fault;
 };
 
 struct CaseOutcome {
-  Outcome verdict = Outcome::exact;  // wrong if any op wrong, else refused if any, else exact
+  // wrong if any op wrong, else target_fault if any, else refused if any, else exact
+  Outcome verdict = Outcome::exact;
   std::optional<Error> error;        // the first refusal
   bool valid_layout = false;  // the map passes every check of spec 3 (strict conversion accepts)
   std::vector<OpOutcome> ops;
@@ -45,6 +51,9 @@ struct CaseOutcome {
   bool matches_expectation = true;
   std::string expectation_message;  // why not, when it does not
   Policy policy = Policy::strict;  // the policy the case ran under (for outcome_to_json)
+  std::string target;              // the implementation under test ("strict", "deepspeed", ...)
+  std::optional<TargetRefusal> refusal;  // the first refusal, from an exec target
+  std::optional<TargetFault> fault;      // the first fault, when the verdict is target_fault
 };
 
 // Runs a case. The map under test always gets a verdict (contract section 9): one that
@@ -54,6 +63,11 @@ struct CaseOutcome {
 // wrong count for a valid map) come back as a Result error: the case is unusable.
 Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options = {},
                              OracleKind oracle = OracleKind::truth);
+// The same oracle with the conversions done by an implementation under test; the
+// ground truth (shards, expected tensors) still comes from the strict policy. The case
+// is judged against the target's expectations: the contract's (kinds only where the
+// target judges kinds), or the case's `legacy` block for the legacy model.
+Result<CaseOutcome> run_case(const Case& c, Target& target, OracleKind oracle = OracleKind::truth);
 
 // Contract section 10, the producer's side: digest(F) of F as the truth oracle writes the
 // shards of this case (its full tensor, or markers over the truth map's logical shape).

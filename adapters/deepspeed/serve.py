@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Serves DeepSpeed's own affine shard map module over shardcheck's target protocol
+(docs/protocol.md), so that `shardcheck campaign --target deepspeed` judges the code
+people run rather than a model of it.
+
+Where the module comes from, first match wins:
+  1. $SHARDCHECK_DEEPSPEED_PATH: a directory holding deepspeed/checkpoint/affine.py (an
+     unpacked sdist, as scripts/deepspeed-target.sh makes). The module files are loaded by
+     path with the package modules stubbed, so DeepSpeed's package __init__ (and its
+     dependencies beyond torch) never runs.
+  2. an installed DeepSpeed: `import deepspeed.checkpoint.affine`.
+  3. out/deepspeed/current in this repository (the script's default output).
+
+The module allocates results with torch.empty. Uninitialised memory would make a verdict
+depend on whatever the allocator hands back, so the adapter gives the module a torch whose
+empty() fills every fresh tensor with the poison pattern shardcheck's legacy model uses.
+"""
+
+import base64
+import importlib.util
+import json
+import os
+import sys
+import types
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Same-width integer views per dtype: data moves as raw bits in both directions.
+BIT_VIEWS = {
+    'float32': 'int32', 'float64': 'int64', 'float16': 'int16', 'bfloat16': 'int16', 'int8': 'int8',
+    'int16': 'int16', 'int32': 'int32', 'int64': 'int64', 'uint8': 'uint8', 'bool': 'uint8'
+}
+# shardcheck's poison bit patterns (core dtype.cc poison_bits), as the signed value of the view.
+POISON = {
+    'float64': 0x7ff800000000dead, 'float32': 0x7fc0dead, 'float16': 0x7ead, 'bfloat16': 0x7fed,
+    'int8': 0xa5, 'int16': 0xa5a5, 'int32': 0xa5a5a5a5, 'int64': 0xa5a5a5a5a5a5a5a5, 'uint8': 0xa5, 'bool': 0xa5
+}
+WIDTH = {'int8': 8, 'int16': 16, 'int32': 32, 'int64': 64, 'uint8': 0}
+
+
+def fail(message):
+    sys.stderr.write(f'deepspeed adapter: {message}\n')
+    sys.stderr.flush()
+    sys.exit(2)
+
+
+try:
+    import numpy as np
+    import torch
+except ImportError as error:
+    fail(f'{error}; install python3-torch and python3-numpy (bash scripts/deepspeed-target.sh does)')
+
+
+def signed(value, view):
+    width = WIDTH[view]
+    if width and value >= 1 << (width - 1):
+        return value - (1 << width)
+    return value
+
+
+def torch_dtype(name):
+    return torch.bool if name == 'bool' else getattr(torch, name)
+
+
+def dtype_name(dtype):
+    return 'bool' if dtype == torch.bool else str(dtype).replace('torch.', '')
+
+
+class PoisonedTorch(types.ModuleType):
+    """torch, except that empty() hands out poisoned memory instead of whatever was there."""
+
+    def __init__(self):
+        super().__init__('torch')
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    @staticmethod
+    def empty(*args, **kwargs):
+        tensor = torch.empty(*args, **kwargs)
+        name = dtype_name(tensor.dtype)
+        if name in POISON and tensor.numel() > 0:
+            view = BIT_VIEWS[name]
+            tensor.view(getattr(torch, view)).fill_(signed(POISON[name], view))
+        return tensor
+
+
+def stub_package(name, directory):
+    if name not in sys.modules:
+        package = types.ModuleType(name)
+        package.__path__ = [directory]
+        sys.modules[name] = package
+
+
+def load_from(root):
+    checkpoint = os.path.join(root, 'deepspeed', 'checkpoint')
+    path = os.path.join(checkpoint, 'affine.py')
+    if not os.path.isfile(path):
+        fail(f'{path} does not exist: SHARDCHECK_DEEPSPEED_PATH must name an unpacked DeepSpeed sdist')
+    stub_package('deepspeed', os.path.join(root, 'deepspeed'))
+    stub_package('deepspeed.checkpoint', checkpoint)
+    spec = importlib.util.spec_from_file_location('deepspeed.checkpoint.affine', path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    version = 'unknown version'
+    version_file = os.path.join(root, 'version.txt')
+    if os.path.isfile(version_file):
+        with open(version_file, encoding='utf-8') as handle:
+            version = handle.read().strip()
+    return module, f'deepspeed {version} ({path})'
+
+
+def load_affine():
+    root = os.environ.get('SHARDCHECK_DEEPSPEED_PATH')
+    if root:
+        return load_from(root)
+    try:
+        import deepspeed
+        import deepspeed.checkpoint.affine as module
+        return module, f'deepspeed {getattr(deepspeed, "__version__", "?")} (installed, {module.__file__})'
+    except ImportError:
+        pass
+    default = os.path.join(REPO, 'out', 'deepspeed', 'current')
+    if os.path.isdir(default):
+        return load_from(default)
+    fail('DeepSpeed not found: set SHARDCHECK_DEEPSPEED_PATH to an unpacked sdist '
+         '(bash scripts/deepspeed-target.sh makes out/deepspeed/current)')
+
+
+def tensor_in(doc):
+    name = doc['dtype']
+    raw = np.frombuffer(base64.b64decode(doc['data']), dtype=BIT_VIEWS[name]).copy()
+    tensor = torch.from_numpy(raw).view(torch_dtype(name))
+    return tensor.reshape([int(extent) for extent in doc['shape']])
+
+
+def tensor_out(tensor):
+    name = dtype_name(tensor.dtype)
+    flat = tensor.detach().contiguous().reshape(-1)
+    view = BIT_VIEWS.get(name)
+    data = flat.view(getattr(torch, view)).numpy().tobytes() if view else b''
+    return {'dtype': name, 'shape': list(tensor.shape), 'data': base64.b64encode(data).decode('ascii')}
+
+
+class Server:
+
+    def __init__(self, module, implementation):
+        self.module = module
+        self.implementation = implementation
+        module.torch = PoisonedTorch()
+
+    def answer(self, request):
+        op = request.get('op')
+        if op == 'hello':
+            return {'ok': True, 'protocol': 1, 'implementation': self.implementation}
+        if op not in ('check', 'rebuild', 'extract'):
+            return {'ok': False, 'error': {'type': 'UnsupportedOperation', 'message': f'op {op!r} is not served'}}
+        try:
+            affine_map = self.module.ParamAffineMap.from_dict(request['map'])
+            if op == 'check':
+                affine_map.validate_coverage()
+                return {'ok': True}
+            power = int(request.get('scale_power', 1))
+            if op == 'rebuild':
+                shards = {int(rank): tensor_in(doc) for rank, doc in request['shards'].items()}
+                return {'ok': True, 'result': tensor_out(affine_map.rebuild(shards, scale_power=power))}
+            full = tensor_in(request['full'])
+            return {'ok': True, 'result': tensor_out(affine_map.extract(full, int(request['rank']), scale_power=power))}
+        except Exception as error:  # the module's refusal, in its own words
+            return {'ok': False, 'error': {'type': type(error).__name__, 'message': str(error)}}
+
+
+def main():
+    # The protocol owns stdout; anything the module prints goes to stderr.
+    protocol = os.fdopen(os.dup(sys.stdout.fileno()), 'w', encoding='utf-8')
+    sys.stdout = sys.stderr
+    torch.set_num_threads(1)
+    server = Server(*load_affine())
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        response = server.answer(request)
+        response['id'] = request.get('id')
+        protocol.write(json.dumps(response) + '\n')
+        protocol.flush()
+
+
+if __name__ == '__main__':
+    main()

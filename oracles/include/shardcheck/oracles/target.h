@@ -1,0 +1,136 @@
+// Implementations under test. Every case can be judged against any implementation of
+// the contract, not only shardcheck's own: one interface (check, rebuild, extract), three
+// kinds of target behind it.
+//
+//   strict          shardcheck's strict policy (the default)
+//   legacy          shardcheck's model of DeepSpeed before the fix (contract section 4.1)
+//   exec:COMMAND    any program speaking the JSON-lines protocol of docs/protocol.md on
+//                   its stdin/stdout; the process is kept alive across requests
+//   deepspeed       exec: of adapters/deepspeed/serve.py, DeepSpeed's own module
+//
+// An exec target that crashes, hangs past its timeout or answers something that is not a
+// well-formed response yields a TargetFault: the harness counts it as a finding, never as
+// a pass, and starts a fresh process for the next request.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "shardcheck/convert.h"
+#include "shardcheck/json.h"
+
+namespace shardcheck::oracles {
+
+// A refusal in the implementation's own words. `kind` is shardcheck's kind when the
+// target's error maps to one (built-ins always; exec targets through the response's
+// `kind` field or the target's table of error texts), std::nullopt for "unknown".
+struct TargetRefusal {
+  std::optional<ErrorKind> kind;
+  std::string type;     // the implementation's error type, e.g. "ValueError"
+  std::string message;  // its text
+  std::optional<Error> error;  // built-ins: the full typed error
+  // "<kind>: <message>" or "unknown (<type>): <message>"
+  std::string to_string() const;
+};
+
+enum class FaultKind { crash, timeout, garbage };
+std::string_view fault_name(FaultKind kind);  // "crash" | "timeout" | "garbage"
+
+struct TargetFault {
+  FaultKind kind = FaultKind::crash;
+  std::string reason;  // short and stable (signatures): "exit-1", "signal-11", "not-json", ...
+  std::string detail;  // for people: what came back, the tail of the target's stderr
+};
+
+template <class T>
+using TargetResult = std::variant<T, TargetRefusal, TargetFault>;
+
+struct Accepted {};  // a check that passed
+
+// The map under test as handed to an implementation: decoded, and where the case keeps
+// it, the JSON as written (an exec target then sends those exact bytes, so rank keys such
+// as "1" and "01" reach it unchanged). Without `json` the map is encoded in its own
+// rank and piece order.
+struct TargetMap {
+  const Map* map = nullptr;
+  const Json* json = nullptr;
+};
+
+// The content digest (contract section 10) a rebuild is asked to verify: a value the
+// caller has, and/or the state whose record in the map's content_digests counts. Empty:
+// no digest is asked for. A target may ignore it; the truth oracle then judges what it
+// returns by that digest itself (docs/protocol.md, "rebuild").
+struct RebuildDigest {
+  std::optional<std::uint64_t> expected;
+  std::optional<std::string> state;
+  bool empty() const { return !expected && !state; }
+};
+
+class Target {
+ public:
+  virtual ~Target() = default;
+  // "strict", "legacy", "deepspeed", "exec:..."
+  virtual const std::string& name() const = 0;
+  // Whether the case's kinds (expect_error, accept_errors) are judged, or only the verdict.
+  virtual bool judges_kinds() const { return false; }
+  // The legacy model is judged against a case's `legacy` expectations, not the contract's.
+  virtual bool is_legacy_model() const { return false; }
+
+  // Conditions 1-6 on the map alone.
+  virtual TargetResult<Accepted> check(const TargetMap& map) = 0;
+  // F from the shards (flat, one per rank), all of `dtype`.
+  virtual TargetResult<Buffer> rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
+                                       int scale_power, const RebuildDigest& digest) = 0;
+  // After a fork, in the child: let go of any process without signalling or waiting for
+  // it (it is the parent's). The next request starts a process of the child's own.
+  virtual void detach() {}
+
+  // The shard of `rank` from F (flat).
+  virtual TargetResult<Buffer> extract(const TargetMap& map, const Buffer& full, Rank rank,
+                                       int scale_power) = 0;
+};
+
+struct TargetOptions {
+  double timeout_seconds = 10.0;          // per request, before the process counts as hung
+  double startup_timeout_seconds = 120.0;  // start and handshake (imports can be slow)
+  ConvertOptions convert;                 // built-ins: backend and planted bugs
+};
+
+// A target from its name, or an error sentence. An exec target is started and
+// handshaken here, so a command that cannot run is reported once, up front.
+struct MadeTarget {
+  std::unique_ptr<Target> target;
+  std::string error;
+};
+MadeTarget make_target(std::string_view spec, const TargetOptions& options = {});
+
+// A built-in policy as a target (no process, never fails to start).
+std::unique_ptr<Target> make_policy_target(const ConvertOptions& options);
+
+// The command `deepspeed` runs: $SHARDCHECK_DEEPSPEED_COMMAND, else /usr/bin/python3 on
+// adapters/deepspeed/serve.py (found relative to the working directory, else in the
+// source tree shardcheck was built from).
+std::string deepspeed_command();
+
+// How a named exec target's error texts map to kinds: first rule whose type and message
+// substrings both match (an empty substring matches anything).
+struct RefusalRule {
+  std::string_view type;
+  std::string_view message;
+  ErrorKind kind;
+};
+std::optional<ErrorKind> classify_refusal(std::span<const RefusalRule> rules, std::string_view type,
+                                          std::string_view message);
+std::span<const RefusalRule> deepspeed_refusal_rules();
+
+// Base64 (RFC 4648, with padding) for the protocol's tensor bytes.
+std::string base64_encode(const std::byte* data, std::size_t size);
+std::optional<std::vector<std::byte>> base64_decode(std::string_view text);
+
+}  // namespace shardcheck::oracles

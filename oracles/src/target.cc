@@ -1,0 +1,271 @@
+// The built-in targets (shardcheck's strict and legacy policies), the target factory,
+// the refusal tables of named exec targets and the protocol's base64.
+#include "shardcheck/oracles/target.h"
+
+#include <array>
+#include <cstdlib>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "target_exec.h"
+
+namespace shardcheck::oracles {
+
+std::string TargetRefusal::to_string() const {
+  if (error) return error->to_string();
+  if (kind) return fmt::format("{}: {}{}", kind_name(*kind), type.empty() ? "" : type + ": ", message);
+  return fmt::format("unknown ({}): {}", type.empty() ? "no type" : type, message);
+}
+
+std::string_view fault_name(FaultKind kind) {
+  switch (kind) {
+    case FaultKind::crash: return "crash";
+    case FaultKind::timeout: return "timeout";
+    case FaultKind::garbage: return "garbage";
+  }
+  return "crash";
+}
+
+namespace {
+
+TargetRefusal refusal_of(Error error) {
+  TargetRefusal r;
+  r.kind = error.kind;
+  r.type = std::string(kind_name(error.kind));
+  r.message = error.message;
+  r.error = std::move(error);
+  return r;
+}
+
+// A built-in policy. It needs the decoded map; a map that exists only as JSON is
+// decoded here, and one that does not decode is refused like any other bad input.
+class PolicyTarget final : public Target {
+ public:
+  explicit PolicyTarget(const ConvertOptions& options)
+      : options_(options), name_(policy_name(options.policy)) {}
+
+  const std::string& name() const override { return name_; }
+  bool judges_kinds() const override { return options_.policy == Policy::strict; }
+  bool is_legacy_model() const override { return options_.policy == Policy::legacy; }
+
+  TargetResult<Accepted> check(const TargetMap& map) override {
+    return with_map(map, [&](const Map& m) -> TargetResult<Accepted> {
+      Status status = options_.policy == Policy::legacy ? legacy_check(m) : check_map(m, options_.checks);
+      if (!status.ok()) return refusal_of(status.error());
+      return Accepted{};
+    });
+  }
+
+  TargetResult<Buffer> rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
+                               int scale_power, const RebuildDigest& digest) override {
+    return with_map(map, [&](const Map& m) -> TargetResult<Buffer> {
+      ConvertOptions options = options_;
+      options.scale_power = scale_power;
+      options.expected_digest = digest.expected;
+      options.digest_state = digest.state;
+      auto result = shardcheck::rebuild(m, shards, dtype, options);
+      if (!result) return refusal_of(result.error());
+      return std::move(result.value());
+    });
+  }
+
+  TargetResult<Buffer> extract(const TargetMap& map, const Buffer& full, Rank rank,
+                               int scale_power) override {
+    return with_map(map, [&](const Map& m) -> TargetResult<Buffer> {
+      ConvertOptions options = options_;
+      options.scale_power = scale_power;
+      auto result = shardcheck::extract(m, full, rank, options);
+      if (!result) return refusal_of(result.error());
+      return std::move(result.value());
+    });
+  }
+
+ private:
+  template <class Fn>
+  auto with_map(const TargetMap& map, Fn&& fn) -> decltype(fn(std::declval<const Map&>())) {
+    if (map.map != nullptr) return fn(*map.map);
+    if (map.json == nullptr) return refusal_of(make_error(ErrorKind::format, "no map was given"));
+    auto decoded = decode_map(*map.json);
+    if (!decoded) return refusal_of(decoded.error());
+    return fn(decoded.value());
+  }
+
+  ConvertOptions options_;
+  std::string name_;
+};
+
+// DeepSpeed's module refuses with Python exceptions whose texts are stable enough to
+// name a kind; anything else stays "unknown". Order matters: the first match wins.
+constexpr std::array kDeepSpeedRules = {
+    RefusalRule{"ValueError", "pieces account for", ErrorKind::count},
+    RefusalRule{"ValueError", "outside the shard", ErrorKind::bounds},
+    RefusalRule{"ValueError", "twice", ErrorKind::twice},
+    RefusalRule{"ValueError", "hold different data", ErrorKind::different_data},
+    RefusalRule{"ValueError", "supplied a shard of", ErrorKind::shape},
+    RefusalRule{"ValueError", "zero scale", ErrorKind::scale},
+    RefusalRule{"NotImplementedError", "scaled piece", ErrorKind::scale},
+    RefusalRule{"AssertionError", "uncovered", ErrorKind::uncovered},
+    RefusalRule{"AssertionError", "held by", ErrorKind::holders},
+    // A missing key of the map's JSON, or a shard for a rank the map does not list
+    // (or none for one it does): the adapter tells them apart by the key's text.
+    RefusalRule{"KeyError", "'", ErrorKind::format},
+    RefusalRule{"KeyError", "", ErrorKind::shape},
+    RefusalRule{"StopIteration", "", ErrorKind::shape},
+    // torch's own checks on as_strided views and in-place writes.
+    RefusalRule{"RuntimeError", "out of bounds for storage", ErrorKind::bounds},
+    RefusalRule{"RuntimeError", "refers to a single memory location", ErrorKind::itself},
+    RefusalRule{"RuntimeError", "Negative strides", ErrorKind::format},
+    RefusalRule{"RuntimeError", "negative dimension", ErrorKind::format},
+    RefusalRule{"RuntimeError", "storage offset", ErrorKind::format},
+    RefusalRule{"RuntimeError", "can't be cast to the desired output type", ErrorKind::scale},
+};
+
+constexpr std::string_view kExecPrefix = "exec:";
+
+std::string quote_for_shell(const std::string& text) {
+  std::string out = "'";
+  for (char ch : text) {
+    if (ch == '\'') out += "'\\''";
+    else out += ch;
+  }
+  return out + "'";
+}
+
+}  // namespace
+
+std::optional<ErrorKind> classify_refusal(std::span<const RefusalRule> rules, std::string_view type,
+                                          std::string_view message) {
+  for (const RefusalRule& rule : rules) {
+    if (!rule.type.empty() && type != rule.type) continue;
+    if (!rule.message.empty() && message.find(rule.message) == std::string_view::npos) continue;
+    return rule.kind;
+  }
+  return std::nullopt;
+}
+
+std::span<const RefusalRule> deepspeed_refusal_rules() { return kDeepSpeedRules; }
+
+std::unique_ptr<Target> make_policy_target(const ConvertOptions& options) {
+  return std::make_unique<PolicyTarget>(options);
+}
+
+std::string deepspeed_command() {
+  if (const char* command = std::getenv("SHARDCHECK_DEEPSPEED_COMMAND"); command && *command) {
+    return command;
+  }
+  namespace fs = std::filesystem;
+  const fs::path relative = fs::path("adapters") / "deepspeed" / "serve.py";
+  fs::path script = relative;
+  std::error_code ec;
+#ifdef SHARDCHECK_SOURCE_TREE
+  if (!fs::exists(script, ec)) script = fs::path(SHARDCHECK_SOURCE_TREE) / relative;
+#endif
+  // exec: the interpreter takes the shell's place, so it is the process the harness
+  // watches, signals and outlives.
+  return "exec /usr/bin/python3 " + quote_for_shell(script.string());
+}
+
+MadeTarget make_target(std::string_view spec, const TargetOptions& options) {
+  MadeTarget made;
+  if (auto policy = parse_policy(spec)) {
+    ConvertOptions convert = options.convert;
+    convert.policy = *policy;
+    made.target = make_policy_target(convert);
+    return made;
+  }
+  std::string command;
+  std::span<const RefusalRule> rules;
+  if (spec == "deepspeed") {
+    command = deepspeed_command();
+    rules = deepspeed_refusal_rules();
+  } else if (spec.substr(0, kExecPrefix.size()) == kExecPrefix) {
+    command = std::string(spec.substr(kExecPrefix.size()));
+    if (command.empty()) {
+      made.error = "exec: needs a command, e.g. exec:'python3 my_impl.py'";
+      return made;
+    }
+  } else {
+    made.error = fmt::format("unknown target '{}' (strict, legacy, deepspeed or exec:COMMAND)", spec);
+    return made;
+  }
+  auto target = std::make_unique<ExecTarget>(std::string(spec), command, rules, options);
+  if (std::string error = target->start(); !error.empty()) {
+    made.error = fmt::format("target {} did not start: {}", spec, error);
+    return made;
+  }
+  made.target = std::move(target);
+  return made;
+}
+
+namespace {
+
+constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+int sextet(char ch) {
+  if (ch >= 'A' && ch <= 'Z') return ch - 'A';
+  if (ch >= 'a' && ch <= 'z') return ch - 'a' + 26;
+  if (ch >= '0' && ch <= '9') return ch - '0' + 52;
+  if (ch == '+') return 62;
+  if (ch == '/') return 63;
+  return -1;
+}
+
+}  // namespace
+
+std::string base64_encode(const std::byte* data, std::size_t size) {
+  std::string out;
+  out.reserve((size + 2) / 3 * 4);
+  std::size_t i = 0;
+  auto at = [&](std::size_t k) { return static_cast<std::uint32_t>(std::to_integer<unsigned char>(data[k])); };
+  for (; i + 3 <= size; i += 3) {
+    const std::uint32_t v = (at(i) << 16) | (at(i + 1) << 8) | at(i + 2);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += kAlphabet[v & 63];
+  }
+  if (size - i == 1) {
+    const std::uint32_t v = at(i) << 16;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += "==";
+  } else if (size - i == 2) {
+    const std::uint32_t v = (at(i) << 16) | (at(i + 1) << 8);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+std::optional<std::vector<std::byte>> base64_decode(std::string_view text) {
+  if (text.size() % 4 != 0) return std::nullopt;
+  std::vector<std::byte> out;
+  out.reserve(text.size() / 4 * 3);
+  for (std::size_t i = 0; i < text.size(); i += 4) {
+    const bool last = i + 4 == text.size();
+    int s[4];
+    int padding = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char ch = text[i + k];
+      if (ch == '=' && last && k >= 2) {
+        s[k] = 0;
+        ++padding;
+        continue;
+      }
+      if (padding > 0) return std::nullopt;  // data after padding
+      s[k] = sextet(ch);
+      if (s[k] < 0) return std::nullopt;
+    }
+    const std::uint32_t v = (static_cast<std::uint32_t>(s[0]) << 18) | (static_cast<std::uint32_t>(s[1]) << 12) |
+                            (static_cast<std::uint32_t>(s[2]) << 6) | static_cast<std::uint32_t>(s[3]);
+    out.push_back(static_cast<std::byte>((v >> 16) & 0xff));
+    if (padding < 2) out.push_back(static_cast<std::byte>((v >> 8) & 0xff));
+    if (padding < 1) out.push_back(static_cast<std::byte>(v & 0xff));
+  }
+  return out;
+}
+
+}  // namespace shardcheck::oracles

@@ -1,0 +1,426 @@
+// The exec: target. One process per ExecTarget, kept alive across requests; its stdin
+// and stdout are one socket (send with MSG_NOSIGNAL, so a dead process never raises
+// SIGPIPE in the harness), its stderr a pipe whose tail explains a crash. Every wait is
+// a poll() against a deadline, so a hung process costs one timeout, not the campaign.
+#include "target_exec.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "shardcheck/digest.h"
+
+extern char** environ;
+
+namespace shardcheck::oracles {
+
+namespace {
+
+constexpr int kProtocolVersion = 1;
+constexpr std::size_t kStderrTail = 4096;
+// A response line may carry a tensor; anything far beyond what was asked for is garbage.
+constexpr std::size_t kBaseLineLimit = std::size_t{1} << 20;
+
+void set_nonblocking(int fd) {
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+TargetFault fault(FaultKind kind, std::string reason, std::string detail) {
+  return TargetFault{kind, std::move(reason), std::move(detail)};
+}
+
+std::string excerpt(std::string_view text) {
+  constexpr std::size_t kMax = 200;
+  std::string out(text.substr(0, kMax));
+  for (char& ch : out) {
+    if (static_cast<unsigned char>(ch) < 0x20) ch = ' ';
+  }
+  return text.size() > kMax ? out + "..." : out;
+}
+
+Json tensor_json(const Buffer& buffer, const Extents& shape) {
+  Json out = Json::object();
+  out["dtype"] = std::string(dtype_name(buffer.dtype()));
+  out["shape"] = shape;
+  out["data"] = base64_encode(buffer.data(), buffer.size_bytes());
+  return out;
+}
+
+Json map_json(const TargetMap& map) {
+  if (map.json != nullptr) return *map.json;
+  if (map.map != nullptr) return encode_map(*map.map, RankOrder::as_given);
+  return Json();
+}
+
+int remaining_ms(std::chrono::steady_clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  if (left.count() <= 0) return 0;
+  return static_cast<int>(std::min<std::int64_t>(left.count(), 1 << 30));
+}
+
+}  // namespace
+
+ExecTarget::ExecTarget(std::string name, std::string command, std::span<const RefusalRule> rules,
+                       const TargetOptions& options)
+    : name_(std::move(name)), command_(std::move(command)), rules_(rules), options_(options) {}
+
+ExecTarget::~ExecTarget() { stop(std::chrono::milliseconds(2000)); }
+
+void ExecTarget::detach() {
+  if (io_fd_ >= 0) close(io_fd_);
+  if (err_fd_ >= 0) close(err_fd_);
+  io_fd_ = err_fd_ = -1;
+  pid_ = -1;
+  pending_.clear();
+}
+
+std::string ExecTarget::spawn() {
+  int io[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, io) != 0) {
+    return fmt::format("socketpair failed: {}", std::strerror(errno));
+  }
+  int err[2];
+  if (pipe2(err, O_CLOEXEC) != 0) {
+    const int saved = errno;
+    close(io[0]);
+    close(io[1]);
+    return fmt::format("pipe failed: {}", std::strerror(saved));
+  }
+  std::string shell = "/bin/sh";
+  std::string dash_c = "-c";
+  char* argv[] = {shell.data(), dash_c.data(), command_.data(), nullptr};
+  const pid_t parent = getpid();
+  // fork, not posix_spawn: the child must die with the thread that started it (a
+  // campaign worker killed for a timeout must not leave its target behind), which
+  // only prctl in the child can arrange. Between fork and exec the child calls only
+  // async-signal-safe functions.
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int saved = errno;
+    for (int fd : {io[0], io[1], err[0], err[1]}) close(fd);
+    return fmt::format("cannot start /bin/sh: {}", std::strerror(saved));
+  }
+  if (pid == 0) {
+    // Its own process group, so a timeout kills whatever the shell started, and default
+    // signal handling whatever the harness itself ignores or blocks.
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    for (int sig : {SIGPIPE, SIGINT, SIGTERM}) signal(sig, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    dup2(io[1], STDIN_FILENO);
+    dup2(io[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    execve(shell.c_str(), argv, environ);
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also here, so the group exists before any kill(-pid)
+  close(io[1]);
+  close(err[1]);
+  pid_ = pid;
+  io_fd_ = io[0];
+  err_fd_ = err[0];
+  set_nonblocking(io_fd_);
+  set_nonblocking(err_fd_);
+  err_tail_.clear();
+  pending_.clear();
+  ++starts_;
+  return {};
+}
+
+std::string ExecTarget::start() {
+  if (pid_ >= 0) return {};
+  if (std::string error = spawn(); !error.empty()) return error;
+  Json hello = {{"op", "hello"}, {"protocol", kProtocolVersion}};
+  auto answer = exchange(std::move(hello), options_.startup_timeout_seconds, 0);
+  if (auto* f = std::get_if<TargetFault>(&answer)) {
+    return fmt::format("{} ({}) on the handshake: {}", fault_name(f->kind), f->reason, f->detail);
+  }
+  if (auto* r = std::get_if<TargetRefusal>(&answer)) {
+    stop(std::chrono::milliseconds(500));
+    return "the handshake was refused: " + r->to_string();
+  }
+  const Json& response = std::get<Json>(answer);
+  if (response.contains("protocol") && response["protocol"] != kProtocolVersion) {
+    stop(std::chrono::milliseconds(500));
+    return fmt::format("it speaks protocol {}, shardcheck speaks {}", response["protocol"].dump(),
+                       kProtocolVersion);
+  }
+  const auto it = response.find("implementation");
+  implementation_ = it != response.end() && it->is_string() ? it->get<std::string>() : name_;
+  return {};
+}
+
+void ExecTarget::drain_stderr() {
+  if (err_fd_ < 0) return;
+  char buffer[4096];
+  while (true) {
+    const ssize_t n = read(err_fd_, buffer, sizeof buffer);
+    if (n > 0) {
+      err_tail_.append(buffer, static_cast<std::size_t>(n));
+      if (err_tail_.size() > 2 * kStderrTail) err_tail_.erase(0, err_tail_.size() - kStderrTail);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) {
+      close(err_fd_);
+      err_fd_ = -1;
+    }
+    return;
+  }
+}
+
+std::string ExecTarget::stderr_tail() const {
+  std::string tail = err_tail_.size() > kStderrTail ? err_tail_.substr(err_tail_.size() - kStderrTail) : err_tail_;
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
+  return tail.empty() ? std::string() : "\n--- its stderr ends with ---\n" + tail;
+}
+
+void ExecTarget::stop(std::chrono::milliseconds grace) {
+  if (pid_ < 0) return;
+  if (io_fd_ >= 0) close(io_fd_);
+  io_fd_ = -1;
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  siginfo_t info{};
+  while (true) {
+    info.si_pid = 0;
+    // WNOWAIT: the unreaped leader keeps its process group id reserved for the kill below.
+    if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0) break;
+    if (info.si_pid == pid_ || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  kill(-pid_, SIGKILL);  // anything it left behind in its group (or itself, past the grace)
+  int status = 0;
+  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  drain_stderr();
+  if (err_fd_ >= 0) close(err_fd_);
+  err_fd_ = -1;
+  pid_ = -1;
+  pending_.clear();
+}
+
+TargetFault ExecTarget::reap_as_crash(std::string what) {
+  // It closed its stdout: usually it is exiting; give it a moment to say how.
+  if (io_fd_ >= 0) close(io_fd_);
+  io_fd_ = -1;
+  std::string reason = "closed-stdout";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);
+  siginfo_t info{};
+  while (std::chrono::steady_clock::now() < deadline) {
+    info.si_pid = 0;
+    if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0) break;
+    if (info.si_pid == pid_) {
+      reason = info.si_code == CLD_EXITED ? fmt::format("exit-{}", info.si_status)
+                                          : fmt::format("signal-{}", info.si_status);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  drain_stderr();
+  std::string detail = fmt::format("{} ({}){}", what, reason, stderr_tail());
+  stop(std::chrono::milliseconds(0));
+  return fault(FaultKind::crash, reason, std::move(detail));
+}
+
+TargetResult<Json> ExecTarget::exchange(Json request, double timeout_seconds, std::size_t expected_bytes) {
+  const std::string op = request.value("op", std::string("request"));
+  if (pid_ < 0) {
+    if (std::string error = start(); !error.empty()) return fault(FaultKind::crash, "start", error);
+  }
+  // Output nobody asked for, or an exit after the last answer, belongs to no request:
+  // it is charged to this one, which is the first to see it.
+  {
+    pollfd p{io_fd_, POLLIN, 0};
+    if (!pending_.empty() || (poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP)))) {
+      char buffer[4096];
+      const ssize_t n = recv(io_fd_, buffer, sizeof buffer, MSG_DONTWAIT);
+      if (pending_.empty() && n == 0) return reap_as_crash("it exited between requests");
+      if (n > 0) pending_.append(buffer, static_cast<std::size_t>(n));
+      if (!pending_.empty()) {
+        std::string detail = "unsolicited output: " + excerpt(pending_);
+        stop(std::chrono::milliseconds(0));
+        return fault(FaultKind::garbage, "unsolicited-output", std::move(detail));
+      }
+    }
+  }
+  const std::int64_t id = next_id_++;
+  request["id"] = id;
+  const std::string out = request.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+  const std::size_t line_limit = kBaseLineLimit + 2 * out.size() + 2 * expected_bytes;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_seconds));
+  std::size_t sent = 0;
+  std::string line;
+  bool have_line = false;
+  while (!have_line) {
+    const int wait = remaining_ms(deadline);
+    if (wait == 0) {
+      drain_stderr();
+      std::string detail = fmt::format("no answer to {} within {:g} s{}", op, timeout_seconds, stderr_tail());
+      stop(std::chrono::milliseconds(0));
+      return fault(FaultKind::timeout, "timeout", std::move(detail));
+    }
+    pollfd fds[2] = {{io_fd_, static_cast<short>(POLLIN | (sent < out.size() ? POLLOUT : 0)), 0},
+                     {err_fd_, POLLIN, 0}};
+    const int ready = poll(fds, err_fd_ >= 0 ? 2 : 1, wait);
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      return reap_as_crash(fmt::format("poll failed: {}", std::strerror(errno)));
+    }
+    if (err_fd_ >= 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) drain_stderr();
+    if ((fds[0].revents & POLLOUT) && sent < out.size()) {
+      const ssize_t n = send(io_fd_, out.data() + sent, out.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) sent += static_cast<std::size_t>(n);
+      else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        return reap_as_crash(fmt::format("it stopped reading its input during {}", op));
+      }
+    }
+    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+      char buffer[65536];
+      const ssize_t n = recv(io_fd_, buffer, sizeof buffer, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        return reap_as_crash(fmt::format("it died during {}", op));
+      }
+      if (n > 0) pending_.append(buffer, static_cast<std::size_t>(n));
+      const auto newline = pending_.find('\n');
+      if (newline != std::string::npos) {
+        line = pending_.substr(0, newline);
+        pending_.erase(0, newline + 1);
+        have_line = true;
+      } else if (pending_.size() > line_limit) {
+        stop(std::chrono::milliseconds(0));
+        return fault(FaultKind::garbage, "too-long",
+                     fmt::format("a response line to {} longer than {} bytes", op, line_limit));
+      }
+    }
+  }
+  auto garbage = [&](std::string reason, std::string what) -> TargetResult<Json> {
+    std::string detail = fmt::format("{} in the answer to {}: {}", what, op, excerpt(line));
+    stop(std::chrono::milliseconds(0));
+    return fault(FaultKind::garbage, std::move(reason), std::move(detail));
+  };
+  if (sent < out.size()) return garbage("answered-early", "an answer before the whole request was read");
+  if (!pending_.empty()) return garbage("extra-output", "more than one line");
+  Json response = Json::parse(line, nullptr, false);
+  if (response.is_discarded()) return garbage("not-json", "not JSON");
+  if (!response.is_object()) return garbage("not-object", "not a JSON object");
+  const auto id_field = response.find("id");
+  if (id_field == response.end() || !id_field->is_number_integer() || id_field->get<std::int64_t>() != id) {
+    return garbage("wrong-id", fmt::format("no id {}", id));
+  }
+  const auto ok = response.find("ok");
+  if (ok == response.end() || !ok->is_boolean()) return garbage("no-ok", "no boolean \"ok\"");
+  if (ok->get<bool>()) return response;
+  const auto error = response.find("error");
+  if (error == response.end() || !error->is_object() || !error->contains("message") ||
+      !(*error)["message"].is_string()) {
+    return garbage("bad-error", "a refusal without an error object holding a message");
+  }
+  TargetRefusal refusal;
+  refusal.message = (*error)["message"].get<std::string>();
+  if (error->contains("type") && (*error)["type"].is_string()) refusal.type = (*error)["type"].get<std::string>();
+  if (error->contains("kind") && (*error)["kind"].is_string()) {
+    refusal.kind = parse_kind((*error)["kind"].get<std::string>());
+  }
+  if (!refusal.kind) refusal.kind = classify_refusal(rules_, refusal.type, refusal.message);
+  return refusal;
+}
+
+TargetResult<Buffer> ExecTarget::tensor_request(Json request, DType dtype, Index expected_numel) {
+  const std::string op = request.value("op", std::string("request"));
+  const auto expected_bytes = static_cast<std::size_t>(std::max<Index>(expected_numel, 0)) * element_size(dtype);
+  auto answer = exchange(std::move(request), options_.timeout_seconds, expected_bytes);
+  if (auto* f = std::get_if<TargetFault>(&answer)) return std::move(*f);
+  if (auto* r = std::get_if<TargetRefusal>(&answer)) return std::move(*r);
+  const Json& response = std::get<Json>(answer);
+  auto garbage = [&](std::string reason, std::string what) -> TargetResult<Buffer> {
+    stop(std::chrono::milliseconds(0));
+    return fault(FaultKind::garbage, std::move(reason),
+                 fmt::format("{} in the answer to {}: {}", what, op, excerpt(response.dump())));
+  };
+  const auto result = response.find("result");
+  if (result == response.end() || !result->is_object()) return garbage("no-result", "no result tensor");
+  const auto type = result->find("dtype");
+  if (type == result->end() || !type->is_string() || *type != dtype_name(dtype)) {
+    return garbage("wrong-dtype", fmt::format("a result that is not {}", dtype_name(dtype)));
+  }
+  const auto shape = result->find("shape");
+  if (shape == result->end() || !shape->is_array()) return garbage("bad-shape", "a result without a shape");
+  Index numel = 1;
+  for (const auto& extent : *shape) {
+    if (!extent.is_number_integer() || extent.get<std::int64_t>() < 0) {
+      return garbage("bad-shape", "a result shape that is not a list of non-negative integers");
+    }
+    auto product = checked_mul(numel, extent.get<std::int64_t>());
+    if (!product) return garbage("bad-shape", "a result shape whose element count overflows");
+    numel = *product;
+  }
+  const auto data = result->find("data");
+  if (data == result->end() || !data->is_string()) return garbage("bad-data", "a result without data");
+  auto bytes = base64_decode(data->get_ref<const std::string&>());
+  if (!bytes) return garbage("bad-data", "result data that is not base64");
+  const auto size = static_cast<std::size_t>(element_size(dtype));
+  if (numel > static_cast<Index>(bytes->size() / size) || bytes->size() != static_cast<std::size_t>(numel) * size) {
+    return garbage("bad-data", fmt::format("{} result bytes for {} elements of {}", bytes->size(), numel,
+                                           dtype_name(dtype)));
+  }
+  Buffer buffer(dtype, numel);
+  if (!bytes->empty()) std::memcpy(buffer.data(), bytes->data(), bytes->size());
+  return buffer;
+}
+
+TargetResult<Accepted> ExecTarget::check(const TargetMap& map) {
+  Json request = {{"op", "check"}, {"map", map_json(map)}};
+  auto answer = exchange(std::move(request), options_.timeout_seconds, 0);
+  if (auto* f = std::get_if<TargetFault>(&answer)) return std::move(*f);
+  if (auto* r = std::get_if<TargetRefusal>(&answer)) return std::move(*r);
+  return Accepted{};
+}
+
+TargetResult<Buffer> ExecTarget::rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
+                                         int scale_power, const RebuildDigest& digest) {
+  Json request = {{"op", "rebuild"}, {"map", map_json(map)}, {"dtype", std::string(dtype_name(dtype))},
+                  {"scale_power", scale_power}};
+  if (digest.expected) request["digest"] = format_digest(*digest.expected);
+  if (digest.state) request["digest_state"] = *digest.state;
+  Json tensors = Json::object();
+  for (const auto& [rank, shard] : shards) tensors[std::to_string(rank)] = tensor_json(shard, {shard.numel()});
+  request["shards"] = std::move(tensors);
+  Index expected = 0;
+  if (map.map != nullptr) expected = checked_numel(map.map->logical_shape).value_or(0);
+  return tensor_request(std::move(request), dtype, expected);
+}
+
+TargetResult<Buffer> ExecTarget::extract(const TargetMap& map, const Buffer& full, Rank rank, int scale_power) {
+  // F travels in the map's logical shape when that fits, as a caller would hold it.
+  Extents shape{full.numel()};
+  if (map.map != nullptr && checked_numel(map.map->logical_shape) == full.numel() &&
+      std::all_of(map.map->logical_shape.begin(), map.map->logical_shape.end(), [](Index e) { return e >= 0; })) {
+    shape = map.map->logical_shape;
+  }
+  Json request = {{"op", "extract"}, {"map", map_json(map)}, {"dtype", std::string(dtype_name(full.dtype()))},
+                  {"scale_power", scale_power}, {"rank", rank}, {"full", tensor_json(full, shape)}};
+  Index expected = 0;
+  if (const RankEntry* entry = map.map != nullptr ? map.map->find_rank(rank) : nullptr; entry && entry->shard_shape) {
+    expected = checked_numel(*entry->shard_shape).value_or(0);
+  }
+  return tensor_request(std::move(request), full.dtype(), expected);
+}
+
+}  // namespace shardcheck::oracles

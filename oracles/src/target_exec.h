@@ -1,0 +1,68 @@
+// An implementation under test in another process, spoken to through the JSON-lines
+// protocol of docs/protocol.md. Private to the oracles library.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <span>
+#include <string>
+
+#include "shardcheck/oracles/target.h"
+
+namespace shardcheck::oracles {
+
+class ExecTarget final : public Target {
+ public:
+  ExecTarget(std::string name, std::string command, std::span<const RefusalRule> rules,
+             const TargetOptions& options);
+  ~ExecTarget() override;
+  ExecTarget(const ExecTarget&) = delete;
+  ExecTarget& operator=(const ExecTarget&) = delete;
+
+  // Starts the process and runs the handshake; an error sentence, or "" when it runs.
+  std::string start();
+
+  const std::string& name() const override { return name_; }
+  TargetResult<Accepted> check(const TargetMap& map) override;
+  TargetResult<Buffer> rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
+                               int scale_power, const RebuildDigest& digest) override;
+  TargetResult<Buffer> extract(const TargetMap& map, const Buffer& full, Rank rank,
+                               int scale_power) override;
+
+  void detach() override;
+
+  // What the handshake said the process is ("deepspeed 0.19.8 ...").
+  const std::string& implementation() const { return implementation_; }
+  // Processes started so far (restarts after a fault included).
+  int starts() const { return starts_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  // One request/response exchange: the response object, a refusal, or a fault.
+  // `expected_bytes` (the size of a result tensor) bounds how long a line may grow.
+  TargetResult<Json> exchange(Json request, double timeout_seconds, std::size_t expected_bytes);
+  TargetResult<Buffer> tensor_request(Json request, DType dtype, Index expected_numel);
+  std::string spawn();
+  // Ends the process: closes its stdin and waits up to `grace`, then kills its group.
+  void stop(std::chrono::milliseconds grace);
+  TargetFault reap_as_crash(std::string what);
+  void drain_stderr();
+  std::string stderr_tail() const;
+
+  std::string name_;
+  std::string command_;
+  std::span<const RefusalRule> rules_;
+  TargetOptions options_;
+  std::string implementation_;
+  pid_t pid_ = -1;
+  int io_fd_ = -1;   // the process's stdin and stdout (one socket)
+  int err_fd_ = -1;  // its stderr
+  std::string err_tail_;
+  std::string pending_;  // bytes read past the last response line
+  std::int64_t next_id_ = 1;
+  int starts_ = 0;
+};
+
+}  // namespace shardcheck::oracles

@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""A small implementation of the affine shard map contract, served over shardcheck's
+target protocol (docs/protocol.md). It exists to test the protocol end to end without
+DeepSpeed: `shardcheck repro --target exec:'python3 tests/python/protocol_impl.py'`.
+
+It checks what the contract's section 3 asks (structure, bounds, the conservative
+self-overlap rule, destination tiling, coverage, homogeneity, replica bits) and moves
+data bit-exact; it is written for clarity, not speed, and uses numpy only.
+
+Fault variants, for the harness's own tests (N counts check/rebuild/extract requests of
+this process, from 1):
+  --crash-on N     exit with status 3 instead of answering request N
+  --hang-on N      never answer request N
+  --garbage-on N   answer request N with a line that is not JSON
+"""
+
+import argparse
+import base64
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+np.seterr(all='ignore')  # scaling may overflow; the result is compared, not trapped
+
+# Bit containers per dtype: data moves as raw bits; only scaling does arithmetic.
+BITS = {'float32': np.uint32, 'float64': np.uint64, 'float16': np.uint16, 'bfloat16': np.uint16,
+        'int8': np.uint8, 'int16': np.uint16, 'int32': np.uint32, 'int64': np.uint64, 'uint8': np.uint8,
+        'bool': np.uint8}
+FLOATS = {'float32': np.float32, 'float64': np.float64, 'float16': np.float16}
+
+
+class Refused(Exception):
+
+    def __init__(self, kind, message):
+        super().__init__(message)
+        self.kind = kind
+
+
+def numel(shape):
+    return math.prod(shape)
+
+
+def addresses(shape, offset, strides):
+    """Addresses of a view in row-major index order (int64; Python ints checked first)."""
+    out = np.full(tuple(shape), offset, dtype=np.int64)
+    for axis, (extent, stride) in enumerate(zip(shape, strides)):
+        ramp = np.arange(extent, dtype=np.int64) * stride
+        out += ramp.reshape([extent if k == axis else 1 for k in range(len(shape))])
+    return out.reshape(-1)
+
+
+def unique_by_rule(shape, strides):
+    """Contract section 3.3: the conservative rule, not the exact one."""
+    axes = sorted((stride, extent) for extent, stride in zip(shape, strides) if extent > 1)
+    reach = 0
+    for stride, extent in axes:
+        if stride == 0 or stride < 1 + reach:
+            return False
+        reach += (extent - 1) * stride
+    return True
+
+
+def parse_map(doc):
+    if not isinstance(doc, dict) or not isinstance(doc.get('ranks'), dict):
+        raise Refused('format', 'the map needs logical_shape and a ranks object')
+    shape = doc.get('logical_shape')
+    if not isinstance(shape, list) or any(not isinstance(e, int) or e < 0 for e in shape):
+        raise Refused('format', 'logical_shape must be a list of non-negative integers')
+    ranks = {}
+    for key, entry in doc['ranks'].items():
+        if not key.isdigit() or str(int(key)) != key:
+            raise Refused('format', f'rank key {key!r} is not a canonical decimal id')
+        rank = int(key)
+        if rank in ranks:
+            raise Refused('format', f'rank {rank} appears twice')
+        pieces = entry.get('pieces') if isinstance(entry, dict) else None
+        if not isinstance(pieces, list):
+            raise Refused('format', f'rank {rank} has no pieces list')
+        if 'shard_shape' in entry:
+            shard_shape = entry['shard_shape']
+        elif pieces:
+            raise Refused('format', f'rank {rank} lists pieces but no shard_shape')
+        else:
+            shard_shape = [0]  # a rank with no pieces may omit it: its shard is empty
+        if not isinstance(shard_shape, list) or any(not isinstance(e, int) or e < 0 for e in shard_shape):
+            raise Refused('format', f'rank {rank}: shard_shape must be a list of non-negative integers')
+        parsed = []
+        for index, p in enumerate(pieces):
+            try:
+                piece = {
+                    'shape': [int(e) for e in p['shape']],
+                    'src': (int(p['source'][0]), [int(s) for s in p['source'][1]]),
+                    'dst': (int(p['dest'][0]), [int(s) for s in p['dest'][1]]),
+                    'locations': [int(r) for r in p['locations']],
+                    'scale': float(p.get('scale', 1.0)),
+                }
+            except (KeyError, TypeError, ValueError, IndexError) as error:
+                raise Refused('format', f'rank {rank} piece {index} is malformed: {error!r}') from None
+            parsed.append(piece)
+        ranks[rank] = (list(shard_shape), parsed)
+    return list(shape), ranks
+
+
+def check_map(shape, ranks):
+    """Conditions 1-6, in the contract's order."""
+    numel_f = numel(shape)
+    views = []  # (rank, index, piece)
+    for rank in sorted(ranks):
+        for index, piece in enumerate(ranks[rank][1]):
+            views.append((rank, index, piece))
+    for rank, index, p in views:
+        n = len(p['shape'])
+        if len(p['src'][1]) != n or len(p['dst'][1]) != n:
+            raise Refused('format', f'rank {rank} piece {index}: shape and strides disagree in length')
+        if min([0] + p['shape'] + p['src'][1] + p['dst'][1] + [p['src'][0], p['dst'][0]]) < 0:
+            raise Refused('format', f'rank {rank} piece {index}: a negative number')
+        if not p['locations'] or rank not in p['locations']:
+            raise Refused('holders' if p['locations'] else 'format',
+                          f'rank {rank} piece {index}: locations must name the rank')
+        if p['scale'] == 0 or not math.isfinite(p['scale']):
+            raise Refused('scale', f'rank {rank} piece {index}: scale {p["scale"]}')
+    for rank, index, p in views:
+        if numel(p['shape']) == 0:
+            continue
+        shard_numel = numel(ranks[rank][0])
+        for (offset, strides), size, side in ((p['src'], numel_f, 'source'), (p['dst'], shard_numel, 'dest')):
+            last = offset + sum((e - 1) * s for e, s in zip(p['shape'], strides))
+            if last >= size:
+                raise Refused('bounds', f'rank {rank} piece {index}: the {side} view reaches {last} of {size}')
+    for rank, index, p in views:
+        if numel(p['shape']) == 0:
+            continue
+        for side in ('src', 'dst'):
+            if not unique_by_rule(p['shape'], p[side][1]):
+                raise Refused('itself', f'rank {rank} piece {index}: a view overlaps itself')
+    for rank in sorted(ranks):
+        shard_shape, pieces = ranks[rank]
+        shard_numel = numel(shard_shape)
+        if sum(numel(p['shape']) for p in pieces) != shard_numel:
+            raise Refused('count', f'rank {rank}: the pieces do not hold {shard_numel} elements')
+        hits = np.zeros(shard_numel, dtype=np.int64)
+        for p in pieces:
+            if numel(p['shape']):
+                np.add.at(hits, addresses(p['shape'], *p['dst']), 1)
+        if (hits > 1).any():
+            raise Refused('twice', f'rank {rank}: shard address {int(np.argmax(hits > 1))} is written twice')
+        if (hits == 0).any():
+            raise Refused('uncovered', f'rank {rank}: shard address {int(np.argmax(hits == 0))} is never written')
+    holders = [set() for _ in range(numel_f)]
+    per_rank_hits = {}
+    for rank, index, p in views:
+        if numel(p['shape']) == 0:
+            continue
+        for element in addresses(p['shape'], *p['src']).tolist():
+            holders[element].add(rank)
+            key = (rank, element)
+            per_rank_hits[key] = per_rank_hits.get(key, 0) + 1
+    for element, who in enumerate(holders):
+        if not who:
+            raise Refused('uncovered', f'element {element} of F is held by nobody')
+    for rank, index, p in views:
+        if numel(p['shape']) == 0:
+            continue
+        for element in addresses(p['shape'], *p['src']).tolist():
+            if holders[element] != set(p['locations']):
+                raise Refused('holders', f'rank {rank} piece {index}: element {element} is held by '
+                              f'{sorted(holders[element])}, not {sorted(p["locations"])}')
+            if per_rank_hits[(rank, element)] > 1:
+                raise Refused('twice', f'rank {rank}: element {element} of F is listed twice')
+
+
+def scaled(dtype, bits, scale, power, multiply):
+    """bits * scale**power (extract) or bits / scale**power (rebuild), in the dtype."""
+    if scale == 1.0:
+        return bits
+    if dtype == 'bfloat16':
+        values = (bits.astype(np.uint32) << 16).view(np.float32)
+        factor = np.float32(scale)**abs(power)
+        up = multiply == (power > 0)
+        out = (values * factor if up else values / factor).view(np.uint32)
+        rounded = (out + 0x7fff + ((out >> 16) & 1)) >> 16  # to nearest, ties to even
+        return np.where(np.isnan(values), bits, rounded).astype(np.uint16)
+    ftype = FLOATS[dtype]
+    values = bits.view(ftype)
+    factor = ftype(1)
+    for _ in range(abs(power)):
+        factor = ftype(factor * ftype(scale))
+    up = multiply == (power > 0)
+    out = values * factor if up else values / factor
+    return np.where(np.isnan(values), values, out).view(BITS[dtype])  # a NaN keeps its bits
+
+
+def check_scale(ranks, dtype, power):
+    has_scale = any(p['scale'] != 1.0 for _, pieces in ranks.values() for p in pieces)
+    if has_scale and power != 1:
+        raise Refused('scale', 'an optimizer state cannot move through a scaled piece')
+    if has_scale and dtype not in FLOATS and dtype != 'bfloat16':
+        raise Refused('scale', f'a scale on {dtype} data')
+
+
+def tensor_in(doc, dtype):
+    if doc.get('dtype') != dtype:
+        raise Refused('shape', f'a tensor of {doc.get("dtype")} where {dtype} was asked for')
+    return np.frombuffer(base64.b64decode(doc['data']), dtype=BITS[dtype]).copy()
+
+
+def tensor_out(bits, dtype):
+    return {'dtype': dtype, 'shape': [int(bits.size)], 'data': base64.b64encode(bits.tobytes()).decode('ascii')}
+
+
+def rebuild(request):
+    dtype = request['dtype']
+    shape, ranks = parse_map(request['map'])
+    check_map(shape, ranks)
+    check_scale(ranks, dtype, request['scale_power'])
+    shards = {int(rank): tensor_in(t, dtype) for rank, t in request['shards'].items()}
+    full = np.zeros(numel(shape), dtype=BITS[dtype])
+    written = np.zeros(numel(shape), dtype=bool)
+    for rank in sorted(ranks):
+        shard_shape, pieces = ranks[rank]
+        if not pieces:
+            continue
+        if rank not in shards or shards[rank].size != numel(shard_shape):
+            raise Refused('shape', f'rank {rank}: no shard of {numel(shard_shape)} elements was supplied')
+        for p in pieces:
+            if numel(p['shape']) == 0:
+                continue
+            src = addresses(p['shape'], *p['src'])
+            values = scaled(dtype, shards[rank][addresses(p['shape'], *p['dst'])], p['scale'],
+                            request['scale_power'], False)
+            seen = written[src]
+            if (full[src][seen] != values[seen]).any():
+                raise Refused('different_data', f'rank {rank}: replicas of one element hold different bits')
+            full[src] = values
+            written[src] = True
+    return full
+
+
+def extract(request):
+    dtype = request['dtype']
+    shape, ranks = parse_map(request['map'])
+    check_map(shape, ranks)
+    check_scale(ranks, dtype, request['scale_power'])
+    rank = request['rank']
+    if rank not in ranks:
+        raise Refused('format', f'rank {rank} is not in the map')
+    full = tensor_in(request['full'], dtype)
+    if full.size != numel(shape):
+        raise Refused('shape', f'F has {full.size} elements, the map says {numel(shape)}')
+    shard_shape, pieces = ranks[rank]
+    shard = np.zeros(numel(shard_shape), dtype=BITS[dtype])
+    for p in pieces:
+        if numel(p['shape']):
+            shard[addresses(p['shape'], *p['dst'])] = scaled(dtype, full[addresses(p['shape'], *p['src'])],
+                                                             p['scale'], request['scale_power'], True)
+    return shard
+
+
+def answer(request):
+    op = request.get('op')
+    if op == 'hello':
+        return {'ok': True, 'protocol': 1, 'implementation': 'protocol_impl.py (numpy)'}
+    try:
+        if op == 'check':
+            check_map(*parse_map(request['map']))
+            return {'ok': True}
+        if op == 'rebuild':
+            return {'ok': True, 'result': tensor_out(rebuild(request), request['dtype'])}
+        if op == 'extract':
+            return {'ok': True, 'result': tensor_out(extract(request), request['dtype'])}
+    except Refused as error:
+        return {'ok': False, 'error': {'type': 'Refused', 'kind': error.kind, 'message': str(error)}}
+    return {'ok': False, 'error': {'type': 'UnsupportedOperation', 'message': f'op {op!r} is not supported'}}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--crash-on', type=int, default=0)
+    parser.add_argument('--hang-on', type=int, default=0)
+    parser.add_argument('--garbage-on', type=int, default=0)
+    args = parser.parse_args()
+    served = 0
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        if request.get('op') != 'hello':
+            served += 1
+            if served == args.crash_on:
+                os._exit(3)
+            if served == args.hang_on:
+                while True:
+                    time.sleep(3600)
+            if served == args.garbage_on:
+                sys.stdout.write('this is not a response\n')
+                sys.stdout.flush()
+                continue
+        response = answer(request)
+        response['id'] = request.get('id')
+        sys.stdout.write(json.dumps(response) + '\n')
+        sys.stdout.flush()
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,313 @@
+// Implementations under test: the built-in targets, and the exec: protocol end to end
+// against tests/python/protocol_impl.py (a small implementation written for these tests)
+// and its misbehaving variants: a crash, a hang and a garbage answer each become their
+// own finding, and the next case still runs, on a fresh process.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "shardcheck/campaign.h"
+#include "shardcheck/case.h"
+#include "shardcheck/constructors.h"
+#include "shardcheck/digest.h"
+#include "shardcheck/oracles/target.h"
+#include "shardcheck/oracles/truth.h"
+#include "shardcheck/properties.h"
+
+#include "support/spec_maps.h"
+
+namespace shardcheck {
+namespace {
+
+using oracles::FaultKind;
+
+
+// The interpreter the protocol tests run: $SHARDCHECK_TEST_PYTHON, else Debian's python3
+// (CI installs python3-numpy for it).
+std::string python() {
+  const char* chosen = std::getenv("SHARDCHECK_TEST_PYTHON");
+  return chosen != nullptr && *chosen != '\0' ? chosen : "/usr/bin/python3";
+}
+
+std::string unavailable() {
+  if (std::system(fmt::format("{} -c 'import numpy' >/dev/null 2>&1", python()).c_str()) != 0) {
+    return python() + " cannot import numpy (apt-get install python3-numpy, or set SHARDCHECK_TEST_PYTHON)";
+  }
+  return {};
+}
+
+std::string impl_spec(const std::string& flags = "") {
+  return fmt::format("exec:{} {}/tests/python/protocol_impl.py {}", python(), SHARDCHECK_SOURCE_DIR, flags);
+}
+
+std::unique_ptr<oracles::Target> start(const std::string& spec, double timeout = 10) {
+  oracles::TargetOptions options;
+  options.timeout_seconds = timeout;
+  auto made = oracles::make_target(spec, options);
+  EXPECT_TRUE(made.target) << made.error;
+  return std::move(made.target);
+}
+
+Case layout_case(Map map, DType dtype = DType::float32, Op op = Op::rebuild) {
+  Case c;
+  c.name = "layout";
+  c.map = std::move(map);
+  c.dtype = dtype;
+  c.op = op;
+  return c;
+}
+
+// A corrupted map with the shards its producer wrote through it (the unchecked extract
+// of the legacy policy, as for a reported map): no truth map is needed.
+Case reported_case(Map map) {
+  Case c = layout_case(std::move(map));
+  const Buffer full = marker_buffer(c.dtype, checked_numel(c.map.logical_shape).value());
+  c.shards = std::map<Rank, std::vector<std::uint64_t>>{};
+  for (const auto& entry : c.map.ranks) {
+    auto shard = legacy_extract(c.map, full, entry.rank);
+    EXPECT_TRUE(shard.ok());
+    if (!shard.ok()) continue;
+    for (Index i = 0; i < shard.value().numel(); ++i) (*c.shards)[entry.rank].push_back(shard.value().bits(i));
+  }
+  return c;
+}
+
+// Valid layouts of several kinds, converted exactly by any correct implementation.
+std::vector<Case> exact_cases() {
+  std::vector<Case> cases;
+  cases.push_back(layout_case(contiguous_split_map({4, 6}, {4, 2}, 1).value(), DType::float32, Op::both));
+  cases.push_back(layout_case(sub_param_map({2, 6}, {4, 2}, {{2, 2}, {1, 1}}, 1).value(), DType::bfloat16));
+  cases.push_back(layout_case(replicated_map({3, 2}, 3, 2.0).value(), DType::float16, Op::both));
+  cases.push_back(layout_case(contiguous_split_map({5}, {2, 0, 3}, 0).value(), DType::int64, Op::extract));
+  return cases;
+}
+
+oracles::CaseOutcome run(const Case& c, oracles::Target& target) {
+  auto outcome = oracles::run_case(c, target);
+  EXPECT_TRUE(outcome.ok()) << (outcome.ok() ? "" : outcome.error().to_string());
+  return outcome.ok() ? outcome.value() : oracles::CaseOutcome{};
+}
+
+TEST(Targets, BuiltinsByName) {
+  auto strict = oracles::make_target("strict");
+  ASSERT_TRUE(strict.target);
+  EXPECT_EQ(strict.target->name(), "strict");
+  EXPECT_TRUE(strict.target->judges_kinds());
+  auto legacy = oracles::make_target("legacy");
+  ASSERT_TRUE(legacy.target);
+  EXPECT_TRUE(legacy.target->is_legacy_model());
+  // The same case through the policy and through the policy's target: one outcome.
+  Case c = layout_case(build::repro2());
+  c.shards = std::map<Rank, std::vector<std::uint64_t>>{};
+  for (auto [rank, values] : {std::pair<Rank, std::vector<double>>{0, {9, 8, 7, 6}}, {1, {1, 2, 3}}}) {
+    for (double v : values) (*c.shards)[rank].push_back(*bits_from_double(DType::float32, v));
+  }
+  ConvertOptions options;
+  options.policy = Policy::legacy;
+  const auto direct = oracles::run_case(c, options);
+  const auto through = oracles::run_case(c, *legacy.target);
+  ASSERT_TRUE(direct.ok() && through.ok());
+  EXPECT_EQ(direct.value().message, through.value().message);
+  EXPECT_EQ(through.value().verdict, Outcome::wrong);
+  EXPECT_EQ(oracles::run_case(c, *strict.target).value().verdict, Outcome::refused);
+}
+
+TEST(Targets, BadNamesAreUsageErrors) {
+  EXPECT_FALSE(oracles::make_target("lenient").target);
+  EXPECT_NE(oracles::make_target("lenient").error.find("unknown target"), std::string::npos);
+  EXPECT_FALSE(oracles::make_target("exec:").target);
+  // A command that exits at once never answers the handshake.
+  auto gone = oracles::make_target("exec:exit 7");
+  EXPECT_FALSE(gone.target);
+  EXPECT_NE(gone.error.find("exit-7"), std::string::npos) << gone.error;
+  // One that answers the handshake with something else is not a target either.
+  auto chatty = oracles::make_target("exec:echo hello; sleep 5");
+  EXPECT_FALSE(chatty.target);
+  EXPECT_NE(chatty.error.find("garbage"), std::string::npos) << chatty.error;
+}
+
+TEST(Targets, Base64RoundTripsAndRefusesJunk) {
+  for (std::size_t n : {0u, 1u, 2u, 3u, 4u, 5u, 255u}) {
+    std::vector<std::byte> bytes(n);
+    for (std::size_t i = 0; i < n; ++i) bytes[i] = static_cast<std::byte>(i * 37 + 11);
+    const std::string text = oracles::base64_encode(bytes.data(), bytes.size());
+    EXPECT_EQ(text.size(), (n + 2) / 3 * 4);
+    auto back = oracles::base64_decode(text);
+    ASSERT_TRUE(back) << text;
+    EXPECT_EQ(*back, bytes);
+  }
+  EXPECT_EQ(oracles::base64_encode(reinterpret_cast<const std::byte*>("Man"), 3), "TWFu");
+  EXPECT_EQ(oracles::base64_encode(reinterpret_cast<const std::byte*>("Ma"), 2), "TWE=");
+  EXPECT_FALSE(oracles::base64_decode("TWF"));
+  EXPECT_FALSE(oracles::base64_decode("TW=u"));
+  EXPECT_FALSE(oracles::base64_decode("TWE=TWFu"));
+  EXPECT_FALSE(oracles::base64_decode("TW!u"));
+}
+
+TEST(Targets, DeepSpeedRefusalsMapToKinds) {
+  auto rules = oracles::deepspeed_refusal_rules();
+  using oracles::classify_refusal;
+  EXPECT_EQ(classify_refusal(rules, "ValueError", "Rank 1 holds a shard of 4 elements but its pieces account for 2."),
+            ErrorKind::count);
+  EXPECT_EQ(classify_refusal(rules, "ValueError", "Rank 0 writes shard address 0 twice, so one piece would"),
+            ErrorKind::twice);
+  EXPECT_EQ(classify_refusal(rules, "NotImplementedError", "Converting an optimizer state through a scaled piece"),
+            ErrorKind::scale);
+  EXPECT_EQ(classify_refusal(rules, "KeyError", "'shard_shape'"), ErrorKind::format);
+  EXPECT_EQ(classify_refusal(rules, "KeyError", "3"), ErrorKind::shape);
+  EXPECT_EQ(classify_refusal(rules, "RuntimeError", "unsupported operation: more than one element of the written-to "
+                                                    "tensor refers to a single memory location."),
+            ErrorKind::itself);
+  EXPECT_FALSE(classify_refusal(rules, "TypeError", "unsupported operand"));
+  EXPECT_FALSE(classify_refusal(rules, "RuntimeError", "something else"));
+}
+
+class ExecTarget : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string why = unavailable(); !why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+TEST_F(ExecTarget, ConvertsExactCasesAndRefusesCorruptions) {
+  auto target = start(impl_spec());
+  ASSERT_TRUE(target);
+  for (const Case& c : exact_cases()) {
+    const auto outcome = run(c, *target);
+    EXPECT_EQ(outcome.verdict, Outcome::exact) << describe(c.map) << outcome.message;
+    EXPECT_EQ(outcome.target, target->name());
+  }
+  // Reported corruptions are refused, with the kind the implementation names itself.
+  const struct {
+    Map map;
+    ErrorKind kind;
+  } refused[] = {{build::repro2(), ErrorKind::itself}, {build::repro5(), ErrorKind::twice},
+                 {build::repro6(), ErrorKind::twice}, {build::repro8(), ErrorKind::holders}};
+  for (const auto& r : refused) {
+    const auto outcome = run(reported_case(r.map), *target);
+    EXPECT_EQ(outcome.verdict, Outcome::refused) << describe(r.map) << outcome.message;
+    ASSERT_TRUE(outcome.error) << outcome.message;
+    EXPECT_EQ(outcome.error->kind, r.kind) << outcome.message;
+    ASSERT_TRUE(outcome.refusal);
+    EXPECT_EQ(outcome.refusal->type, "Refused");
+  }
+  // A check request.
+  const Map valid = contiguous_split_map({4, 6}, {4, 2}, 1).value();
+  EXPECT_TRUE(std::holds_alternative<oracles::Accepted>(target->check({&valid, nullptr})));
+  const Map bad = build::repro7();
+  auto checked = target->check({&bad, nullptr});
+  ASSERT_TRUE(std::holds_alternative<oracles::TargetRefusal>(checked));
+  EXPECT_EQ(std::get<oracles::TargetRefusal>(checked).kind, ErrorKind::twice);
+}
+
+// The protocol carries a rebuild's content digest; protocol_impl.py ignores it, so the
+// truth oracle judges its answer by the digest itself: wrong exactly where a digest check
+// would have refused, and the strict target refuses there with kind digest.
+TEST_F(ExecTarget, IgnoredDigestIsWrongOnlyWhereItWouldHaveRefused) {
+  auto target = start(impl_spec());
+  ASSERT_TRUE(target);
+  Case c = layout_case(contiguous_split_map({4, 6}, {4, 2}, 1).value());
+  c.digest = oracles::truth_digest(c).value();
+  const auto right = run(c, *target);
+  EXPECT_EQ(right.verdict, Outcome::exact) << right.message;
+  *c.digest ^= 1;
+  const auto ignored = run(c, *target);
+  EXPECT_EQ(ignored.verdict, Outcome::wrong) << ignored.message;
+  ASSERT_EQ(ignored.ops.size(), 1u);
+  EXPECT_TRUE(ignored.ops[0].digest_ignored) << ignored.message;
+  auto strict = oracles::make_target("strict");
+  const auto refused = run(c, *strict.target);
+  EXPECT_EQ(refused.verdict, Outcome::refused);
+  ASSERT_TRUE(refused.error);
+  EXPECT_EQ(refused.error->kind, ErrorKind::digest);
+}
+
+// Each fault variant misbehaves on its second request; the first and third cases (the
+// third on a fresh process) must be exact.
+struct FaultScenario {
+  const char* flag;
+  FaultKind kind;
+  const char* reason;
+};
+
+void PrintTo(const FaultScenario& s, std::ostream* os) { *os << s.flag << " 2"; }
+
+class ExecFaults : public ::testing::TestWithParam<FaultScenario> {
+ protected:
+  void SetUp() override {
+    if (std::string why = unavailable(); !why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+TEST_P(ExecFaults, BecomesAFindingAndTheNextCaseRuns) {
+  const FaultScenario& s = GetParam();
+  auto target = start(impl_spec(fmt::format("{} 2", s.flag)), 2.0);
+  ASSERT_TRUE(target);
+  const Case c = layout_case(contiguous_split_map({4, 6}, {4, 2}, 1).value());
+  EXPECT_EQ(run(c, *target).verdict, Outcome::exact);
+  const auto started = std::chrono::steady_clock::now();
+  const auto faulty = run(c, *target);
+  EXPECT_EQ(faulty.verdict, Outcome::target_fault) << faulty.message;
+  ASSERT_TRUE(faulty.fault) << faulty.message;
+  EXPECT_EQ(faulty.fault->kind, s.kind) << faulty.message;
+  EXPECT_EQ(faulty.fault->reason, s.reason) << faulty.message;
+  EXPECT_FALSE(faulty.matches_expectation && faulty.verdict != Outcome::target_fault);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
+  const auto after = run(c, *target);
+  EXPECT_EQ(after.verdict, Outcome::exact) << after.message;
+
+  // The same fault in a campaign's evaluation is a finding with its signature, never a pass.
+  props::EvalOptions eval;
+  eval.target = impl_spec(fmt::format("{} 1", s.flag));
+  eval.target_timeout_seconds = 2.0;
+  campaign::Options options;
+  Case generated = campaign::generate_indexed_case(options, 0);
+  const props::Evaluation evaluation = props::evaluate_case(generated, eval);
+  EXPECT_EQ(evaluation.category, Outcome::target_fault);
+  ASSERT_TRUE(evaluation.finding);
+  EXPECT_EQ(evaluation.finding->signature.rfind(fmt::format("target-{}:", oracles::fault_name(s.kind)), 0), 0u)
+      << evaluation.finding->signature;
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, ExecFaults,
+                         ::testing::Values(FaultScenario{"--crash-on", FaultKind::crash, "exit-3"},
+                                           FaultScenario{"--hang-on", FaultKind::timeout, "timeout"},
+                                           FaultScenario{"--garbage-on", FaultKind::garbage, "not-json"}),
+                         [](const auto& info) { return std::string(oracles::fault_name(info.param.kind)); });
+
+// A campaign through the protocol: the small implementation is never silently wrong,
+// and its refusals carry kinds. In worker processes (each starts its own target process;
+// this thread's own target, if an earlier test left one, stays this process's) the
+// tallies are the same as in worker threads.
+TEST_F(ExecTarget, CampaignThroughTheProtocol) {
+  campaign::Options options;
+  options.seed = 7;
+  options.cases = 300;
+  options.jobs = 2;
+  options.eval.target = impl_spec();
+  const campaign::Report report = campaign::run(options);
+  EXPECT_EQ(report.cases, 300);
+  EXPECT_EQ(report.total.target_faults, 0);
+  EXPECT_EQ(report.total.wrong, 0) << campaign::format_table(report);
+  EXPECT_GT(report.total.exact, 0);
+  EXPECT_GT(report.total.refused, 0);
+  for (const auto& finding : report.findings) ADD_FAILURE() << finding.signature << ": " << finding.message;
+  // This thread's own instance of the same target, started before the fork, which the
+  // workers inherit. (Disabling the detach in properties.cc did not make this fail when
+  // tried: the check is the equal tallies, not the guard.)
+  props::EvalOptions here;
+  here.target = options.eval.target;
+  EXPECT_NE(props::evaluate_case(campaign::generate_indexed_case(options, 0), here).category, Outcome::target_fault);
+  options.isolate = true;
+  const campaign::Report isolated = campaign::run(options);
+  EXPECT_EQ(isolated.total, report.total) << campaign::format_table(isolated);
+  EXPECT_EQ(isolated.by_corruption, report.by_corruption);
+  EXPECT_TRUE(isolated.findings.empty());
+}
+
+}  // namespace
+}  // namespace shardcheck
