@@ -4,9 +4,14 @@
 // for small (<= 256) and larger (<= 4096) maps.
 #include <benchmark/benchmark.h>
 
+#include <map>
+
 #include <algorithm>
+#include <chrono>
 #include <ctime>
 #include <cstring>
+#include <functional>
+#include <string>
 
 #include "shardcheck/campaign.h"
 #include "shardcheck/checks.h"
@@ -181,14 +186,17 @@ void timed_loop(benchmark::State& state, double baseline, const char* counter, F
 void BM_DigestRebuildTp8(benchmark::State& state) {
   const DigestInputs& in = digest_inputs();
   const bool with_digest = state.range(0) != 0;
+  // One thread: the ratios below use the calling thread's CPU time.
   ConvertOptions options;
+  options.threads = 1;
+  ConvertOptions plain_options = options;
   if (with_digest) options.expected_digest = digest(in.full);
   auto once = [&](const ConvertOptions& o) {
     auto out = rebuild(in.map, in.shards, DType::float32, o);
     if (!out) state.SkipWithError("rebuild refused");
     benchmark::DoNotOptimize(out);
   };
-  const double plain = with_digest ? best_of(3, [&] { once(ConvertOptions{}); }) : 0.0;
+  const double plain = with_digest ? best_of(3, [&] { once(plain_options); }) : 0.0;
   const double baseline = memcpy_seconds(in.full);
   const double start = thread_seconds();
   for (auto _ : state) once(options);
@@ -224,6 +232,191 @@ void BM_DigestMemcpyBaseline(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * in.full.numel() * 4);
 }
 
+
+// ---- strict conversion against memcpy ---------------------------------------------------
+// 4096 x 4096 at TP 8 in several layouts, rebuild (all shards to F) and extract_all (F to
+// all shards), each as `vs_memcpy`: its best wall time over a one-thread memcpy of the
+// same bytes timed in the same process (best of 5). Wall time, because the conversion
+// may use several threads (`threads`: 0 is what OpenMP offers, 1 is one thread); on a
+// shared machine the best of several runs is the least disturbed one.
+
+constexpr Index kSide = 4096;
+constexpr int kTp = 8;
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+template <class Fn>
+double best_wall(int reps, Fn&& fn) {
+  double best = 1e300;
+  for (int i = 0; i < reps; ++i) {
+    const double start = wall_seconds();
+    fn();
+    best = std::min(best, wall_seconds() - start);
+  }
+  return best;
+}
+
+// Rank r holds rows r, r + 8, r + 16, ...: a source view that is not a box, so check_map
+// proves it with address runs and conversion cannot assume boxes.
+Map interleaved_rows(Index rows, Index cols, int tp) {
+  Map map;
+  map.logical_shape = {rows, cols};
+  const Index mine = rows / tp;
+  for (int r = 0; r < tp; ++r) {
+    Piece piece;
+    piece.shape = {mine, cols};
+    piece.source = StridedView{r * cols, {tp * cols, 1}};
+    piece.dest = StridedView{0, {cols, 1}};
+    piece.locations = {r};
+    map.ranks.push_back(RankEntry{r, Extents{mine, cols}, {piece}});
+  }
+  return map;
+}
+
+Map wide_layout(const std::string& name) {
+  const std::vector<Index> even(kTp, kSide / kTp);
+  if (name == "column") return contiguous_split_map({kSide, kSide}, even, 1).value();
+  if (name == "row") return contiguous_split_map({kSide, kSide}, even, 0).value();
+  if (name == "fused_qkv") {
+    const std::vector<Index> q(kTp, 2048 / kTp), kv(kTp, 1024 / kTp);
+    return sub_param_map({kSide, kSide}, {2048, 1024, 1024}, {q, kv, kv}, 1).value();
+  }
+  if (name == "block_gather") {
+    // 64 blocks of 64 columns; rank r holds blocks r, r + 8, ...: eight pieces of
+    // 256-byte rows each.
+    std::vector<std::vector<Index>> ids(kTp);
+    for (Index b = 0; b < kSide / 64; ++b) ids[static_cast<std::size_t>(b % kTp)].push_back(b);
+    return block_gather_map({kSide, kSide}, ids, 64, 1).value();
+  }
+  return interleaved_rows(kSide, kSide, kTp);
+}
+
+struct WideInputs {
+  Map map;
+  Buffer full;
+  ShardSet shards;
+};
+
+const WideInputs& wide_inputs(const std::string& layout, DType dtype) {
+  static std::map<std::pair<std::string, DType>, WideInputs> cache;
+  auto key = std::make_pair(layout, dtype);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    WideInputs in;
+    in.map = wide_layout(layout);
+    in.full = marker_buffer(dtype, kSide * kSide);
+    in.shards = extract_all(in.map, in.full).value();
+    it = cache.emplace(key, std::move(in)).first;
+  }
+  return it->second;
+}
+
+double memcpy_wall(const Buffer& full) {
+  std::vector<std::byte> to(full.size_bytes());
+  std::memcpy(to.data(), full.data(), full.size_bytes());  // fault the pages in first
+  return best_wall(5, [&] {
+    std::memcpy(to.data(), full.data(), full.size_bytes());
+    benchmark::DoNotOptimize(to.data());
+    benchmark::ClobberMemory();
+  });
+}
+
+void BM_WideConvert(benchmark::State& state, std::string layout, DType dtype, bool rebuild_side) {
+  const WideInputs& in = wide_inputs(layout, dtype);
+  ConvertOptions options;
+  options.threads = static_cast<int>(state.range(0));
+  auto once = [&] {
+    if (rebuild_side) {
+      auto out = rebuild(in.map, in.shards, dtype, options);
+      if (!out) state.SkipWithError("rebuild refused");
+      benchmark::DoNotOptimize(out);
+    } else {
+      auto out = extract_all(in.map, in.full, options);
+      if (!out) state.SkipWithError("extract refused");
+      benchmark::DoNotOptimize(out);
+    }
+  };
+  once();  // warm: scratch and the allocator's pages
+  const double baseline = memcpy_wall(in.full);
+  double best = 1e300;
+  for (auto _ : state) {
+    const double start = wall_seconds();
+    once();
+    best = std::min(best, wall_seconds() - start);
+  }
+  state.counters["vs_memcpy"] = best / baseline;
+  state.counters["best_ms"] = best * 1e3;
+  state.counters["memcpy_ms"] = baseline * 1e3;
+  state.SetBytesProcessed(state.iterations() * static_cast<Index>(in.full.size_bytes()));
+}
+
+void register_wide() {
+  struct Row {
+    const char* layout;
+    DType dtype;
+  };
+  const Row rows[] = {{"column", DType::float32},    {"row", DType::float32},
+                      {"column", DType::bfloat16},   {"row", DType::bfloat16},
+                      {"fused_qkv", DType::float32}, {"block_gather", DType::float32},
+                      {"fallback_interleaved_rows", DType::float32}};
+  for (const Row& row : rows) {
+    for (bool rebuild_side : {true, false}) {
+      const std::string name = std::string("wide/") + (rebuild_side ? "rebuild/" : "extract_all/") + row.layout + "_" +
+                               std::string(dtype_name(row.dtype)) + "_4096x4096_tp8";
+      benchmark::RegisterBenchmark(name.c_str(), BM_WideConvert, std::string(row.layout), row.dtype, rebuild_side)
+          ->ArgName("threads")
+          ->Arg(1)
+          ->Arg(0)
+          ->Iterations(5)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+
+// check_map on a grid of boxes: F (4000, 4000) cut into a x a boxes, dealt to 8 ranks in
+// turn; each rank stacks its boxes in a (n * h, w) shard. Absolute time.
+Map box_grid(Index per_side) {
+  const Index side = 4000;
+  const Index h = side / per_side;
+  std::vector<std::vector<Piece>> pieces(kTp);
+  for (Index i = 0; i < per_side; ++i) {
+    for (Index j = 0; j < per_side; ++j) {
+      const Index n = i * per_side + j;
+      auto& list = pieces[static_cast<std::size_t>(n % kTp)];
+      Piece p;
+      p.shape = {h, h};
+      p.source = StridedView{i * h * side + j * h, {side, 1}};
+      p.dest = StridedView{static_cast<Index>(list.size()) * h * h, {h, 1}};
+      p.locations = {n % kTp};
+      list.push_back(std::move(p));
+    }
+  }
+  Map map;
+  map.logical_shape = {side, side};
+  for (int r = 0; r < kTp; ++r) {
+    const Index count = static_cast<Index>(pieces[static_cast<std::size_t>(r)].size());
+    map.ranks.push_back(RankEntry{r, Extents{count * h, h}, std::move(pieces[static_cast<std::size_t>(r)])});
+  }
+  return map;
+}
+
+void BM_CheckMapBoxGrid(benchmark::State& state) {
+  const Map map = box_grid(state.range(0));
+  Index pieces = 0;
+  for (const auto& r : map.ranks) pieces += static_cast<Index>(r.pieces.size());
+  for (auto _ : state) {
+    Status st = check_map(map);
+    if (!st.ok()) state.SkipWithError(st.error().message.c_str());
+    benchmark::DoNotOptimize(st);
+  }
+  state.counters["pieces"] = static_cast<double>(pieces);
+}
+
+const int kRegisterWide = (register_wide(), 0);
+
 // Lower-case names so that --benchmark_filter=digest selects exactly these.
 BENCHMARK(BM_DigestMemcpyBaseline)->Name("digest/memcpy_baseline_4096x4096_f32")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DigestRebuildTp8)->Name("digest/rebuild_4096x4096_f32_tp8_column")->ArgName("with_digest")->Arg(0)->Arg(1)
@@ -237,6 +430,8 @@ BENCHMARK(BM_ReferenceRebuild)->Arg(16)->Arg(64)->Arg(1024);
 BENCHMARK(BM_LegacyRebuild)->Arg(16)->Arg(64)->Arg(1024);
 BENCHMARK(BM_CheckMapLargeRowSplit);
 BENCHMARK(BM_CheckMapLargeColumnSplit);
+BENCHMARK(BM_CheckMapBoxGrid)->Name("check_map/box_grid")->ArgName("per_side")->Arg(100)->Arg(1000)
+    ->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GenerateOnly)->Arg(256)->Arg(4096);
 BENCHMARK(BM_CampaignCase)->Args({256, 0})->Args({256, 1})->Args({4096, 0})->Args({4096, 1});
 

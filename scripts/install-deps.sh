@@ -3,7 +3,7 @@
 #   scripts/install-deps.sh [EXTRA_PACKAGE...]   (scripts/coverage.sh adds llvm-14)
 set -euo pipefail
 packages=(cmake ninja-build g++ clang libclang-rt-14-dev libeigen3-dev nlohmann-json3-dev
-          libcli11-dev libfmt-dev libgtest-dev librapidcheck-dev libbenchmark-dev zip unzip
+          libcli11-dev libfmt-dev libgtest-dev librapidcheck-dev libbenchmark-dev libomp-dev zip unzip
           python3 python3-numpy "$@")
 missing=()
 for p in "${packages[@]}"; do

@@ -588,6 +588,265 @@ Status check_full_side(Scratch& s, Index numel_f, const PlantedBugs& bugs) {
 }
 
 
+// ---- conditions 4-6 for boxes ---------------------------------------------------------
+//
+// Every in-tree constructor emits pieces whose views are boxes: row-major sub-blocks of F
+// and of the shard. For such maps conditions 4-6 are decided on the boxes themselves,
+// without one run per row: sweep the outer axes, cutting them at every box boundary into
+// slabs where the same boxes are present, and decide the innermost axis of each slab
+// with interval arithmetic. The proof only ever says "valid": any doubt (a piece that is
+// not a box, a gap, an overlap, a cell whose holders are wrong, too much work) leaves the
+// map to the run sweeps, which find the exact error and so keep the reported error
+// where the contract puts it.
+
+struct BoxScratch {
+  std::vector<Index> lo_hi;  // per piece and axis: lo, hi (source side)
+  std::vector<Index> dst_lo_hi;
+  std::vector<std::vector<std::pair<Index, std::int32_t>>> events;  // per level
+  std::vector<std::vector<std::int32_t>> active;                    // per level
+  std::vector<std::vector<std::int32_t>> slots;  // per level: a box's place in `active`
+  Strides full_strides;
+  Strides shard_strides;
+};
+
+BoxScratch& box_scratch() {
+  thread_local BoxScratch b;
+  return b;
+}
+
+// Writes lo/hi of the box `view` spans in a row-major buffer of `extents` (with
+// `strides` = its row-major strides), or returns false when the view is not such a box.
+// The caller has checked bounds, so offset < numel(extents).
+bool as_box(const Extents& shape, const StridedView& view, const Extents& extents, const Strides& strides,
+            Index* out) {
+  if (shape.size() != extents.size() || extents.empty()) return false;
+  Index rest = view.offset;
+  for (std::size_t k = 0; k < extents.size(); ++k) {
+    if (shape[k] > 1 && view.strides[k] != strides[k]) return false;
+    const Index start = strides[k] > 0 ? rest / strides[k] : 0;
+    rest -= start * strides[k];
+    if (start >= extents[k] || shape[k] > extents[k] - start) return false;
+    out[2 * k] = start;
+    out[2 * k + 1] = start + shape[k];
+  }
+  return rest == 0;
+}
+
+struct BoxSweep {
+  Scratch& s;
+  BoxScratch& b;
+  const std::vector<Index>* boxes = nullptr;  // lo/hi, 2 * dims per piece
+  const Extents* extents = nullptr;
+  std::size_t dims = 0;
+  bool full_side = false;  // conditions 5-6 (else: one rank's tiling, condition 4)
+  bool count_holders = true;
+  Index work = 0;
+  Index budget = 0;
+
+  Index lo(std::int32_t g, std::size_t k) const { return (*boxes)[(static_cast<std::size_t>(g) * dims + k) * 2]; }
+  Index hi(std::int32_t g, std::size_t k) const {
+    return (*boxes)[(static_cast<std::size_t>(g) * dims + k) * 2 + 1];
+  }
+
+  // The innermost axis of one slab, its boxes in `present`.
+  bool leaf(const std::vector<std::int32_t>& present) {
+    const std::size_t k = dims - 1;
+    auto& ev = b.events[k];
+    ev.clear();
+    for (std::int32_t g : present) {
+      ev.emplace_back(lo(g, k), g);
+    }
+    std::sort(ev.begin(), ev.end());
+    work += static_cast<Index>(ev.size());
+    const Index end = (*extents)[k];
+    if (!full_side) {
+      // Sorted by start, boxes tile [0, end) exactly when each starts where the last ended.
+      Index cursor = 0;
+      for (const auto& [start, g] : ev) {
+        if (start != cursor) return false;
+        cursor = hi(g, k);
+      }
+      return cursor == end;
+    }
+    // Conditions 5 and 6 per segment, with the counters of check_full_side.
+    std::vector<std::pair<Index, std::int32_t>>& heap = s.heap;
+    heap.clear();
+    auto greater = [](const auto& x, const auto& y) { return x.first > y.first; };
+    std::int32_t pieces = 0, classes = 0, ranks = 0, bad_own = 0, lsize_sum = 0;
+    auto enter = [&](std::int32_t g, int d) {
+      const PieceInfo& p = s.pieces[g];
+      pieces += d;
+      std::int32_t& c = s.class_active[p.loc_class];
+      if ((c == 0) != (c + d == 0)) classes += d;
+      c += d;
+      std::int32_t& r = s.rank_active[p.rank_slot];
+      if ((r == 0) != (r + d == 0)) ranks += d;
+      r += d;
+      if (!p.own_ok) bad_own += d;
+      lsize_sum += d * static_cast<std::int32_t>(p.piece->locations.size());
+    };
+    bool ok = true;
+    Index pos = 0;
+    std::size_t next = 0;
+    while (ok && pos < end) {
+      while (next < ev.size() && ev[next].first == pos) {
+        heap.emplace_back(hi(ev[next].second, k), ev[next].second);
+        std::push_heap(heap.begin(), heap.end(), greater);
+        enter(ev[next].second, 1);
+        ++next;
+      }
+      if (heap.empty()) {
+        ok = false;  // a gap: uncovered
+        break;
+      }
+      const std::int32_t lsize = pieces > 0 ? lsize_sum / pieces : 0;
+      const bool holders_ok = !count_holders || ranks == lsize;
+      if (!(classes == 1 && bad_own == 0 && holders_ok && (pieces == 1 || lsize >= 2))) {
+        ok = false;
+        break;
+      }
+      Index boundary = heap.front().first;
+      if (next < ev.size()) boundary = std::min(boundary, ev[next].first);
+      pos = boundary;
+      while (!heap.empty() && heap.front().first == pos) {
+        enter(heap.front().second, -1);
+        std::pop_heap(heap.begin(), heap.end(), greater);
+        heap.pop_back();
+      }
+    }
+    // Leave the counters at zero for the next slab.
+    for (const auto& [e, g] : heap) enter(g, -1);
+    heap.clear();
+    return ok;
+  }
+
+  // Slabs of axis k: the boxes in `present`, cut at each of their boundaries.
+  bool level(std::size_t k, const std::vector<std::int32_t>& present) {
+    if (k + 1 == dims) return leaf(present);
+    auto& ev = b.events[k];
+    ev.clear();
+    for (std::int32_t g : present) {
+      ev.emplace_back(lo(g, k), g);
+      ev.emplace_back(hi(g, k), ~g);  // an end: complemented id
+    }
+    // At one coordinate, ends before starts: boxes that only touch do not overlap.
+    std::sort(ev.begin(), ev.end(), [](const auto& x, const auto& y) {
+      if (x.first != y.first) return x.first < y.first;
+      return (x.second < 0) > (y.second < 0);
+    });
+    auto& cur = b.active[k];
+    auto& slot = b.slots[k];
+    cur.clear();
+    const Index end = (*extents)[k];
+    Index pos = 0;
+    std::size_t next = 0;
+    while (pos < end) {
+      while (next < ev.size() && ev[next].first == pos) {
+        const std::int32_t id = ev[next].second;
+        if (id < 0) {
+          const std::int32_t g = ~id;
+          const std::int32_t at = slot[static_cast<std::size_t>(g)];
+          slot[static_cast<std::size_t>(cur.back())] = at;
+          cur[static_cast<std::size_t>(at)] = cur.back();
+          cur.pop_back();
+        } else {
+          slot[static_cast<std::size_t>(id)] = static_cast<std::int32_t>(cur.size());
+          cur.push_back(id);
+        }
+        ++next;
+      }
+      if (cur.empty()) return false;  // a gap
+      work += static_cast<Index>(cur.size());
+      if (work > budget) return false;
+      const Index boundary = next < ev.size() ? ev[next].first : end;
+      // The slab [pos, boundary) of axis k; deeper levels keep their own buffers.
+      if (!level(k + 1, cur)) return false;
+      pos = boundary;
+    }
+    return true;
+  }
+};
+
+void grow_levels(BoxScratch& b, std::size_t dims, std::size_t pieces) {
+  if (b.events.size() < dims) b.events.resize(dims);
+  if (b.active.size() < dims) b.active.resize(dims);
+  if (b.slots.size() < dims) b.slots.resize(dims);
+  for (std::size_t k = 0; k < dims; ++k) {
+    if (b.slots[k].size() < pieces) b.slots[k].resize(pieces);
+  }
+}
+
+// True when conditions 4-6 are proven to hold; false leaves the decision to the runs.
+bool box_proof(Scratch& s, const Map& map, const PlantedBugs& bugs) {
+  const std::size_t dims = map.logical_shape.size();
+  if (dims == 0 || s.pieces.empty()) return false;
+  BoxScratch& b = box_scratch();
+  b.full_strides = row_major_strides(map.logical_shape);
+  const std::size_t n = s.pieces.size();
+  b.lo_hi.resize(n * dims * 2);
+  b.dst_lo_hi.clear();
+  for (std::size_t g = 0; g < n; ++g) {
+    const PieceInfo& p = s.pieces[g];
+    if (!p.sound || !p.runs_representable) return false;
+    if (p.empty) continue;
+    if (!as_box(p.piece->shape, p.piece->source, map.logical_shape, b.full_strides, &b.lo_hi[g * dims * 2])) {
+      return false;
+    }
+  }
+  assign_classes(s);
+  for (const PieceInfo& p : s.pieces) {
+    if (p.empty && !p.own_ok) return false;  // a holders error of an empty piece
+  }
+  BoxSweep sweep{s, b};
+  sweep.budget = std::max<Index>(Index{1} << 20, Index{64} * static_cast<Index>(n));
+
+  // Condition 4, rank by rank.
+  std::vector<std::int32_t>& present = s.order;
+  for (const RankInfo& r : s.ranks) {
+    if (!r.shard_sound) return false;
+    std::optional<Index> written = 0;
+    for (std::int32_t g = r.first; g < r.last && written; ++g) written = checked_add(*written, s.pieces[g].numel);
+    if (written != r.shard_numel) return false;
+    if (r.shard_numel == 0) continue;
+    const Extents& shard = *r.entry->shard_shape;
+    const std::size_t rd = shard.size();
+    if (rd == 0) return false;
+    b.shard_strides = row_major_strides(shard);
+    b.dst_lo_hi.resize(n * rd * 2);
+    present.clear();
+    for (std::int32_t g = r.first; g < r.last; ++g) {
+      const PieceInfo& p = s.pieces[g];
+      if (p.empty) continue;
+      if (!as_box(p.piece->shape, p.piece->dest, shard, b.shard_strides, &b.dst_lo_hi[static_cast<std::size_t>(g) * rd * 2])) {
+        return false;
+      }
+      present.push_back(g);
+    }
+    grow_levels(b, rd, n);
+    sweep.boxes = &b.dst_lo_hi;
+    sweep.extents = &shard;
+    sweep.dims = rd;
+    sweep.full_side = false;
+    if (!sweep.level(0, present)) return false;
+  }
+
+  // Conditions 5 and 6 over all pieces.
+  s.class_active.assign(s.class_size.size(), 0);
+  s.rank_active.assign(s.rank_ids.size(), 0);
+  present.clear();
+  for (std::size_t g = 0; g < n; ++g) {
+    if (!s.pieces[g].empty) present.push_back(static_cast<std::int32_t>(g));
+  }
+  if (present.empty()) return false;
+  grow_levels(b, dims, n);
+  sweep.boxes = &b.lo_hi;
+  sweep.extents = &map.logical_shape;
+  sweep.dims = dims;
+  sweep.full_side = true;
+  sweep.count_holders = !bugs.box_skips_holder_count;
+  return sweep.level(0, present);
+}
+
 // Keeps the scratch small between calls: one huge map must not pin its run buffers
 // for the life of the thread.
 struct TrimScratch {
@@ -596,6 +855,8 @@ struct TrimScratch {
     constexpr std::size_t kKeep = std::size_t{1} << 16;
     if (s.runs.capacity() > kKeep) std::vector<Run>().swap(s.runs);
     if (s.heap.capacity() > kKeep) std::vector<std::pair<Index, std::int32_t>>().swap(s.heap);
+    BoxScratch& b = box_scratch();
+    if (b.lo_hi.capacity() > kKeep || b.dst_lo_hi.capacity() > kKeep) b = BoxScratch{};
   }
 };
 
@@ -625,6 +886,10 @@ Status check_map(const Map& map, const CheckOptions& options) {
   }
   const bool tiling = !bugs.skip_dest_tiling;
   if (!tiling && bugs.skip_coverage && bugs.skip_homogeneity) return {};
+  if (options.box_proof && tiling && !bugs.skip_coverage && !bugs.skip_homogeneity && !bugs.skip_structure && !bugs.skip_bounds &&
+      !bugs.skip_itself && box_proof(s, map, bugs)) {
+    return {};
+  }
 
   if (!total_runs(s, tiling, options.limits.max_walked_addresses)) {
     return fault::too_large_to_verify(options.limits.max_walked_addresses);

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "shardcheck/digest.h"
+#include "wide.h"
 
 namespace shardcheck {
 
@@ -37,6 +38,9 @@ struct Scratch {
   std::vector<std::uint8_t> seen;     // per shard address: read (rebuild) / written (extract)
   std::vector<Index> counter;
   std::vector<ShardSpan> spans;       // rebuild: each supplied shard's part of `seen`
+  std::vector<wide::Block> blocks;
+  std::vector<wide::Block> replica_blocks;
+  std::vector<std::size_t> replica_visits;
 };
 
 Scratch& scratch() {
@@ -304,7 +308,85 @@ Status find_unwritten(const Scratch& s, Index numel_f) {
   return {};
 }
 
-Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtype, const ConvertOptions& options) {
+// Once check_map has proven conditions 1-6 with every check in place, the records of
+// strict rebuild cannot fire: each shard address is read once (condition 4), each
+// element of F is written (5) by one single holder or by replicas only (6). What is left
+// is moving data and condition 7. A planted bug that disables a check, or another
+// backend, keeps the recorded path.
+bool wide_allowed(const ConvertOptions& options) {
+  PlantedBugs disabling = options.checks.bugs;
+  disabling.skip_digest_compare = false;     // judged after the copy either way
+  disabling.box_skips_holder_count = false;  // lives in check_map; conversion trusts it
+  if (!(disabling == PlantedBugs{})) return false;
+  return options.backend == nullptr || options.backend->name() == "cpu";
+}
+
+wide::Threading threading_of(const ConvertOptions& options) {
+  return wide::Threading{options.threads, options.parallel_min_bytes};
+}
+
+bool covers(Scratch& s, const Piece& piece, Index element) {
+  return walk(piece.shape, piece.source, piece.source, s.counter,
+              [&](Index, Index address, Index) { return address == element; });
+}
+
+// Rebuild of a proven map: single holders are copied in any order (their elements are
+// disjoint), replica pieces last to first so that every shared element holds its first
+// writer's value (the strict visiting order), then every replica piece is compared with
+// F. The first mismatch in visiting order, at its lowest row-major index, is exactly the
+// error the recorded path reports.
+bool digest_asked(const ConvertOptions& options) {
+  return (options.expected_digest || options.digest_state) && !options.checks.bugs.skip_digest_compare;
+}
+
+// `fused_digest` gets digest(F) when it could be summed during the copy: no replicas
+// (each element written once) and contiguous rows of F.
+Status wide_rebuild(Scratch& s, Buffer& full, DType dtype, const ConvertOptions& options,
+                    std::optional<std::uint64_t>& fused_digest) {
+  const wide::Threading threading = threading_of(options);
+  s.blocks.clear();
+  s.replica_blocks.clear();
+  s.replica_visits.clear();
+  for (std::size_t vi = 0; vi < s.visits.size(); ++vi) {
+    const Visit& v = s.visits[vi];
+    if (v.numel == 0) continue;
+    const wide::Block block{&v.piece->shape, v.shard->data(), &v.piece->dest, full.data(), &v.piece->source,
+                            v.piece->scale, false};
+    if (is_replica(*v.piece)) {
+      s.replica_blocks.push_back(block);
+      s.replica_visits.push_back(vi);
+    } else {
+      s.blocks.push_back(block);
+    }
+  }
+  if (s.replica_blocks.empty() && digest_asked(options)) {
+    std::uint64_t sum = 0;
+    if (wide::copy_blocks(dtype, s.blocks, threading, &sum)) {
+      fused_digest = sum;
+      return {};
+    }
+  }
+  wide::copy_blocks(dtype, s.blocks, threading);
+  if (s.replica_blocks.empty()) return {};
+  wide::copy_blocks_last_first(dtype, s.replica_blocks, threading);
+  auto mismatch = wide::compare_blocks(dtype, s.replica_blocks, threading);
+  if (!mismatch) return {};
+  const Visit& v = s.visits[s.replica_visits[mismatch->block]];
+  const Index element = address_at(v.piece->shape, v.piece->source, mismatch->k);
+  const Index shard_address = address_at(v.piece->shape, v.piece->dest, mismatch->k);
+  // The element's first writer; a mismatch means it is an earlier replica piece.
+  const Visit* first = &v;
+  for (std::size_t vi : s.replica_visits) {
+    if (covers(s, *s.visits[vi].piece, element)) {
+      first = &s.visits[vi];
+      break;
+    }
+  }
+  return replica_mismatch(*first, v, full, dtype, element, shard_address, options.scale_power);
+}
+
+Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtype, const ConvertOptions& options,
+                              std::optional<std::uint64_t>& fused_digest) {
   if (Status e = check_map(map, options.checks); !e.ok()) return e.error();
   auto numel_f = logical_numel(map);
   if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
@@ -332,6 +414,11 @@ Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtyp
   if (Status e = allocation_guard(*numel_f, read_total, options.checks.limits, "F"); !e.ok()) return e.error();
   if (s.visits.size() >= std::numeric_limits<std::uint32_t>::max()) return fault::too_many_pieces();
 
+  if (wide_allowed(options)) {
+    Buffer full = Buffer::uninitialized(dtype, *numel_f);
+    if (Status e = wide_rebuild(s, full, dtype, options, fused_digest); !e.ok()) return e.error();
+    return full;
+  }
   Buffer full(dtype, *numel_f);
   if (options.checks.bugs.skip_writer_record) {
     for (const Visit& v : s.visits) backend_of(options).copy_block(dtype, rebuild_copy(v, full, options.scale_power));
@@ -371,6 +458,18 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
       checked_mul(numel_f, static_cast<Index>(s.visits.size())).value_or(std::numeric_limits<Index>::max());
   if (Status e = allocation_guard(*shard_numel, backed, options.checks.limits, "a shard"); !e.ok()) return e.error();
 
+  if (wide_allowed(options)) {
+    // Condition 4, proven by check_map: the pieces write every shard address once.
+    Buffer shard = Buffer::uninitialized(dtype, *shard_numel);
+    s.blocks.clear();
+    for (const Visit& v : s.visits) {
+      if (v.numel == 0) continue;
+      s.blocks.push_back(
+          wide::Block{&v.piece->shape, full.data(), &v.piece->source, shard.data(), &v.piece->dest, v.piece->scale, true});
+    }
+    wide::copy_blocks(dtype, s.blocks, threading_of(options));
+    return shard;
+  }
   Buffer shard(dtype, *shard_numel);
   s.seen.assign(static_cast<std::size_t>(*shard_numel), 0);
   Backend& backend = backend_of(options);
@@ -394,11 +493,10 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
   return shard;
 }
 
-// Contract section 10: the last check of a rebuild, on F as rebuilt. A second pass over
-// F rather than a sum fused into the block copies: the copies are strided and per piece,
-// the digest pass is one contiguous vectorised read, and the benchmark shows it costs
-// little next to the checked copy.
-Status check_digest(const Map& map, const Buffer& full, const ConvertOptions& options) {
+// Contract section 10: the last check of a rebuild, on F as rebuilt. `fused` is digest(F)
+// when the wide copy summed it while writing; otherwise a pass over F (threads split it).
+Status check_digest(const Map& map, const Buffer& full, const ConvertOptions& options,
+                    std::optional<std::uint64_t> fused) {
   if (!options.expected_digest && !options.digest_state) return {};
   if (options.checks.bugs.skip_digest_compare) return {};
   std::optional<std::uint64_t> recorded;
@@ -411,7 +509,7 @@ Status check_digest(const Map& map, const Buffer& full, const ConvertOptions& op
     }
     recorded = it->second;
   }
-  const std::uint64_t actual = digest(full);
+  const std::uint64_t actual = fused ? *fused : wide::parallel_digest(full, threading_of(options));
   if (recorded && *recorded != actual) return fault::digest_differs(actual, *recorded, &*options.digest_state);
   if (options.expected_digest && *options.expected_digest != actual) {
     return fault::digest_differs(actual, *options.expected_digest, nullptr);
@@ -436,9 +534,10 @@ std::optional<Policy> parse_policy(std::string_view name) {
 
 Result<Buffer> rebuild(const Map& map, const ShardSet& shards, DType dtype, const ConvertOptions& options) {
   if (options.policy == Policy::legacy) return legacy_rebuild(map, shards, dtype, options.scale_power);
-  auto full = strict_rebuild(map, shards, dtype, options);
+  std::optional<std::uint64_t> fused;
+  auto full = strict_rebuild(map, shards, dtype, options, fused);
   if (!full) return full;
-  if (Status e = check_digest(map, full.value(), options); !e.ok()) return e.error();
+  if (Status e = check_digest(map, full.value(), options, fused); !e.ok()) return e.error();
   return full;
 }
 

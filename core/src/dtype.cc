@@ -188,6 +188,16 @@ Buffer::Buffer(DType dtype, Index numel) : dtype_(dtype), numel_(numel) {
   bytes_.assign(static_cast<std::size_t>(*bytes), std::byte{0});
 }
 
+Buffer Buffer::uninitialized(DType dtype, Index numel) {
+  auto bytes = checked_mul(numel, static_cast<Index>(element_size(dtype)));
+  if (numel < 0 || !bytes) throw std::length_error("shardcheck::Buffer: invalid element count");
+  Buffer out;
+  out.dtype_ = dtype;
+  out.numel_ = numel;
+  out.bytes_.resize(static_cast<std::size_t>(*bytes));
+  return out;
+}
+
 Buffer Buffer::borrow(DType dtype, Index numel, const std::byte* data) {
   auto bytes = checked_mul(numel, static_cast<Index>(element_size(dtype)));
   if (numel < 0 || !bytes) throw std::length_error("shardcheck::Buffer: invalid element count");

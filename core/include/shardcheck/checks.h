@@ -21,6 +21,7 @@ struct PlantedBugs {
 #define SHARDCHECK_PLANTED_BUG(name, ...) bool name = false;
 #include "shardcheck/planted_bugs.def"
 #undef SHARDCHECK_PLANTED_BUG
+  friend bool operator==(const PlantedBugs&, const PlantedBugs&) = default;
 };
 
 // Limits that keep untrusted maps from causing huge work or allocation when the
@@ -32,6 +33,9 @@ struct CheckLimits {
 struct CheckOptions {
   PlantedBugs bugs;
   CheckLimits limits;
+  // Decide conditions 4-6 on boxes when every piece is one (no run per row). Same
+  // verdicts either way; off only to compare the two proofs.
+  bool box_proof = true;
 };
 
 // Conditions 1-6 on the whole map; ok() when the map is valid.

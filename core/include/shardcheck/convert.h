@@ -41,6 +41,11 @@ struct ConvertOptions {
   // before the fix had no digests.
   std::optional<std::uint64_t> expected_digest;
   std::optional<std::string> digest_state;
+  // Threads for the data movement of a strict conversion on the CPU backend: 0 takes what
+  // OpenMP offers (OMP_NUM_THREADS, else the cores). Below `parallel_min_bytes` moved, one
+  // thread. Neither changes any result or which error is reported.
+  int threads = 0;
+  Index parallel_min_bytes = Index{1} << 22;
 };
 
 // F of numel(logical_shape) elements of `dtype`. Shards must all have `dtype`.

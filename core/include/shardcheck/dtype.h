@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <memory>
+#include <new>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shardcheck/types.h"
@@ -25,6 +28,29 @@ std::optional<DType> parse_dtype(std::string_view name);
 std::size_t element_size(DType dtype);     // bytes
 bool is_floating(DType dtype);
 
+namespace detail {
+// A vector whose resize leaves bytes uninitialised, so that a conversion proven to write
+// every element does not first pay for zeroing them (Buffer::uninitialized).
+template <class T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  DefaultInitAllocator() = default;
+  template <class U>
+  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+}  // namespace detail
+
 // A flat buffer of `numel` elements of `dtype`, stored as raw little-endian bytes.
 //
 // A buffer either owns its bytes or borrows read-only memory the caller owns (an array
@@ -34,6 +60,8 @@ class Buffer {
  public:
   Buffer() = default;
   Buffer(DType dtype, Index numel);  // zero-filled
+  // Contents unspecified: only for a writer that is proven to write every element.
+  static Buffer uninitialized(DType dtype, Index numel);
 
   // `data` holds numel elements of `dtype`, aligned to the element size, and must
   // outlive the buffer. Copies of a borrowed buffer own a copy of the bytes.
@@ -61,7 +89,7 @@ class Buffer {
  private:
   DType dtype_ = DType::float32;
   Index numel_ = 0;
-  std::vector<std::byte> bytes_;
+  std::vector<std::byte, detail::DefaultInitAllocator<std::byte>> bytes_;
   const std::byte* borrowed_ = nullptr;
 };
 

@@ -1,0 +1,431 @@
+#include "wide.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cstring>
+#include <limits>
+
+#include <Eigen/Core>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "shardcheck/digest.h"
+
+namespace shardcheck::wide {
+
+namespace {
+
+static_assert(std::endian::native == std::endian::little);
+
+struct Axis {
+  Index extent;
+  Index from_stride;
+  Index to_stride;
+};
+
+// A block reduced to rows: axes of extent 1 dropped, neighbouring axes merged where
+// both views are contiguous across them (which keeps the row-major element order), the
+// innermost axis left as one run of `len` elements, the outer axes enumerating rows.
+struct Plan {
+  std::size_t block = 0;
+  Index from_offset = 0;
+  Index to_offset = 0;
+  Index len = 1;
+  Index from_step = 1;
+  Index to_step = 1;
+  Index rows = 1;
+  std::int32_t axes_begin = 0;  // outer axes, outermost first, in Scratch::axes
+  std::int32_t axes_count = 0;
+};
+
+struct Chunk {
+  std::int32_t plan;
+  Index row_begin;
+  Index row_end;
+};
+
+struct Scratch {
+  std::vector<Plan> plans;
+  std::vector<Axis> axes;
+  std::vector<Chunk> chunks;
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// False for an empty block (nothing to move).
+bool make_plan(const Block& b, std::size_t index, std::vector<Axis>& axes, Plan& out) {
+  const Extents& shape = *b.shape;
+  for (Index e : shape) {
+    if (e == 0) return false;
+  }
+  out = Plan{};
+  out.block = index;
+  out.from_offset = b.from_view->offset;
+  out.to_offset = b.to_view->offset;
+  const auto begin = axes.size();
+  for (std::size_t k = 0; k < shape.size(); ++k) {
+    if (shape[k] == 1) continue;
+    axes.push_back(Axis{shape[k], b.from_view->strides[k], b.to_view->strides[k]});
+  }
+  // Merge from the innermost axis outwards: an outer axis whose strides equal the
+  // inner axis's span in both views continues it.
+  std::size_t n = axes.size() - begin;
+  if (n > 1) {
+    std::size_t write = axes.size() - 1;  // the innermost merged axis
+    for (std::size_t k = axes.size() - 1; k-- > begin;) {
+      Axis& inner = axes[write];
+      const Axis outer = axes[k];
+      if (outer.from_stride == inner.from_stride * inner.extent && outer.to_stride == inner.to_stride * inner.extent) {
+        inner.extent *= outer.extent;  // bounded by the block's numel
+      } else {
+        axes[--write] = outer;
+      }
+    }
+    axes.erase(axes.begin() + static_cast<std::ptrdiff_t>(begin),
+               axes.begin() + static_cast<std::ptrdiff_t>(write));
+    n = axes.size() - begin;
+  }
+  if (n > 0) {
+    const Axis inner = axes.back();
+    axes.pop_back();
+    out.len = inner.extent;
+    out.from_step = inner.from_stride;
+    out.to_step = inner.to_stride;
+    --n;
+  }
+  out.axes_begin = static_cast<std::int32_t>(begin);
+  out.axes_count = static_cast<std::int32_t>(n);
+  for (std::size_t k = begin; k < axes.size(); ++k) out.rows *= axes[k].extent;
+  return true;
+}
+
+// Calls fn(from_offset, to_offset, row) for rows [row_begin, row_end) of a plan.
+template <class Fn>
+void for_rows(const Plan& p, const Axis* axes, Index row_begin, Index row_end, Fn&& fn) {
+  std::array<Index, 64> counter{};
+  Index from = p.from_offset;
+  Index to = p.to_offset;
+  Index rest = row_begin;
+  for (std::int32_t k = p.axes_count; k-- > 0;) {
+    counter[k] = rest % axes[k].extent;
+    rest /= axes[k].extent;
+    from += counter[k] * axes[k].from_stride;
+    to += counter[k] * axes[k].to_stride;
+  }
+  for (Index row = row_begin; row < row_end; ++row) {
+    fn(from, to, row);
+    for (std::int32_t k = p.axes_count; k-- > 0;) {
+      if (++counter[k] < axes[k].extent) {
+        from += axes[k].from_stride;
+        to += axes[k].to_stride;
+        break;
+      }
+      from -= (axes[k].extent - 1) * axes[k].from_stride;
+      to -= (axes[k].extent - 1) * axes[k].to_stride;
+      counter[k] = 0;
+    }
+  }
+}
+
+template <class U, class T>
+T as_value(U bits) {
+  return Eigen::numext::bit_cast<T>(bits);
+}
+
+// The per-dtype scaling of the CPU backend, one element: a NaN keeps its bits
+// (contract section 1.2), anything else is multiplied or divided in the element type.
+template <class U, class T>
+U scaled(U bits, T factor, bool up) {
+  const T value = as_value<U, T>(bits);
+  if (Eigen::numext::isnan(value)) return bits;
+  return Eigen::numext::bit_cast<U>(static_cast<T>(up ? value * factor : value / factor));
+}
+
+struct RowOp {
+  DType dtype;
+  std::size_t size;
+  bool scale_active;
+  bool up;
+  std::uint64_t factor_bits;
+};
+
+RowOp row_op(DType dtype, const Block& b) {
+  RowOp op{dtype, element_size(dtype), false, b.multiply, 0};
+  if (is_floating(dtype) && b.scale != 1.0) {
+    op.scale_active = true;
+    // 1 * s is exact, so this is s in the element type, as apply_scale rounds it.
+    op.factor_bits = apply_scale(dtype, *bits_from_double(dtype, 1.0), b.scale, 1, true);
+  }
+  return op;
+}
+
+template <class U>
+void copy_row_plain(const std::byte* from, Index fs, std::byte* to, Index ts, Index n) {
+  const auto* src = reinterpret_cast<const U*>(from);
+  auto* dst = reinterpret_cast<U*>(to);
+  for (Index j = 0; j < n; ++j) dst[j * ts] = src[j * fs];
+}
+
+template <class U, class T>
+void copy_row_scaled(const std::byte* from, Index fs, std::byte* to, Index ts, Index n, std::uint64_t factor_bits,
+                     bool up) {
+  const auto* src = reinterpret_cast<const U*>(from);
+  auto* dst = reinterpret_cast<U*>(to);
+  const T factor = as_value<U, T>(static_cast<U>(factor_bits));
+  if (fs == 1 && ts == 1) {
+    for (Index j = 0; j < n; ++j) dst[j] = scaled<U, T>(src[j], factor, up);
+    return;
+  }
+  for (Index j = 0; j < n; ++j) dst[j * ts] = scaled<U, T>(src[j * fs], factor, up);
+}
+
+template <class U, class T>
+Index compare_row_scaled(const std::byte* from, Index fs, const std::byte* to, Index ts, Index n,
+                         std::uint64_t factor_bits, bool up) {
+  const auto* src = reinterpret_cast<const U*>(from);
+  const auto* held = reinterpret_cast<const U*>(to);
+  const T factor = as_value<U, T>(static_cast<U>(factor_bits));
+  for (Index j = 0; j < n; ++j) {
+    if (scaled<U, T>(src[j * fs], factor, up) != held[j * ts]) return j;
+  }
+  return -1;
+}
+
+template <class U>
+Index compare_row_plain(const std::byte* from, Index fs, const std::byte* to, Index ts, Index n) {
+  const auto* src = reinterpret_cast<const U*>(from);
+  const auto* held = reinterpret_cast<const U*>(to);
+  if (fs == 1 && ts == 1 && std::memcmp(from, to, static_cast<std::size_t>(n) * sizeof(U)) == 0) return -1;
+  for (Index j = 0; j < n; ++j) {
+    if (src[j * fs] != held[j * ts]) return j;
+  }
+  return -1;
+}
+
+template <class Fn>
+auto by_dtype(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::float64: return fn.template operator()<std::uint64_t, double>();
+    case DType::float32: return fn.template operator()<std::uint32_t, float>();
+    case DType::float16: return fn.template operator()<std::uint16_t, Eigen::half>();
+    case DType::bfloat16: return fn.template operator()<std::uint16_t, Eigen::bfloat16>();
+    case DType::int16: return fn.template operator()<std::uint16_t, std::uint16_t>();
+    case DType::int32: return fn.template operator()<std::uint32_t, std::uint32_t>();
+    case DType::int64: return fn.template operator()<std::uint64_t, std::uint64_t>();
+    default: return fn.template operator()<std::uint8_t, std::uint8_t>();
+  }
+}
+
+void copy_row(const RowOp& op, const std::byte* from, Index fs, std::byte* to, Index ts, Index n) {
+  if (!op.scale_active) {
+    if (fs == 1 && ts == 1) {
+      std::memcpy(to, from, static_cast<std::size_t>(n) * op.size);
+      return;
+    }
+    switch (op.size) {
+      case 1: return copy_row_plain<std::uint8_t>(from, fs, to, ts, n);
+      case 2: return copy_row_plain<std::uint16_t>(from, fs, to, ts, n);
+      case 4: return copy_row_plain<std::uint32_t>(from, fs, to, ts, n);
+      default: return copy_row_plain<std::uint64_t>(from, fs, to, ts, n);
+    }
+  }
+  by_dtype(op.dtype, [&]<class U, class T>() { copy_row_scaled<U, T>(from, fs, to, ts, n, op.factor_bits, op.up); });
+}
+
+Index compare_row(const RowOp& op, const std::byte* from, Index fs, const std::byte* to, Index ts, Index n) {
+  if (!op.scale_active) {
+    switch (op.size) {
+      case 1: return compare_row_plain<std::uint8_t>(from, fs, to, ts, n);
+      case 2: return compare_row_plain<std::uint16_t>(from, fs, to, ts, n);
+      case 4: return compare_row_plain<std::uint32_t>(from, fs, to, ts, n);
+      default: return compare_row_plain<std::uint64_t>(from, fs, to, ts, n);
+    }
+  }
+  return by_dtype(op.dtype, [&]<class U, class T>() {
+    return compare_row_scaled<U, T>(from, fs, to, ts, n, op.factor_bits, op.up);
+  });
+}
+
+int thread_count(const Threading& threading, Index bytes) {
+  if (bytes < threading.min_bytes) return 1;
+#ifdef _OPENMP
+  const int available = threading.threads > 0 ? threading.threads : omp_get_max_threads();
+  return std::max(1, available);
+#else
+  return 1;
+#endif
+}
+
+// Plans the blocks and cuts them into chunks of whole rows, in (block, row) order.
+Index plan_blocks(DType dtype, const std::vector<Block>& blocks, int threads, Scratch& s) {
+  s.plans.clear();
+  s.axes.clear();
+  s.chunks.clear();
+  const auto size = static_cast<Index>(element_size(dtype));
+  Index total = 0;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    Plan p;
+    if (!make_plan(blocks[i], i, s.axes, p)) continue;
+    s.plans.push_back(p);
+    total += p.rows * p.len * size;
+  }
+  const Index target = threads <= 1 ? std::numeric_limits<Index>::max()
+                                    : std::max<Index>(Index{1} << 16, total / (Index{8} * threads));
+  for (std::size_t i = 0; i < s.plans.size(); ++i) {
+    const Plan& p = s.plans[i];
+    const Index row_bytes = std::max<Index>(1, p.len * size);
+    const Index per_chunk = std::max<Index>(1, target / row_bytes);
+    for (Index r = 0; r < p.rows; r += per_chunk) {
+      s.chunks.push_back(Chunk{static_cast<std::int32_t>(i), r, std::min(p.rows, r + per_chunk)});
+    }
+  }
+  return total;
+}
+
+Index moved_bytes(DType dtype, const std::vector<Block>& blocks) {
+  Index total = 0;
+  for (const Block& b : blocks) {
+    Index n = 1;
+    for (Index e : *b.shape) n *= e;  // a checked map: no overflow
+    total += n;
+  }
+  return total * static_cast<Index>(element_size(dtype));
+}
+
+// Copies one chunk; with `digest`, returns the digest terms of what it wrote.
+std::uint64_t copy_chunk(DType dtype, const std::vector<Block>& blocks, const Scratch& s, const Chunk& c,
+                         bool digest) {
+  const Plan& p = s.plans[static_cast<std::size_t>(c.plan)];
+  const Block& b = blocks[p.block];
+  const RowOp op = row_op(dtype, b);
+  const auto size = static_cast<Index>(op.size);
+  std::uint64_t terms = 0;
+  for_rows(p, s.axes.data() + p.axes_begin, c.row_begin, c.row_end, [&](Index from, Index to, Index) {
+    std::byte* row = b.to + to * size;
+    copy_row(op, b.from + from * size, p.from_step, row, p.to_step, p.len);
+    if (digest) terms += digest_elements(dtype, row, p.len, to);
+  });
+  return terms;
+}
+
+bool rows_contiguous_at_destination(const Scratch& s) {
+  return std::all_of(s.plans.begin(), s.plans.end(), [](const Plan& p) { return p.len == 1 || p.to_step == 1; });
+}
+
+// The first mismatch within a chunk, as a row-major index within its block.
+std::optional<Index> compare_chunk(DType dtype, const std::vector<Block>& blocks, const Scratch& s,
+                                   const Chunk& c) {
+  const Plan& p = s.plans[static_cast<std::size_t>(c.plan)];
+  const Block& b = blocks[p.block];
+  const RowOp op = row_op(dtype, b);
+  const auto size = static_cast<Index>(op.size);
+  std::optional<Index> found;
+  // Rows are visited in order, so the first mismatch found is the chunk's lowest.
+  for_rows(p, s.axes.data() + p.axes_begin, c.row_begin, c.row_end, [&](Index from, Index to, Index r) {
+    if (found) return;
+    const Index j = compare_row(op, b.from + from * size, p.from_step, b.to + to * size, p.to_step, p.len);
+    if (j >= 0) found = r * p.len + j;
+  });
+  return found;
+}
+
+// The digest terms are a sum mod 2^64, so the order chunks finish in does not matter.
+std::uint64_t run_copies(DType dtype, const std::vector<Block>& blocks, int threads, Scratch& s, bool digest) {
+  const auto count = static_cast<std::int64_t>(s.chunks.size());
+  std::uint64_t terms = 0;
+  if (threads <= 1) {
+    for (const Chunk& c : s.chunks) terms += copy_chunk(dtype, blocks, s, c, digest);
+    return terms;
+  }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) reduction(+ : terms)
+  for (std::int64_t i = 0; i < count; ++i) {
+    terms += copy_chunk(dtype, blocks, s, s.chunks[static_cast<std::size_t>(i)], digest);
+  }
+#else
+  (void)count;
+#endif
+  return terms;
+}
+
+}  // namespace
+
+bool copy_blocks(DType dtype, const std::vector<Block>& blocks, const Threading& threading,
+                 std::uint64_t* digest_of_written) {
+  Scratch& s = scratch();
+  const int threads = thread_count(threading, moved_bytes(dtype, blocks));
+  plan_blocks(dtype, blocks, threads, s);
+  if (digest_of_written != nullptr && !rows_contiguous_at_destination(s)) return false;
+  const std::uint64_t terms = run_copies(dtype, blocks, threads, s, digest_of_written != nullptr);
+  if (digest_of_written != nullptr) *digest_of_written = terms;
+  return true;
+}
+
+void copy_blocks_last_first(DType dtype, const std::vector<Block>& blocks, const Threading& threading) {
+  std::vector<Block> one(1);
+  for (std::size_t i = blocks.size(); i-- > 0;) {
+    one[0] = blocks[i];
+    copy_blocks(dtype, one, threading);
+  }
+}
+
+std::optional<Mismatch> compare_blocks(DType dtype, const std::vector<Block>& blocks, const Threading& threading) {
+  Scratch& s = scratch();
+  const int threads = thread_count(threading, moved_bytes(dtype, blocks));
+  plan_blocks(dtype, blocks, threads, s);
+  const auto count = static_cast<std::int64_t>(s.chunks.size());
+  // Chunks are in (block, row) order, so the first chunk with a mismatch holds the first
+  // mismatch; a chunk after one already known to mismatch need not be looked at.
+  std::atomic<std::int64_t> best{count};
+  std::vector<Index> found(s.chunks.size(), -1);
+  auto visit = [&](std::int64_t i) {
+    if (i > best.load(std::memory_order_relaxed)) return;
+    auto k = compare_chunk(dtype, blocks, s, s.chunks[static_cast<std::size_t>(i)]);
+    if (!k) return;
+    found[static_cast<std::size_t>(i)] = *k;
+    std::int64_t seen = best.load();
+    while (i < seen && !best.compare_exchange_weak(seen, i)) {
+    }
+  };
+  if (threads <= 1) {
+    for (std::int64_t i = 0; i < count && best.load() == count; ++i) visit(i);
+  } else {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (std::int64_t i = 0; i < count; ++i) visit(i);
+#endif
+  }
+  const std::int64_t first = best.load();
+  if (first == count) return std::nullopt;
+  const Chunk& c = s.chunks[static_cast<std::size_t>(first)];
+  return Mismatch{s.plans[static_cast<std::size_t>(c.plan)].block, found[static_cast<std::size_t>(first)]};
+}
+
+std::uint64_t parallel_digest(const Buffer& full, const Threading& threading) {
+  const Index bytes = static_cast<Index>(full.size_bytes());
+  const int threads = thread_count(threading, bytes);
+  if (threads <= 1) return digest(full);
+  const Index n = full.numel();
+  const auto size = static_cast<Index>(element_size(full.dtype()));
+  const Index parts = Index{4} * threads;
+  const Index per = (n + parts - 1) / parts;
+  std::uint64_t total = 0;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) reduction(+ : total)
+#endif
+  for (Index part = 0; part < parts; ++part) {
+    const Index begin = part * per;
+    const Index end = std::min(n, begin + per);
+    if (begin < end) total += digest_elements(full.dtype(), full.data() + begin * size, end - begin, begin);
+  }
+  return total;
+}
+
+}  // namespace shardcheck::wide
