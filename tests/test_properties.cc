@@ -7,9 +7,13 @@
 #include <rapidcheck/gtest.h>
 
 #include <cstdlib>
+#include <memory>
 #include <string>
 
+#include "shardcheck/backend.h"
 #include "shardcheck/campaign.h"
+#include "shardcheck/checks.h"
+#include "shardcheck/convert.h"
 #include "shardcheck/gen/case_gen.h"
 #include "shardcheck/gen/rapidcheck_choices.h"
 #include "shardcheck/properties.h"
@@ -82,6 +86,60 @@ RC_GTEST_PROP(Property4, OutcomesDoNotDependOnRankOrPieceOrder, ()) {
   tag(c);
   gen::RapidCheckChoices choices;
   if (auto finding = props::check_order_independence(c, choices)) RC_FAIL(report(*finding));
+}
+
+// The CPU backend under another name, so that conversion keeps its recorded path (writer
+// and read records): the oracle for the wide path.
+class RecordedCpu final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu-recorded"; }
+  void copy_block(DType dtype, const BlockCopy& copy) override { cpu_->copy_block(dtype, copy); }
+  std::optional<Index> compare_block(DType dtype, const BlockCopy& copy) override {
+    return cpu_->compare_block(dtype, copy);
+  }
+
+ private:
+  std::unique_ptr<Backend> cpu_ = make_cpu_backend();
+};
+
+// The fast paths give the very verdicts of the exact ones: check_map's box proof those of
+// its run sweeps (the same error: kind, rank, piece, address, message), and the wide
+// conversion, on 1 or 8 threads, the recorded conversion's tensor or error. Shards are
+// written through the truth map by DeepSpeed's unchecked extract.
+RC_GTEST_PROP(Property3, BoxProofAndWideConversionAgreeWithTheExactPaths, ()) {
+  const Case c = rc_case();
+  tag(c);
+  CheckOptions runs;
+  runs.box_proof = false;
+  const Status boxes = check_map(c.map);
+  const Status swept = check_map(c.map, runs);
+  RC_ASSERT(boxes.ok() == swept.ok());
+  if (!boxes.ok()) RC_ASSERT(boxes.error() == swept.error());
+  const Map& truth = c.truth ? *c.truth : c.map;
+  auto numel = checked_numel(truth.logical_shape);
+  RC_PRE(numel.has_value() && *numel <= (Index{1} << 16));
+  ConvertOptions legacy;
+  legacy.policy = Policy::legacy;
+  auto shards = extract_all(truth, marker_buffer(c.dtype, *numel), legacy);
+  RC_PRE(shards.ok());
+  static RecordedCpu recorded_backend;
+  ConvertOptions recorded;
+  recorded.backend = &recorded_backend;
+  recorded.scale_power = c.scale_power;
+  const auto want = rebuild(c.map, shards.value(), c.dtype, recorded);
+  for (int threads : {1, 8}) {
+    ConvertOptions wide;
+    wide.scale_power = c.scale_power;
+    wide.threads = threads;
+    wide.parallel_min_bytes = 0;
+    const auto got = rebuild(c.map, shards.value(), c.dtype, wide);
+    RC_ASSERT(got.ok() == want.ok());
+    if (got.ok()) {
+      RC_ASSERT(got.value() == want.value());
+    } else {
+      RC_ASSERT(got.error() == want.error());
+    }
+  }
 }
 
 RC_GTEST_PROP(Property6, JsonRoundTripsEveryGeneratedAndCorruptedMap, ()) {

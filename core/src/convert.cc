@@ -437,8 +437,10 @@ Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtyp
 }
 
 // Extract after check_map: fills every address of `rank`'s shard exactly once.
+// With `deferred`, a wide extract only plans its copies there: extract_all moves every
+// shard in one parallel pass.
 Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank rank, Index numel_f,
-                                      const ConvertOptions& options) {
+                                      const ConvertOptions& options, std::vector<wide::Block>* deferred = nullptr) {
   const RankEntry* entry = map.find_rank(rank);
   if (entry == nullptr || !entry->shard_shape) return fault::no_shard_to_extract(rank);
   if (full.numel() != numel_f) return fault::full_numel(full.numel(), numel_f);
@@ -461,13 +463,14 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
   if (wide_allowed(options)) {
     // Condition 4, proven by check_map: the pieces write every shard address once.
     Buffer shard = Buffer::uninitialized(dtype, *shard_numel);
-    s.blocks.clear();
+    std::vector<wide::Block>& blocks = deferred != nullptr ? *deferred : s.blocks;
+    if (deferred == nullptr) s.blocks.clear();
     for (const Visit& v : s.visits) {
       if (v.numel == 0) continue;
-      s.blocks.push_back(
+      blocks.push_back(
           wide::Block{&v.piece->shape, full.data(), &v.piece->source, shard.data(), &v.piece->dest, v.piece->scale, true});
     }
-    wide::copy_blocks(dtype, s.blocks, threading_of(options));
+    if (deferred == nullptr) wide::copy_blocks(dtype, s.blocks, threading_of(options));
     return shard;
   }
   Buffer shard(dtype, *shard_numel);
@@ -562,13 +565,17 @@ Result<ShardSet> extract_all(const Map& map, const Buffer& full, const ConvertOp
   }
   std::sort(ranks.begin(), ranks.end());
   ShardSet out;
+  // A shard's storage keeps its address when the buffer moves into `out`.
+  std::vector<wide::Block> deferred;
+  const bool wide = options.policy == Policy::strict && wide_allowed(options);
   for (Rank rank : ranks) {
     auto shard = options.policy == Policy::legacy
                      ? legacy_extract(map, full, rank, options.scale_power)
-                     : strict_extract_checked(map, full, rank, *numel_f, options);
+                     : strict_extract_checked(map, full, rank, *numel_f, options, wide ? &deferred : nullptr);
     if (!shard) return shard.error();
     out.insert_or_assign(rank, std::move(shard).value());
   }
+  if (wide) wide::copy_blocks(full.dtype(), deferred, threading_of(options));
   return out;
 }
 

@@ -4,12 +4,19 @@
 #include <bit>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 #include <utility>
 
 #include <Eigen/Core>
+
+#if __has_include(<sys/mman.h>)
+#include <sys/mman.h>
+#endif
 #include <fmt/format.h>
 
 namespace shardcheck {
@@ -187,6 +194,96 @@ Buffer::Buffer(DType dtype, Index numel) : dtype_(dtype), numel_(numel) {
   if (numel < 0 || !bytes) throw std::length_error("shardcheck::Buffer: invalid element count");
   bytes_.assign(static_cast<std::size_t>(*bytes), std::byte{0});
 }
+
+namespace detail {
+
+namespace {
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+constexpr std::size_t kHugeFrom = kHugePage;
+
+std::size_t huge_size(std::size_t bytes) { return (bytes + kHugePage - 1) / kHugePage * kHugePage; }
+
+// A few recently freed tensor-sized blocks, handed to the next buffer of the same size:
+// the kernel zeroes every fresh page, which costs a converter writing a new F as much as
+// the copy itself. Bounded (count and bytes), so it never holds more than a few tensors
+// that were in use a moment ago. Off under AddressSanitizer, which must see every free.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr std::size_t kCachedBlocks = 0;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr std::size_t kCachedBlocks = 0;
+#else
+constexpr std::size_t kCachedBlocks = 8;
+#endif
+#else
+constexpr std::size_t kCachedBlocks = 8;
+#endif
+constexpr std::size_t kCachedBytes = std::size_t{1} << 30;
+
+struct BlockCache {
+  std::mutex mutex;
+  std::vector<std::pair<std::size_t, void*>> blocks;  // (size, address)
+  std::size_t bytes = 0;
+  ~BlockCache() {
+    for (auto& [size, p] : blocks) std::free(p);
+  }
+};
+
+BlockCache& block_cache() {
+  static BlockCache* cache = new BlockCache;  // never destroyed: buffers may outlive statics
+  return *cache;
+}
+
+void* take_cached(std::size_t size) {
+  if (kCachedBlocks == 0) return nullptr;
+  BlockCache& c = block_cache();
+  std::lock_guard lock(c.mutex);
+  for (auto it = c.blocks.begin(); it != c.blocks.end(); ++it) {
+    if (it->first != size) continue;
+    void* p = it->second;
+    c.bytes -= size;
+    c.blocks.erase(it);
+    return p;
+  }
+  return nullptr;
+}
+
+bool keep_cached(void* p, std::size_t size) {
+  if (kCachedBlocks == 0 || size > kCachedBytes) return false;
+  BlockCache& c = block_cache();
+  std::lock_guard lock(c.mutex);
+  while (!c.blocks.empty() && (c.blocks.size() >= kCachedBlocks || c.bytes + size > kCachedBytes)) {
+    std::free(c.blocks.front().second);
+    c.bytes -= c.blocks.front().first;
+    c.blocks.erase(c.blocks.begin());
+  }
+  c.blocks.emplace_back(size, p);
+  c.bytes += size;
+  return true;
+}
+}  // namespace
+
+void* allocate_bytes(std::size_t bytes) {
+  if (bytes < kHugeFrom) return ::operator new(bytes);
+  if (void* cached = take_cached(huge_size(bytes))) return cached;
+  void* p = std::aligned_alloc(kHugePage, huge_size(bytes));
+  if (p == nullptr) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  // Advice only: where the kernel has no huge pages the buffer is simply made of small ones.
+  (void)madvise(p, huge_size(bytes), MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
+void deallocate_bytes(void* p, std::size_t bytes) noexcept {
+  if (bytes < kHugeFrom) {
+    ::operator delete(p);
+    return;
+  }
+  if (!keep_cached(p, huge_size(bytes))) std::free(p);
+}
+
+}  // namespace detail
 
 Buffer Buffer::uninitialized(DType dtype, Index numel) {
   auto bytes = checked_mul(numel, static_cast<Index>(element_size(dtype)));
