@@ -357,8 +357,11 @@ std::uint64_t copy_chunk(DType dtype, const std::vector<Block>& blocks, const Sc
   const Plan& p = s.plans[static_cast<std::size_t>(c.plan)];
   const Block& b = blocks[p.block];
   RowOp op = row_op(dtype, b);
-  // A fused digest reads the row back at once: keep it in cache then.
-  op.streaming = !digest && s.total_bytes >= kStreamTotalBytes;
+  // An unscaled row writes the bits it reads, so a fused digest can sum the source row
+  // (in cache, just read) and let the stores stream; a scaled row is summed as written,
+  // which keeps it in cache.
+  const bool digest_source = digest && !op.scale_active && p.from_step == 1;
+  op.streaming = (!digest || digest_source) && s.total_bytes >= kStreamTotalBytes;
   const auto size = static_cast<Index>(op.size);
   std::uint64_t terms = 0;
   // Short rows far apart (a gather of narrow blocks) leave the hardware prefetcher
@@ -372,7 +375,7 @@ std::uint64_t copy_chunk(DType dtype, const std::vector<Block>& blocks, const Sc
     }
     std::byte* row = b.to + to * size;
     copy_row(op, b.from + from * size, p.from_step, row, p.to_step, p.len);
-    if (digest) terms += digest_elements(dtype, row, p.len, to);
+    if (digest) terms += digest_elements(dtype, digest_source ? b.from + from * size : row, p.len, to);
   });
   if (op.streaming) stream_fence();
   return terms;
