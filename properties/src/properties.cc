@@ -60,6 +60,22 @@ ConvertOptions convert_options(const Case& c, const EvalOptions& options) {
   return convert;
 }
 
+// Whether the map under test means exactly what the truth map means: the reference
+// model accepts it and pairs every element of F with the same shard address of the same
+// rank at the same scale (an uncorrupted map, or a corruption that only rewrote the same
+// layout), and it records the same content digests. The shards the oracle converts are
+// then exactly the ones it describes, so a refusal or a wrong tensor is a bug, as on an
+// uncorrupted map in property 1. Supplied shards are judged by the case's expectations.
+bool equivalent_to_truth(const Case& c, bool map_valid) {
+  if (!map_valid || c.undecoded_map || c.shards || c.digest) return false;
+  if (!c.truth) return true;
+  if (c.map.content_digests != c.truth->content_digests) return false;
+  const auto mine = oracles::reference_pairing(c.map);
+  if (!mine) return false;
+  const auto truth = oracles::reference_pairing(*c.truth);
+  return truth && *mine == *truth;
+}
+
 }  // namespace
 
 std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBugs& bugs) {
@@ -145,6 +161,7 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
   if (options.compare_reference) {
     evaluation.finding = check_reference_agreement(c, options.bugs);
   }
+  const bool reference_disagrees = evaluation.finding.has_value();
   if (!conversion_is_memory_safe(options.bugs)) {
     evaluation.category = check_map(c.map, CheckOptions{options.bugs, {}}).ok() ? Outcome::exact
                                                                               : Outcome::refused;
@@ -242,6 +259,36 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
       }
       break;
     }
+  }
+  if (options.oracle == oracles::OracleKind::truth && !result.no_correct_rebuild &&
+      result.verdict != Outcome::exact) {
+    if (!map_valid) map_valid = oracles::reference_check(c.map).valid();
+    if (equivalent_to_truth(c, *map_valid)) {
+      bool reported = reference_disagrees;
+      for (std::size_t i = 0; i < result.ops.size(); ++i) {
+        const oracles::OpOutcome& op = result.ops[i];
+        if (op.verdict == Outcome::exact) continue;
+        const bool refused = op.verdict == Outcome::refused;
+        if (!refused) {
+          evaluation.ops[i].second = Outcome::wrong;
+          evaluation.category = Outcome::wrong;
+        }
+        if (!reported) {
+          reported = true;
+          evaluation.finding = make_finding(
+              c,
+              fmt::format("{}:{}:{}/{}", refused ? "false-refusal" : "valid-map-wrong", op_name(op.op),
+                          constructor_label(c), corruption_label(c)),
+              fmt::format("a map equivalent to the truth map must convert exactly: {}", op.message));
+        }
+      }
+    }
+  }
+  // A case that states what strict must do (data corrupted in the supplied shards) is
+  // judged by that statement too.
+  if (options.policy == Policy::strict && !result.matches_expectation && !evaluation.finding) {
+    evaluation.finding = make_finding(c, fmt::format("expectation:{}/{}", constructor_label(c), corruption_label(c)),
+                                      result.expectation_message + ": " + result.message);
   }
   return evaluation;
 }
