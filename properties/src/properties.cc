@@ -67,7 +67,7 @@ ConvertOptions convert_options(const Case& c, const EvalOptions& options) {
 // then exactly the ones it describes, so a refusal or a wrong tensor is a bug, as on an
 // uncorrupted map in property 1. Supplied shards are judged by the case's expectations.
 bool equivalent_to_truth(const Case& c, bool map_valid) {
-  if (!map_valid || c.undecoded_map || c.shards || c.digest) return false;
+  if (!map_valid || c.undecoded_map || c.shards || c.digest || c.expect || c.expect_error) return false;
   if (!c.truth) return true;
   if (c.map.content_digests != c.truth->content_digests) return false;
   const auto mine = oracles::reference_pairing(c.map);
@@ -284,11 +284,21 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
       }
     }
   }
-  // A case that states what strict must do (data corrupted in the supplied shards) is
-  // judged by that statement too.
-  if (options.policy == Policy::strict && !result.matches_expectation && !evaluation.finding) {
-    evaluation.finding = make_finding(c, fmt::format("expectation:{}/{}", constructor_label(c), corruption_label(c)),
-                                      result.expectation_message + ": " + result.message);
+  // A case that states what strict must do (a damaged replica in the supplied shards, a
+  // map text to refuse) is judged by that statement too.
+  if (options.policy == Policy::strict && options.oracle == oracles::OracleKind::truth &&
+      !result.matches_expectation && !evaluation.finding) {
+    evaluation.finding = make_finding(
+        c, fmt::format("expectation:{}:{}/{}", outcome_name(result.verdict), constructor_label(c), corruption_label(c)),
+        result.expectation_message + ": " + result.message);
+  }
+  // A neutral edit of the text must read as the map it means.
+  if (c.map_text && !evaluation.finding && undecoded_map_error(c).ok()) {
+    auto read = decode_map(parse_json(*c.map_text).value());
+    if (!read || !(read.value() == c.map)) {
+      evaluation.finding = make_finding(c, fmt::format("json-text-misread:{}/{}", constructor_label(c), corruption_label(c)),
+                                        "the map text decodes to another map than the one it means");
+    }
   }
   return evaluation;
 }

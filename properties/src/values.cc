@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "shardcheck/oracles/reference.h"
 #include "shardcheck/oracles/truth.h"
 
 namespace shardcheck::gen {
@@ -130,7 +131,9 @@ std::vector<std::uint64_t> special_values(DType dtype) {
 }
 
 void draw_adversarial_data(ChoiceSource& c, Case& out) {
-  if (c.between(0, 3) < 2) return;
+  // A case about the map's text keeps the markers: its text was encoded from the map as
+  // drawn, scales and recorded digests included.
+  if (c.between(0, 3) < 2 || out.map_text) return;
   const bool inexact = c.coin();
   const auto numel = checked_numel(out.truth_map().logical_shape);
   if (!numel || *numel < 0 || *numel > (Index{1} << 20)) return;
@@ -170,6 +173,41 @@ void draw_adversarial_data(ChoiceSource& c, Case& out) {
     }
   }
   rerecord_digest(out);
+}
+
+void damage_replica(Case& c, const ReplicaFlip& flip) {
+  const Map& truth = c.truth_map();
+  const RankEntry* entry = truth.find_rank(flip.rank);
+  const auto numel = checked_numel(truth.logical_shape);
+  if (entry == nullptr || flip.piece >= static_cast<Index>(entry->pieces.size()) || !numel) return;
+  Buffer full = marker_buffer(c.dtype, *numel);
+  if (c.full) {
+    for (Index i = 0; i < *numel; ++i) full.set_bits(i, (*c.full)[static_cast<std::size_t>(i)]);
+  }
+  auto shards = oracles::reference_extract_all(truth, full, c.scale_power);
+  if (!shards) return;  // a truth map the reference refuses: the case stays as it is
+  const Piece& piece = entry->pieces[static_cast<std::size_t>(flip.piece)];
+  Index rest = flip.element;
+  Index address = piece.dest.offset;
+  for (std::size_t k = piece.shape.size(); k-- > 0;) {
+    address += (rest % piece.shape[k]) * piece.dest.strides[k];
+    rest /= piece.shape[k];
+  }
+  Buffer& shard = shards.value().at(flip.rank);
+  const std::uint64_t bit = c.dtype == DType::boolean ? 1 : std::uint64_t{1} << (element_size(c.dtype) * 8 - 1);
+  shard.set_bits(address, shard.bits(address) ^ bit);
+  std::vector<std::uint64_t> values(static_cast<std::size_t>(*numel));
+  for (Index i = 0; i < *numel; ++i) values[static_cast<std::size_t>(i)] = full.bits(i);
+  c.full = std::move(values);
+  std::map<Rank, std::vector<std::uint64_t>> supplied;
+  for (const auto& [rank, buffer] : shards.value()) {
+    auto& out = supplied[rank];
+    for (Index i = 0; i < buffer.numel(); ++i) out.push_back(buffer.bits(i));
+  }
+  c.shards = std::move(supplied);
+  if (c.op == Op::extract) c.op = Op::rebuild;
+  c.expect = Outcome::refused;
+  c.expect_error = ErrorKind::different_data;
 }
 
 }  // namespace shardcheck::gen

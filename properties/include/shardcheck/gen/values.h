@@ -10,6 +10,7 @@
 #include "shardcheck/case.h"
 #include "shardcheck/dtype.h"
 #include "shardcheck/gen/choice.h"
+#include "shardcheck/gen/corruption.h"
 
 namespace shardcheck::gen {
 
@@ -31,5 +32,13 @@ inline constexpr double kInexactScales[] = {3.0, 0.1};
 // (2 -> 3, 0.5 -> 0.1, so equal scales stay equal and the corruption's meaning is
 // kept). A recorded content digest is recomputed for the final data and scales.
 void draw_adversarial_data(ChoiceSource& choices, Case& c);
+
+// The replica_copy_flip row: supplies the shards the truth map wrote (the reference
+// model's extract of F, markers or drawn) with one element of one replica's copy
+// damaged (its sign bit flipped, a bool's bit), and states what strict must do: refuse
+// the rebuild with different_data (contract section 3, condition 7). A sign flip
+// differs after unscaling too, NaNs (kept bits) and zeros included. An extract-only
+// case becomes a rebuild: extract reads no shard.
+void damage_replica(Case& c, const ReplicaFlip& flip);
 
 }  // namespace shardcheck::gen
