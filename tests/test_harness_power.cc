@@ -2,6 +2,7 @@
 // generators must ask the questions a converter gets wrong. Each test names the change
 // whose revert turns it red.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -186,6 +187,84 @@ TEST(AdversarialData, GeneratedCasesCarrySpecialValuesAndInexactScales) {
   EXPECT_GT(infinity, 0);
   EXPECT_GT(subnormal, 0);
   EXPECT_GT(inexact, 0);
+}
+
+}  // namespace
+}  // namespace shardcheck
+
+namespace shardcheck {
+namespace {
+
+// --- what strict must refuse: damaged replica data, damaged map text ---------------
+
+props::EvalOptions strict_options() { return {}; }
+
+// Generated cases of the data and text rows, run through evaluate_case: each states
+// what strict must do and strict does it. Red when case_gen stops setting the
+// expectation (the replica flip and the text would then be accepted as exact or end as
+// false refusals), or when strict accepts a damaged replica or text.
+TEST(DataAndTextRows, StrictRefusesWhatTheyDamage) {
+  std::map<std::string, int> refused_as_expected;
+  for (std::uint64_t seed = 0; seed < 4000; ++seed) {
+    gen::SeededChoices choices(seed);
+    gen::CaseOptions options;
+    options.corrupt_probability = 1.0;
+    const Case c = gen::generate_case(choices, options);
+    const std::string kind = c.corruption ? c.corruption->kind : "none";
+    if (kind != "replica_copy_flip" && kind.rfind("text_", 0) != 0) continue;
+    const props::Evaluation e = props::evaluate_case(c, strict_options());
+    ASSERT_FALSE(e.finding) << e.finding->signature << ": " << e.finding->message;
+    if (kind == "text_negative_zero" && c.corruption->new_value == "-0") {
+      EXPECT_FALSE(c.expect.has_value()) << "-0 is the integer 0: a neutral edit";
+      continue;
+    }
+    ASSERT_TRUE(c.expect_error.has_value()) << kind;
+    EXPECT_EQ(e.category, Outcome::refused) << kind;
+    ASSERT_TRUE(e.refusal.has_value()) << kind;
+    EXPECT_EQ(*e.refusal, kind == "replica_copy_flip" ? ErrorKind::different_data : ErrorKind::format) << kind;
+    ++refused_as_expected[kind];
+  }
+  for (const char* kind : {"replica_copy_flip", "text_fraction", "text_quoted_number", "text_huge_number",
+                           "text_duplicate_key", "text_truncated"}) {
+    EXPECT_GT(refused_as_expected[kind], 0) << kind;
+  }
+}
+
+// A strict converter that accepted the damaged replica would be caught: the same case
+// run with the planted bug that skips the replica comparison is a finding.
+TEST(DataAndTextRows, AcceptingADamagedReplicaIsAFinding) {
+  int found = 0;
+  for (std::uint64_t seed = 0; seed < 4000 && found == 0; ++seed) {
+    gen::SeededChoices choices(seed);
+    gen::CaseOptions options;
+    options.corrupt_probability = 1.0;
+    const Case c = gen::generate_case(choices, options);
+    if (!c.corruption || c.corruption->kind != "replica_copy_flip") continue;
+    props::EvalOptions planted;
+    planted.bugs.skip_replica_compare = true;
+    const props::Evaluation e = props::evaluate_case(c, planted);
+    ASSERT_TRUE(e.finding) << encode_case_text(c);
+    ++found;
+  }
+  EXPECT_EQ(found, 1);
+}
+
+// The text a case file carries is what conversion reads: a cut document is refused
+// format, a neutral text converts.
+TEST(DataAndTextRows, CaseFilesCarryTheMapText) {
+  Case c;
+  c.map_text = R"({"logical_shape":[2],"ranks":{"0":{"shard_shape":[2],"pieces":[{"shape":[2],"source":[-0,[1]],"dest":[0,[1]],"locations":[0]}]}}})";
+  auto decoded = decode_case_text(encode_case_text(c));
+  ASSERT_TRUE(decoded) << decoded.error().to_string();
+  EXPECT_EQ(decoded.value().map_text, c.map_text);
+  EXPECT_TRUE(undecoded_map_error(decoded.value()).ok());
+  EXPECT_EQ(decoded.value().map.logical_shape, Extents{2});
+  Case cut = c;
+  cut.map_text = c.map_text->substr(0, 40);
+  auto cut_decoded = decode_case_text(encode_case_text(cut));
+  ASSERT_TRUE(cut_decoded);
+  ASSERT_FALSE(undecoded_map_error(cut_decoded.value()).ok());
+  EXPECT_EQ(undecoded_map_error(cut_decoded.value()).error().kind, ErrorKind::format);
 }
 
 }  // namespace
