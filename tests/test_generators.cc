@@ -392,8 +392,18 @@ TEST(Corruptions, EveryRowIsComplete) {
       Corrupted out = corrupt_with(map, kind.name, c);
       if (out.record.kind != kind.name) continue;  // fell back: not applicable here
       ++applied;
-      EXPECT_NE(out.map, map) << kind.name << " changed nothing";
       EXPECT_FALSE(out.record.field.empty()) << kind.name;
+      if (kind.target == CorruptionTarget::shard_data || kind.target == CorruptionTarget::map_text) {
+        // The map stays; the damage is in the data or the text, and is named there.
+        EXPECT_EQ(out.map, map) << kind.name;
+        EXPECT_EQ(out.replica_flip.has_value(), kind.target == CorruptionTarget::shard_data) << kind.name;
+        EXPECT_EQ(out.map_text.has_value(), kind.target == CorruptionTarget::map_text) << kind.name;
+        if (out.map_text) {
+          EXPECT_NE(*out.map_text, encode_map(map, RankOrder::as_given).dump()) << kind.name;
+        }
+        continue;
+      }
+      EXPECT_NE(out.map, map) << kind.name << " changed nothing";
       if (kind.target == CorruptionTarget::content_digests) {
         EXPECT_FALSE(out.record.rank.has_value() || out.record.piece.has_value()) << kind.name;
         EXPECT_EQ(out.record.field.rfind("content_digests.", 0), 0u) << kind.name;
@@ -417,6 +427,8 @@ TEST(Corruptions, EveryRowIsComplete) {
           EXPECT_NE(out.map.ranks.size(), map.ranks.size()) << kind.name;
           break;
         case CorruptionTarget::content_digests:
+        case CorruptionTarget::shard_data:
+        case CorruptionTarget::map_text:
           break;
       }
     }
@@ -428,8 +440,16 @@ TEST(Corruptions, EachKindEditsWhatItSays) {
   Map base = two_rank_split();
   for (auto kind : corruption_kinds()) {
     SeededChoices c(kSeed);
+    // This map has no replicated piece; test_harness_power.cc covers replica_copy_flip.
+    if (kind == "replica_copy_flip") continue;
     Corrupted out = corrupt_with(base, kind, c);
     EXPECT_EQ(out.record.kind, kind) << "fell back on a map where every kind applies";
+    if (kind == "replica_copy_flip" || kind.rfind("text_", 0) == 0) {
+      EXPECT_EQ(out.map, base) << kind;
+      EXPECT_TRUE(out.replica_flip || out.map_text) << kind;
+      EXPECT_NE(out.record.old_value, out.record.new_value) << kind;
+      continue;
+    }
     EXPECT_NE(out.map, base) << kind;
     if (kind.rfind("digest_", 0) == 0) {
       // The record beside the map, not the layout.
@@ -564,7 +584,8 @@ TEST(Corruptions, SplitKeepsLayoutsValidOthersGetRefused) {
   // record beside the map, which only a rebuild asked to verify it judges).
   for (auto kind : corruption_kinds()) {
     if (kind == "split_piece" || kind == "scale_half" || kind == "scale_double" ||
-        kind == "scale_negative" || kind.rfind("digest_", 0) == 0) {
+        kind == "scale_negative" || kind.rfind("digest_", 0) == 0 || kind == "replica_copy_flip" ||
+        kind.rfind("text_", 0) == 0) {
       continue;
     }
     EXPECT_TRUE(refused_kinds.count(std::string(kind))) << "never refused: " << kind;

@@ -261,10 +261,19 @@ Result<Case> decode_case(const Json& json) {
     if (!name) return name.error();
     c.name = name.value();
   }
-  if (!json.contains("map")) return format_error("$", "the case has no \"map\"");
-  auto map = decode_map(json["map"], "$.map");
-  if (map) c.map = std::move(map.value());
-  else c.undecoded_map = json["map"];  // a refused map, not an unusable case
+  if (json.contains("map_text")) {
+    auto text = get_string(json["map_text"], "$.map_text");
+    if (!text) return text.error();
+    c.map_text = text.value();
+    auto parsed = parse_json(*c.map_text);
+    auto map = parsed ? decode_map(parsed.value(), "$.map_text") : Result<Map>(parsed.error());
+    if (map) c.map = std::move(map.value());  // else refused format, not an unusable case
+  } else {
+    if (!json.contains("map")) return format_error("$", "the case has no \"map\"");
+    auto map = decode_map(json["map"], "$.map");
+    if (map) c.map = std::move(map.value());
+    else c.undecoded_map = json["map"];  // a refused map, not an unusable case
+  }
   if (json.contains("truth")) {
     auto truth = decode_map(json["truth"], "$.truth");
     if (!truth) return truth.error();
@@ -342,6 +351,13 @@ Result<Case> decode_case(const Json& json) {
 }
 
 Status undecoded_map_error(const Case& c) {
+  if (c.map_text) {
+    auto parsed = parse_json(*c.map_text);
+    if (!parsed) return parsed.error();
+    auto map = decode_map(parsed.value(), "$.map_text");
+    if (!map) return map.error();
+    return Status();
+  }
   if (!c.undecoded_map) return Status();
   auto map = decode_map(*c.undecoded_map, "$.map");
   if (!map) return map.error();
@@ -368,7 +384,8 @@ Json encode_case(const Case& c) {
   Json out = Json::object();
   out["shardcheck_case"] = kCaseVersion;
   out["name"] = c.name;
-  out["map"] = c.undecoded_map ? *c.undecoded_map : encode_map(c.map, RankOrder::as_given);
+  if (c.map_text) out["map_text"] = *c.map_text;
+  else out["map"] = c.undecoded_map ? *c.undecoded_map : encode_map(c.map, RankOrder::as_given);
   if (c.truth) out["truth"] = encode_map(*c.truth, RankOrder::as_given);
   out["dtype"] = std::string(dtype_name(c.dtype));
   if (c.full) out["full"] = encode_values(c.dtype, *c.full);

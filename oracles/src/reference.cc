@@ -6,8 +6,11 @@
 #include "shardcheck/oracles/reference.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <compare>
+#include <limits>
 #include <tuple>
 #include <set>
 #include <utility>
@@ -97,16 +100,15 @@ bool for_each_index(const Extents& shape, Visit&& visit) {
   }
 }
 
+// Only called once structure() has shown that the view's last address fits in 64 bits
+// (offsets and strides non-negative), so no address of it can overflow; the arithmetic
+// is unsigned all the same, so that even a misuse could not be undefined behaviour.
 std::optional<Index> address_of(const StridedView& view, const std::vector<Index>& index) {
-  Index address = view.offset;
+  auto address = static_cast<std::uint64_t>(view.offset);
   for (std::size_t k = 0; k < index.size(); ++k) {
-    auto step = checked_mul(index[k], view.strides[k]);
-    if (!step) return std::nullopt;
-    auto next = checked_add(address, *step);
-    if (!next) return std::nullopt;
-    address = *next;
+    address += static_cast<std::uint64_t>(index[k]) * static_cast<std::uint64_t>(view.strides[k]);
   }
-  return address;
+  return static_cast<Index>(address);
 }
 
 // The largest address a non-empty view reaches; nullopt on overflow.
@@ -343,9 +345,10 @@ std::vector<Cover> covers_of(const std::vector<PieceRef>& pieces) {
 template <class Visit>
 void for_each_group(const std::vector<Cover>& covers, Visit&& visit) {
   std::size_t begin = 0;
+  std::vector<std::size_t> group;
   while (begin < covers.size()) {
     std::size_t end = begin;
-    std::vector<std::size_t> group;
+    group.clear();
     while (end < covers.size() && covers[end].element == covers[begin].element) {
       group.push_back(covers[end].piece);
       ++end;
@@ -376,14 +379,16 @@ struct Fault {
 // the lowest piece's, at its lowest element, so neither order can change the kind.
 Finding homogeneity(const std::vector<Cover>& covers, const std::vector<PieceRef>& pieces) {
   std::vector<std::optional<Fault>> first(pieces.size());
+  std::vector<Rank> holders;  // the ranks listing a piece that covers the element, sorted
   for_each_group(covers, [&](Index element, const std::vector<std::size_t>& group) {
-    std::set<Rank> holder_set;
+    holders.clear();
     int singles = 0;
     for (std::size_t i : group) {
-      holder_set.insert(pieces[i].rank);
+      holders.push_back(pieces[i].rank);
       if (pieces[i].piece->locations.size() == 1) ++singles;
     }
-    const std::vector<Rank> holders(holder_set.begin(), holder_set.end());
+    std::sort(holders.begin(), holders.end());
+    holders.erase(std::unique(holders.begin(), holders.end()), holders.end());
     const auto& some_locations = pieces[group.front()].piece->locations;
     bool pairs_ok = group.size() == 1;
     if (!pairs_ok) {
@@ -465,9 +470,166 @@ Status shard_refusal(const Map& map, const ShardSet& shards, DType dtype) {
 
 enum class Writer { nobody, single, replica };
 
+// ---- the rounding model of contract section 1.2 ----------------------------
+
+// A binary interchange format: `exponent_bits` and `fraction_bits` stored bits.
+struct Format {
+  int exponent_bits = 0;
+  int fraction_bits = 0;
+  int bias() const { return (1 << (exponent_bits - 1)) - 1; }
+  std::uint64_t exponent_mask() const { return (std::uint64_t{1} << exponent_bits) - 1; }
+  std::uint64_t fraction_mask() const { return (std::uint64_t{1} << fraction_bits) - 1; }
+  std::uint64_t sign_bit() const { return std::uint64_t{1} << (exponent_bits + fraction_bits); }
+};
+
+std::optional<Format> narrow_format(DType dtype) {
+  switch (dtype) {
+    case DType::float32: return Format{8, 23};
+    case DType::float16: return Format{5, 10};
+    case DType::bfloat16: return Format{8, 7};
+    default: return std::nullopt;
+  }
+}
+
+bool is_nan_in(const Format& f, std::uint64_t bits) {
+  const std::uint64_t exponent = (bits >> f.fraction_bits) & f.exponent_mask();
+  return exponent == f.exponent_mask() && (bits & f.fraction_mask()) != 0;
+}
+
+// The exact value of a non-NaN element of a format no wider than float32: every such
+// value is a double.
+double decode_value(const Format& f, std::uint64_t bits) {
+  const bool negative = (bits & f.sign_bit()) != 0;
+  const std::uint64_t exponent = (bits >> f.fraction_bits) & f.exponent_mask();
+  const std::uint64_t fraction = bits & f.fraction_mask();
+  double magnitude = 0.0;
+  if (exponent == f.exponent_mask()) {
+    magnitude = std::numeric_limits<double>::infinity();
+  } else if (exponent == 0) {
+    magnitude = std::ldexp(static_cast<double>(fraction), 1 - f.bias() - f.fraction_bits);
+  } else {
+    const auto significand = static_cast<double>(fraction | (std::uint64_t{1} << f.fraction_bits));
+    magnitude = std::ldexp(significand, static_cast<int>(exponent) - f.bias() - f.fraction_bits);
+  }
+  return negative ? -magnitude : magnitude;
+}
+
+// A double rounded to nearest, ties to even, into the format, by integer arithmetic on
+// its significand: the quantum is that of the result's binade, or of the subnormals
+// below the smallest normal binade; a carry out of the significand moves up a binade,
+// and a binade past the largest is infinity.
+std::uint64_t round_to_format(const Format& f, double value) {
+  const std::uint64_t sign = std::signbit(value) ? f.sign_bit() : 0;
+  if (std::isnan(value)) {
+    // Only arithmetic on infinities or zero makes a NaN here: quiet, payload dropped.
+    return sign | (f.exponent_mask() << f.fraction_bits) | (std::uint64_t{1} << (f.fraction_bits - 1));
+  }
+  const double magnitude = std::fabs(value);
+  if (std::isinf(magnitude)) return sign | (f.exponent_mask() << f.fraction_bits);
+  if (magnitude == 0.0) return sign;
+  int e = 0;
+  const double m = std::frexp(magnitude, &e);  // magnitude = m * 2^e, m in [0.5, 1)
+  const auto significand = static_cast<std::uint64_t>(std::ldexp(m, 53));  // 53 bits, exact
+  const int lowest = 1 - f.bias();               // the smallest normal binade
+  const int binade = std::max(e - 1, lowest);    // magnitude < 2^(binade + 1)
+  const int quantum = binade - f.fraction_bits;  // result = n * 2^quantum
+  const int shift = quantum - (e - 53);          // >= 53 - 1 - fraction_bits > 0
+  std::uint64_t n = 0;
+  if (shift < 64) {
+    n = significand >> shift;
+    const std::uint64_t rest = significand & ((std::uint64_t{1} << shift) - 1);
+    const std::uint64_t half = std::uint64_t{1} << (shift - 1);
+    if (rest > half || (rest == half && (n & 1) != 0)) ++n;
+  }  // else below a quarter quantum: rounds to zero
+  const std::uint64_t implicit = std::uint64_t{1} << f.fraction_bits;
+  if (e - 1 < lowest) return sign | n;  // subnormal; n == implicit is the smallest normal
+  int exponent = binade + f.bias();
+  if (n == 2 * implicit) {
+    n = implicit;
+    ++exponent;
+  }
+  if (exponent >= static_cast<int>(f.exponent_mask())) return sign | (f.exponent_mask() << f.fraction_bits);
+  return sign | (static_cast<std::uint64_t>(exponent) << f.fraction_bits) | (n - implicit);
+}
+
+// value op factor, each rounded into the format. Products of two values of at most 24
+// significant bits are exact in a double; a quotient is rounded twice, to 53 bits and
+// then to at most 24, which gives the correctly rounded result because 53 >= 2 * 24 + 2.
+// float64 is the double arithmetic itself, correctly rounded by IEEE 754.
+std::uint64_t narrow_scale(const Format& f, std::uint64_t bits, double scale, int power, bool multiply) {
+  const double factor = decode_value(f, round_to_format(f, scale));
+  const bool up = multiply == (power > 0);
+  const long steps = power > 0 ? static_cast<long>(power) : -static_cast<long>(power);
+  double scale_power = factor;
+  for (long k = 1; k < steps; ++k) {
+    const double next = decode_value(f, round_to_format(f, scale_power * factor));
+    scale_power = next;
+    // Once 0, infinite, NaN or of magnitude 1 the power can only change sign.
+    if (std::isnan(next) || std::isinf(next) || next == 0.0 || std::fabs(next) == 1.0) {
+      if (!std::isnan(next) && std::signbit(factor) && (steps - 1 - k) % 2 == 1) scale_power = -scale_power;
+      break;
+    }
+  }
+  const double value = decode_value(f, bits);
+  return round_to_format(f, up ? value * scale_power : value / scale_power);
+}
+
+std::uint64_t double_scale(std::uint64_t bits, double scale, int power, bool multiply) {
+  const bool up = multiply == (power > 0);
+  const long steps = power > 0 ? static_cast<long>(power) : -static_cast<long>(power);
+  double scale_power = scale;
+  for (long k = 1; k < steps; ++k) {
+    const double next = scale_power * scale;
+    scale_power = next;
+    if (std::isnan(next) || std::isinf(next) || next == 0.0 || std::fabs(next) == 1.0) {
+      if (!std::isnan(next) && std::signbit(scale) && (steps - 1 - k) % 2 == 1) scale_power = -scale_power;
+      break;
+    }
+  }
+  const double value = std::bit_cast<double>(bits);
+  return std::bit_cast<std::uint64_t>(up ? value * scale_power : value / scale_power);
+}
+
+}  // namespace
+
+std::uint64_t reference_scale(DType dtype, std::uint64_t bits, double scale, int power, bool multiply) {
+  if (power == 0) return bits;
+  if (dtype == DType::float64) {
+    if ((bits & 0x7fffffffffffffffULL) > 0x7ff0000000000000ULL) return bits;  // NaN: kept
+    return double_scale(bits, scale, power, multiply);
+  }
+  const std::optional<Format> format = narrow_format(dtype);
+  if (!format) return bits;  // integers are never scaled
+  if (is_nan_in(*format, bits)) return bits;
+  return narrow_scale(*format, bits, scale, power, multiply);
+}
+
+namespace {
+ReferenceVerdict check_uncached(const Map& map, Index max_elements);
+
+// The oracles ask about the same two maps (the map under test and the truth map)
+// several times per case; the verdict is a pure function of the map, so the last two
+// are remembered, per thread, and compared by value.
+struct RememberedVerdict {
+  Map map;
+  Index max_elements = 0;
+  ReferenceVerdict verdict;
+};
 }  // namespace
 
 ReferenceVerdict reference_check(const Map& map, Index max_elements) {
+  thread_local std::array<std::optional<RememberedVerdict>, 2> remembered;
+  for (auto& entry : remembered) {
+    if (entry && entry->max_elements == max_elements && entry->map == map) return entry->verdict;
+  }
+  ReferenceVerdict verdict = check_uncached(map, max_elements);
+  remembered[1] = std::move(remembered[0]);
+  remembered[0] = RememberedVerdict{map, max_elements, verdict};
+  return verdict;
+}
+
+namespace {
+ReferenceVerdict check_uncached(const Map& map, Index max_elements) {
   auto refuse = [](const Error& error) {
     ReferenceVerdict verdict;
     verdict.kind = error.kind;
@@ -494,14 +656,12 @@ ReferenceVerdict reference_check(const Map& map, Index max_elements) {
   if (walked) return refuse(*walked);
   return ReferenceVerdict{};
 }
+}  // namespace
 
-Result<Buffer> reference_rebuild(const Map& map, const ShardSet& shards, DType dtype,
-                                 int scale_power) {
-  const ReferenceVerdict verdict = reference_check(map);
-  if (!verdict.valid()) return *verdict.error;
-  if (Status error = shard_refusal(map, shards, dtype); !error.ok()) return error.error();
-  if (Status error = scale_refusal(map, dtype, scale_power); !error.ok()) return error.error();
+namespace {
 
+// The data part of rebuild, on a map whose conditions 1-6, shards and scales passed.
+Result<Buffer> rebuild_checked(const Map& map, const ShardSet& shards, DType dtype, int scale_power) {
   const Index full_numel = numel_of(map.logical_shape);
   Buffer full(dtype, full_numel);
   std::vector<Writer> writer(static_cast<std::size_t>(full_numel), Writer::nobody);
@@ -517,7 +677,7 @@ Result<Buffer> reference_rebuild(const Map& map, const ShardSet& shards, DType d
       const Index src = *address_of(p.source, index);
       const Index dst = *address_of(p.dest, index);
       std::uint64_t value = shard.bits(dst);
-      if (p.scale != 1.0) value = apply_scale(dtype, value, p.scale, scale_power, false);
+      if (p.scale != 1.0) value = reference_scale(dtype, value, p.scale, scale_power, false);
       const auto e = static_cast<std::size_t>(src);
       if (writer[e] == Writer::nobody) {
         full.set_bits(src, value);
@@ -543,10 +703,72 @@ Result<Buffer> reference_rebuild(const Map& map, const ShardSet& shards, DType d
   return full;
 }
 
-Result<Buffer> reference_extract(const Map& map, const Buffer& full, Rank rank,
+}  // namespace
+
+Result<Buffer> reference_rebuild(const Map& map, const ShardSet& shards, DType dtype,
                                  int scale_power) {
   const ReferenceVerdict verdict = reference_check(map);
   if (!verdict.valid()) return *verdict.error;
+  if (Status error = shard_refusal(map, shards, dtype); !error.ok()) return error.error();
+  if (Status error = scale_refusal(map, dtype, scale_power); !error.ok()) return error.error();
+  return rebuild_checked(map, shards, dtype, scale_power);
+}
+
+std::optional<Error> reference_replicas_differ(const Map& map, const ShardSet& shards, DType dtype,
+                                               int scale_power) {
+  if (!reference_check(map).valid()) return std::nullopt;
+  if (!shard_refusal(map, shards, dtype).ok() || !scale_refusal(map, dtype, scale_power).ok()) {
+    return std::nullopt;
+  }
+  // Each replicated element's copies, unscaled, each against the first: no writer
+  // record, no output, nothing shared with the rebuild above but the walk.
+  std::vector<std::optional<std::uint64_t>> first(static_cast<std::size_t>(numel_of(map.logical_shape)));
+  const std::vector<PieceRef> pieces = all_pieces(map);
+  for (const PieceRef& ref : pieces) {
+    const Piece& p = *ref.piece;
+    if (p.locations.size() < 2) continue;
+    const Buffer& shard = shards.at(ref.rank);
+    Finding error;
+    for_each_index(p.shape, [&](const std::vector<Index>& index) {
+      const Index src = *address_of(p.source, index);
+      const Index dst = *address_of(p.dest, index);
+      std::uint64_t value = shard.bits(dst);
+      if (p.scale != 1.0) value = reference_scale(dtype, value, p.scale, scale_power, false);
+      auto& seen = first[static_cast<std::size_t>(src)];
+      if (!seen) {
+        seen = value;
+      } else if (*seen != value) {
+        error = fault::replicas_differ(at(ref), src, dst, dtype, value, *seen, nullptr);
+      }
+      return !error;
+    });
+    if (error) return *error;
+  }
+  return std::nullopt;
+}
+
+std::optional<Pairing> reference_pairing(const Map& map) {
+  if (!reference_check(map).valid()) return std::nullopt;
+  Pairing out;
+  out.numel = numel_of(map.logical_shape);
+  for (const RankEntry* entry : ranks_by_id(map)) {
+    if (entry->shard_shape) out.shards.emplace_back(entry->rank, shard_numel(*entry));
+    for (const Piece& p : entry->pieces) {
+      for_each_index(p.shape, [&](const std::vector<Index>& index) {
+        out.pairs.push_back(Pairing::Pair{*address_of(p.source, index), entry->rank,
+                                          *address_of(p.dest, index), p.scale});
+        return true;
+      });
+    }
+  }
+  std::sort(out.pairs.begin(), out.pairs.end());
+  return out;
+}
+
+namespace {
+
+// Extract on a map whose conditions 1-6 passed.
+Result<Buffer> extract_checked(const Map& map, const Buffer& full, Rank rank, int scale_power) {
   if (full.numel() != numel_of(map.logical_shape)) {
     return fault::full_numel(full.numel(), numel_of(map.logical_shape));
   }
@@ -569,7 +791,7 @@ Result<Buffer> reference_extract(const Map& map, const Buffer& full, Rank rank,
         return false;
       }
       std::uint64_t value = full.bits(src);
-      if (p.scale != 1.0) value = apply_scale(dtype, value, p.scale, scale_power, true);
+      if (p.scale != 1.0) value = reference_scale(dtype, value, p.scale, scale_power, true);
       shard.set_bits(dst, value);
       written[static_cast<std::size_t>(dst)] = true;
       return true;
@@ -580,6 +802,28 @@ Result<Buffer> reference_extract(const Map& map, const Buffer& full, Rank rank,
     if (!written[static_cast<std::size_t>(a)]) return fault::shard_address_uncovered(rank, a);
   }
   return shard;
+}
+
+}  // namespace
+
+Result<Buffer> reference_extract(const Map& map, const Buffer& full, Rank rank,
+                                 int scale_power) {
+  const ReferenceVerdict verdict = reference_check(map);
+  if (!verdict.valid()) return *verdict.error;
+  return extract_checked(map, full, rank, scale_power);
+}
+
+Result<ShardSet> reference_extract_all(const Map& map, const Buffer& full, int scale_power) {
+  const ReferenceVerdict verdict = reference_check(map);
+  if (!verdict.valid()) return *verdict.error;
+  ShardSet out;
+  for (const RankEntry* entry : ranks_by_id(map)) {
+    if (!entry->shard_shape) continue;
+    auto shard = extract_checked(map, full, entry->rank, scale_power);
+    if (!shard) return shard.error();
+    out.emplace(entry->rank, std::move(shard).value());
+  }
+  return out;
 }
 
 }  // namespace shardcheck::oracles

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "shardcheck/digest.h"
+#include "shardcheck/oracles/reference.h"
 
 namespace shardcheck::oracles {
 
@@ -130,7 +131,33 @@ struct Inputs {
   ShardSet shards;                 // what the map under test is converted from
   std::optional<Buffer> expected;  // the correct rebuild output, when one exists
   std::optional<Error> no_truth;   // why no correct output exists
+  bool truth_wrote_shards = false;  // shards are the reference model's extract of F
 };
+
+bool has_scale(const Map& map) {
+  for (const auto& entry : map.ranks) {
+    for (const auto& piece : entry.pieces) {
+      if (piece.scale != 1.0) return true;
+    }
+  }
+  return false;
+}
+
+// What a correct rebuild returns from the shards the truth map wrote: F itself when no
+// piece is scaled (data moves bit-exact), else the reference model's rebuild, whose
+// rounding (contract section 1.2) may not give F back for a scale that is not a power
+// of two or a value near overflow or underflow. Replicas scaled differently may then
+// disagree, and no correct tensor exists.
+void set_expected_from_truth(const Case& c, Inputs& in) {
+  const Map& truth = c.truth_map();
+  if (!has_scale(truth)) {
+    in.expected = in.full;
+    return;
+  }
+  auto rebuilt = oracles::reference_rebuild(truth, in.shards, c.dtype, c.scale_power);
+  if (rebuilt) in.expected = std::move(rebuilt).value();
+  else in.no_truth = rebuilt.error();
+}
 
 bool needs_full(const Case& c, OracleKind oracle) {
   return !c.shards || c.op != Op::rebuild || oracle == OracleKind::same_map;
@@ -184,7 +211,7 @@ ShardSet producer_shards(const Map& map, const Buffer& full, int scale_power) {
   return out;
 }
 
-Result<Inputs> prepare_truth(const Case& c, const ConvertOptions& strict) {
+Result<Inputs> prepare_truth(const Case& c) {
   Inputs in;
   const Map& truth = c.truth_map();
   if (needs_full(c, OracleKind::truth) || c.full) {
@@ -205,15 +232,18 @@ Result<Inputs> prepare_truth(const Case& c, const ConvertOptions& strict) {
     in.full = std::move(full.value());
   }
   if (!c.shards) {
-    auto shards = extract_all(truth, *in.full, strict);
+    // The truth shards come from the reference model, never from the extract under
+    // test: a fault shared by extract and rebuild would otherwise round-trip unseen.
+    auto shards = reference_extract_all(truth, *in.full, c.scale_power);
     if (shards) {
       in.shards = std::move(shards.value());
-    } else if (c.truth) {
-      return reworded(shards.error(), "in the truth map, " + shards.error().sentence);
-    } else {
-      // Nothing is known about the data but the reported map: it wrote the shards.
-      in.shards = producer_shards(c.map, *in.full, c.scale_power);
+      in.truth_wrote_shards = true;
+      set_expected_from_truth(c, in);
+      return in;
     }
+    if (c.truth) return reworded(shards.error(), "in the truth map, " + shards.error().sentence);
+    // Nothing is known about the data but the reported map: it wrote the shards.
+    in.shards = producer_shards(c.map, *in.full, c.scale_power);
     in.expected = in.full;
     return in;
   }
@@ -222,7 +252,7 @@ Result<Inputs> prepare_truth(const Case& c, const ConvertOptions& strict) {
     in.expected = in.full;
     return in;
   }
-  auto rebuilt = rebuild(truth, in.shards, c.dtype, strict);
+  auto rebuilt = reference_rebuild(truth, in.shards, c.dtype, c.scale_power);
   if (rebuilt) in.expected = std::move(rebuilt.value());
   else in.no_truth = rebuilt.error();
   return in;
@@ -284,8 +314,8 @@ bool has_shard(const Map& map, Rank rank) {
   return entry != nullptr && entry->shard_shape.has_value();
 }
 
-OpOutcome extract_one(const Case& c, const Buffer& full, Rank rank, Target& target,
-                      const ConvertOptions& strict) {
+OpOutcome extract_one(const Case& c, const Inputs& in, Rank rank, Target& target) {
+  const Buffer& full = *in.full;
   OpOutcome out;
   out.op = Op::extract;
   out.rank = rank;
@@ -300,7 +330,9 @@ OpOutcome extract_one(const Case& c, const Buffer& full, Rank rank, Target& targ
                               rank);
     return out;
   }
-  auto want = extract(truth, full, rank, strict);
+  auto want = in.truth_wrote_shards && in.shards.contains(rank)
+                  ? Result<Buffer>(in.shards.at(rank))
+                  : reference_extract(truth, full, rank, c.scale_power);
   if (!want) {
     out.verdict = Outcome::wrong;
     out.message = fmt::format("WRONG: extract rank {} returned a shard where no correct shard "
@@ -312,8 +344,7 @@ OpOutcome extract_one(const Case& c, const Buffer& full, Rank rank, Target& targ
   return out;
 }
 
-OpOutcome run_extract(const Case& c, const Buffer& full, Target& target,
-                      const ConvertOptions& strict) {
+OpOutcome run_extract(const Case& c, const Inputs& in, Target& target) {
   std::set<Rank> ranks;
   for (const Map* map : {&c.map, &c.truth_map()}) {
     for (const auto& entry : map->ranks) {
@@ -323,7 +354,7 @@ OpOutcome run_extract(const Case& c, const Buffer& full, Target& target,
   std::optional<OpOutcome> refused;
   std::optional<OpOutcome> fault;
   for (Rank rank : ranks) {
-    OpOutcome out = extract_one(c, full, rank, target, strict);
+    OpOutcome out = extract_one(c, in, rank, target);
     if (out.verdict == Outcome::wrong) return out;
     if (out.verdict == Outcome::target_fault && !fault) fault = std::move(out);
     if (out.verdict == Outcome::refused && !refused) refused = std::move(out);
@@ -336,15 +367,13 @@ OpOutcome run_extract(const Case& c, const Buffer& full, Target& target,
   return out;
 }
 
-// Spec 3 validity, judged by the clean strict policy whatever policy is under test:
-// the map passes conditions 1-6 and, where data is converted, condition 7.
+// Spec 3 validity, judged by the reference model, never by the code under test: the
+// map passes conditions 1-6 and, where data is converted, condition 7 (a strict rebuild
+// that stopped comparing replicas must not make its own wrong tensors look valid).
 bool valid_layout(const Case& c, const ShardSet* shards) {
-  if (!check_map(c.map).ok()) return false;
+  if (!reference_check(c.map).valid()) return false;
   if (shards == nullptr || c.op == Op::extract) return true;
-  ConvertOptions strict;
-  strict.scale_power = c.scale_power;
-  auto result = rebuild(c.map, *shards, c.dtype, strict);
-  return result || result.error().kind != ErrorKind::different_data;
+  return !reference_replicas_differ(c.map, *shards, c.dtype, c.scale_power);
 }
 
 void summarize(CaseOutcome& outcome) {
@@ -458,14 +487,15 @@ CaseOutcome refused_outright(const Case& c, const Error& error, OracleKind oracl
   return outcome;
 }
 
-Result<CaseOutcome> run_truth(const Case& c, Target& target, const ConvertOptions& strict) {
-  auto inputs = prepare_truth(c, strict);
+Result<CaseOutcome> run_truth(const Case& c, Target& target) {
+  auto inputs = prepare_truth(c);
   if (!inputs) return inputs.error();
   const Inputs& in = inputs.value();
   CaseOutcome outcome;
   if (c.op != Op::extract) outcome.ops.push_back(run_rebuild(c, in, target));
-  if (c.op != Op::rebuild) outcome.ops.push_back(run_extract(c, *in.full, target, strict));
+  if (c.op != Op::rebuild) outcome.ops.push_back(run_extract(c, in, target));
   outcome.valid_layout = valid_layout(c, &in.shards);
+  if (!in.expected) outcome.no_correct_rebuild = in.no_truth;
   return outcome;
 }
 
@@ -570,12 +600,20 @@ Json op_to_json(DType dtype, const OpOutcome& op) {
 Result<std::uint64_t> truth_digest(const Case& c) {
   auto full = make_full(c, c.truth_map(), "truth");
   if (!full) return full.error();
-  return digest(full.value());
+  if (!has_scale(c.truth_map())) return digest(full.value());
+  // A scaled map gives back what its rounding leaves of F (contract section 1.2), and
+  // that is the tensor a correct rebuild returns and the digest it must verify.
+  Inputs in;
+  in.full = std::move(full).value();
+  auto shards = reference_extract_all(c.truth_map(), *in.full, c.scale_power);
+  if (!shards) return shards.error();
+  in.shards = std::move(shards).value();
+  set_expected_from_truth(c, in);
+  if (!in.expected) return *in.no_truth;
+  return digest(*in.expected);
 }
 
 Result<CaseOutcome> run_case(const Case& c, Target& target, OracleKind oracle) {
-  ConvertOptions strict;
-  strict.scale_power = c.scale_power;
   Result<CaseOutcome> outcome = CaseOutcome{};
   if (Status error = undecoded_map_error(c); !error.ok()) {
     // The harness cannot decode the map, so no target sees it (docs/protocol.md).
@@ -583,7 +621,7 @@ Result<CaseOutcome> run_case(const Case& c, Target& target, OracleKind oracle) {
   } else if (oracle == OracleKind::same_map) {
     outcome = run_same_map(c, target);
   } else {
-    outcome = run_truth(c, target, strict);
+    outcome = run_truth(c, target);
   }
   if (!outcome) return outcome;
   CaseOutcome& result = outcome.value();

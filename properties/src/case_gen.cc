@@ -5,6 +5,7 @@
 
 #include "shardcheck/gen/corruption.h"
 #include "shardcheck/oracles/truth.h"
+#include "shardcheck/gen/values.h"
 
 namespace shardcheck::gen {
 
@@ -60,11 +61,20 @@ Case generate_case(ChoiceSource& c, const CaseOptions& options) {
       out.digest_state = state;
     }
   }
+  std::optional<ReplicaFlip> flip;
   if (corrupted) {
     Corrupted bad = corrupt(layout.map, c);
     out.map = std::move(bad.map);
     out.truth = std::move(layout.map);
     out.corruption = std::move(bad.record);
+    flip = bad.replica_flip;
+    if (bad.map_text) {
+      out.map_text = std::move(bad.map_text);
+      if (!bad.text_neutral) {
+        out.expect = Outcome::refused;
+        out.expect_error = ErrorKind::format;
+      }
+    }
   } else {
     out.map = std::move(layout.map);
     out.corruption = CorruptionRecord{std::string(kNoCorruption), {}, {}, {}, {}, {}};
@@ -72,6 +82,10 @@ Case generate_case(ChoiceSource& c, const CaseOptions& options) {
   Index op = c.between(0, 9);
   out.op = op < 8 ? Op::rebuild : op == 8 ? Op::extract : Op::both;
   out.scale_power = power ? *power : draw_scale_power(c, options, out.truth_map());
+  // Drawn last, so that every earlier draw (and what a fuzzer input decodes to) stays
+  // as it was; the low answer keeps the markers.
+  if (options.adversarial_data) draw_adversarial_data(c, out);
+  if (flip) damage_replica(out, *flip);
   out.name.reserve(6 + layout.constructor.size() + out.corruption->kind.size());
   out.name.append("gen-").append(layout.constructor).append("-").append(out.corruption->kind);
   out.constructor = std::move(layout.constructor);

@@ -88,6 +88,8 @@ auto* axes_of(P& piece, Field field) {
     case Field::shard_shape:
     case Field::ranks:
     case Field::content_digests:
+    case Field::shard_data:
+    case Field::map_text:
       break;
   }
   return out;
@@ -117,6 +119,10 @@ std::string_view record_name(Field field) {
       return "rank";
     case Field::content_digests:
       return "content_digests";
+    case Field::shard_data:
+      return "shard_data";
+    case Field::map_text:
+      return "map_text";
   }
   return "?";
 }
@@ -149,6 +155,8 @@ bool piece_fits(const Row& row, const Piece& p, const MapFacts& f) {
       return !p.locations.empty();
     case Fits::splittable:
       return splittable(p);
+    case Fits::has_replica:
+      return p.locations.size() >= 2 && checked_numel(p.shape).value_or(0) > 0;
     case Fits::has_rank:        // rows of the rank list have no piece sites
     case Fits::has_shard_axis:  // nor have rows of a shard shape
     case Fits::has_digest:      // nor rows of the recorded digests
@@ -176,6 +184,7 @@ bool map_fits(const Row& row, const Map& map) {
     case Fits::has_locations:
     case Fits::splittable:
     case Fits::has_shard_axis:
+    case Fits::has_replica:
       return true;
   }
   return true;
@@ -217,7 +226,7 @@ bool applicable(const Row& row, const Map& map, const MapFacts& f) {
   if (!map_fits(row, map)) return false;
   const CorruptionTarget target = detail::target_of(row.field);
   return target == CorruptionTarget::ranks || target == CorruptionTarget::content_digests ||
-         count_sites(row, map, f) > 0;
+         target == CorruptionTarget::map_text || count_sites(row, map, f) > 0;
 }
 
 // The vector an axis edit changes: a piece's shape or strides, or a shard shape.
@@ -283,6 +292,15 @@ void apply_edit(detail::Edit& e, const Row& row, Site site) {
       return digest_drop(e);
     case Op::digest_to_other_state:
       return digest_to_other_state(e);
+    case Op::flip_replica_copy:
+      return replica_flip(e, site);
+    case Op::text_fraction:
+    case Op::text_quote:
+    case Op::text_huge:
+    case Op::text_duplicate_key:
+    case Op::text_truncate:
+    case Op::text_negative_zero:
+      return text_edit(e, row.op);
   }
 }
 
@@ -299,19 +317,21 @@ Corrupted apply_from(const Map& map, std::size_t first, ChoiceSource& c) {
     }
   }
   const Row& row = kRows[chosen];
-  Corrupted out{map, {}};
+  Corrupted out{map, {}, std::nullopt, std::nullopt, false};
   out.record.kind = std::string(row.name);
-  detail::Edit edit{out.map, c, out.record};
+  detail::Edit edit{out.map, c, out.record, &out};
   Site site;
   switch (detail::target_of(row.field)) {
     case CorruptionTarget::ranks:
     case CorruptionTarget::content_digests:
+    case CorruptionTarget::map_text:
       break;
     case CorruptionTarget::shard_shape:
       site = nth_site(row, map, facts, c.below(count_sites(row, map, facts)));
       out.record.rank = map.ranks[site.rank].rank;
       break;
     case CorruptionTarget::piece:
+    case CorruptionTarget::shard_data:
       site = nth_site(row, map, facts, c.below(count_sites(row, map, facts)));
       out.record.rank = map.ranks[site.rank].rank;
       out.record.piece = static_cast<Index>(site.piece);

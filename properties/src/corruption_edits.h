@@ -34,6 +34,8 @@ enum class Field {
   shard_shape,
   ranks,
   content_digests,
+  shard_data,
+  map_text,
 };
 enum class Fits {
   always,
@@ -50,6 +52,7 @@ enum class Fits {
   has_rank,
   has_shard_axis,
   has_digest,
+  has_replica,
 };
 enum class Op {
   add_at_axis,
@@ -76,6 +79,13 @@ enum class Op {
   flip_digest_bit,
   drop_digest,
   digest_to_other_state,
+  flip_replica_copy,
+  text_fraction,
+  text_quote,
+  text_huge,
+  text_duplicate_key,
+  text_truncate,
+  text_negative_zero,
 };
 
 // An edit's parameter: an Index (deltas, offsets, stride values) or a scale.
@@ -109,6 +119,10 @@ constexpr CorruptionTarget target_of(Field field) {
       return CorruptionTarget::ranks;
     case Field::content_digests:
       return CorruptionTarget::content_digests;
+    case Field::shard_data:
+      return CorruptionTarget::shard_data;
+    case Field::map_text:
+      return CorruptionTarget::map_text;
   }
   return CorruptionTarget::piece;
 }
@@ -149,6 +163,8 @@ constexpr bool fits_suits(Field field, Fits fits) {
       return field == Field::shard_shape;
     case Fits::has_digest:
       return field == Field::content_digests;
+    case Fits::has_replica:
+      return field == Field::shard_data;
   }
   return false;
 }
@@ -213,6 +229,15 @@ constexpr bool well_formed(Field field, Fits fits, Op op, Param param) {
     case Op::drop_digest:
     case Op::digest_to_other_state:
       return field == Field::content_digests && fits == Fits::has_digest && no_param;
+    case Op::flip_replica_copy:
+      return field == Field::shard_data && fits == Fits::has_replica && no_param;
+    case Op::text_fraction:
+    case Op::text_quote:
+    case Op::text_huge:
+    case Op::text_duplicate_key:
+    case Op::text_truncate:
+    case Op::text_negative_zero:
+      return field == Field::map_text && fits == Fits::always && no_param;
   }
   return false;
 }
@@ -269,6 +294,7 @@ struct Edit {
   Map& map;
   ChoiceSource& c;
   CorruptionRecord& record;
+  Corrupted* out = nullptr;  // for the rows that edit no map: the data flip, the text
 };
 
 // Edits of one axis (or two) of a shape, a stride vector or a shard shape; `name` is
@@ -308,6 +334,12 @@ void rank_drop(Edit& e);
 void digest_flip_bit(Edit& e);
 void digest_drop(Edit& e);
 void digest_to_other_state(Edit& e);
+
+// The replica copy to damage in the truth map's shards (the map is not edited).
+void replica_flip(Edit& e, Site site);
+
+// Edits of the map's JSON text (the map is not edited).
+void text_edit(Edit& e, Op op);
 
 // Predicates that keep an edit from being a no-op; the edits choose axes by the same
 // rules, so a piece that fits always has an axis to edit.

@@ -60,6 +60,22 @@ ConvertOptions convert_options(const Case& c, const EvalOptions& options) {
   return convert;
 }
 
+// Whether the map under test means exactly what the truth map means: the reference
+// model accepts it and pairs every element of F with the same shard address of the same
+// rank at the same scale (an uncorrupted map, or a corruption that only rewrote the same
+// layout), and it records the same content digests. The shards the oracle converts are
+// then exactly the ones it describes, so a refusal or a wrong tensor is a bug, as on an
+// uncorrupted map in property 1. Supplied shards are judged by the case's expectations.
+bool equivalent_to_truth(const Case& c, bool map_valid) {
+  if (!map_valid || c.undecoded_map || c.shards || c.digest || c.expect || c.expect_error) return false;
+  if (!c.truth) return true;
+  if (c.map.content_digests != c.truth->content_digests) return false;
+  const auto mine = oracles::reference_pairing(c.map);
+  if (!mine) return false;
+  const auto truth = oracles::reference_pairing(*c.truth);
+  return truth && *mine == *truth;
+}
+
 }  // namespace
 
 std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBugs& bugs) {
@@ -145,6 +161,7 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
   if (options.compare_reference) {
     evaluation.finding = check_reference_agreement(c, options.bugs);
   }
+  const bool reference_disagrees = evaluation.finding.has_value();
   if (!conversion_is_memory_safe(options.bugs)) {
     evaluation.category = check_map(c.map, CheckOptions{options.bugs, {}}).ok() ? Outcome::exact
                                                                               : Outcome::refused;
@@ -243,6 +260,46 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
       break;
     }
   }
+  if (options.oracle == oracles::OracleKind::truth && !result.no_correct_rebuild &&
+      result.verdict != Outcome::exact) {
+    if (!map_valid) map_valid = oracles::reference_check(c.map).valid();
+    if (equivalent_to_truth(c, *map_valid)) {
+      bool reported = reference_disagrees;
+      for (std::size_t i = 0; i < result.ops.size(); ++i) {
+        const oracles::OpOutcome& op = result.ops[i];
+        if (op.verdict == Outcome::exact) continue;
+        const bool refused = op.verdict == Outcome::refused;
+        if (!refused) {
+          evaluation.ops[i].second = Outcome::wrong;
+          evaluation.category = Outcome::wrong;
+        }
+        if (!reported) {
+          reported = true;
+          evaluation.finding = make_finding(
+              c,
+              fmt::format("{}:{}:{}/{}", refused ? "false-refusal" : "valid-map-wrong", op_name(op.op),
+                          constructor_label(c), corruption_label(c)),
+              fmt::format("a map equivalent to the truth map must convert exactly: {}", op.message));
+        }
+      }
+    }
+  }
+  // A case that states what strict must do (a damaged replica in the supplied shards, a
+  // map text to refuse) is judged by that statement too.
+  if (options.policy == Policy::strict && options.oracle == oracles::OracleKind::truth &&
+      !result.matches_expectation && !evaluation.finding) {
+    evaluation.finding = make_finding(
+        c, fmt::format("expectation:{}:{}/{}", outcome_name(result.verdict), constructor_label(c), corruption_label(c)),
+        result.expectation_message + ": " + result.message);
+  }
+  // A neutral edit of the text must read as the map it means.
+  if (c.map_text && !evaluation.finding && undecoded_map_error(c).ok()) {
+    auto read = decode_map(parse_json(*c.map_text).value());
+    if (!read || !(read.value() == c.map)) {
+      evaluation.finding = make_finding(c, fmt::format("json-text-misread:{}/{}", constructor_label(c), corruption_label(c)),
+                                        "the map text decodes to another map than the one it means");
+    }
+  }
   return evaluation;
 }
 
@@ -255,19 +312,32 @@ std::optional<Finding> check_constructor_roundtrip(const Case& c) {
   }
   auto numel = checked_numel(layout.logical_shape);
   if (!numel) return make_finding(c, "roundtrip:numel", "the constructor map's numel overflows");
-  const Buffer full = marker_buffer(c.dtype, *numel);
+  Buffer full = marker_buffer(c.dtype, *numel);
+  if (c.full && static_cast<Index>(c.full->size()) == *numel) {
+    for (Index i = 0; i < *numel; ++i) full.set_bits(i, (*c.full)[static_cast<std::size_t>(i)]);
+  }
   ConvertOptions options;
   auto shards = extract_all(layout, full, options);
   if (!shards) {
     return make_finding(c, fmt::format("roundtrip:extract:{}:{}", kind_name(shards.error().kind), constructor_label(c)),
                         "extracting a constructor map is refused: " + shards.error().to_string());
   }
+  // What a correct round trip gives is the reference model's: F itself for exact scales,
+  // F as rounded by a scale that is not a power of two (contract section 1.2), and a
+  // different_data refusal where replicas scaled differently no longer agree.
+  auto truth_shards = oracles::reference_extract_all(layout, full);
+  if (!truth_shards || !(shards.value() == truth_shards.value())) {
+    return make_finding(c, fmt::format("roundtrip:extract-differs:{}", constructor_label(c)),
+                        "extract of a constructor map differs from the reference model's");
+  }
+  auto expected = oracles::reference_rebuild(layout, truth_shards.value(), c.dtype);
   auto rebuilt = rebuild(layout, shards.value(), c.dtype, options);
   if (!rebuilt) {
+    if (!expected && expected.error().kind == rebuilt.error().kind) return std::nullopt;
     return make_finding(c, fmt::format("roundtrip:rebuild:{}:{}", kind_name(rebuilt.error().kind), constructor_label(c)),
                         "rebuilding a constructor map is refused: " + rebuilt.error().to_string());
   }
-  if (!(rebuilt.value() == full)) {
+  if (!expected || !(rebuilt.value() == expected.value())) {
     return make_finding(c, fmt::format("roundtrip:not-exact:{}", constructor_label(c)),
                         "a constructor map does not round-trip bit-exact");
   }

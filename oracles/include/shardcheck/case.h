@@ -36,6 +36,10 @@ struct Case {
   // refuses it with kind format, a verdict like any other (contract section 9), and the
   // case re-encodes it as given. `map` is then empty and unused.
   std::optional<Json> undecoded_map;
+  // The map under test as JSON text, when the case is about the text a converter reads
+  // ("map_text" in a case file): text that does not parse or decode is refused with kind
+  // format, like undecoded_map; text that decodes is what `map` holds.
+  std::optional<std::string> map_text;
   std::optional<Map> truth;     // the map that wrote the shards; default: map
   DType dtype = DType::float32;
   std::optional<std::vector<std::uint64_t>> full;                 // F's bits

@@ -3,8 +3,12 @@
 // ground truth that the fast checks are compared against.
 #pragma once
 
+#include <compare>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "shardcheck/convert.h"
 #include "shardcheck/error.h"
@@ -35,5 +39,41 @@ Result<Buffer> reference_rebuild(const Map& map, const ShardSet& shards, DType d
                                  int scale_power = 1);
 Result<Buffer> reference_extract(const Map& map, const Buffer& full, Rank rank,
                                  int scale_power = 1);
+// Every rank that has a shard shape, extracted after one check of the whole map: what a
+// producer that follows the contract writes (the truth oracle's shards).
+Result<ShardSet> reference_extract_all(const Map& map, const Buffer& full, int scale_power = 1);
+
+// Condition 7 alone, for a map that passes conditions 1-6: the first replicated element
+// whose copies differ after unscaling, compared naively copy against copy. nullopt when
+// the copies agree or the map cannot be judged (invalid, a shard missing or of the wrong
+// size, a scale the power refuses): those are other conditions' refusals.
+std::optional<Error> reference_replicas_differ(const Map& map, const ShardSet& shards, DType dtype,
+                                               int scale_power = 1);
+
+// What a valid map means: which shard address of which rank holds which element of F,
+// at which scale, and which ranks own a shard of how many elements. Two valid maps with
+// equal pairings convert every tensor identically, so they are equivalent whatever
+// their JSON looks like (piece order, splits, strides of extent-1 axes, rank order).
+struct Pairing {
+  struct Pair {
+    Index element = 0;
+    Rank rank = 0;
+    Index address = 0;
+    double scale = 1.0;
+    friend auto operator<=>(const Pair&, const Pair&) = default;
+  };
+  Index numel = 0;                                 // numel(F)
+  std::vector<std::pair<Rank, Index>> shards;      // (rank, shard numel), by rank
+  std::vector<Pair> pairs;                         // sorted
+  friend bool operator==(const Pairing&, const Pairing&) = default;
+};
+// nullopt when the reference model refuses the map.
+std::optional<Pairing> reference_pairing(const Map& map);
+
+// Contract section 1.2 as an independent rounding model: value * scale^p (multiply) or
+// value / scale^p, in the element type's arithmetic, each operation rounded to nearest
+// even into the target format by bit-level code of this file (not the core's dtype code
+// nor Eigen's half/bfloat16). A NaN keeps its bits. Integers are returned unchanged.
+std::uint64_t reference_scale(DType dtype, std::uint64_t bits, double scale, int power, bool multiply);
 
 }  // namespace shardcheck::oracles

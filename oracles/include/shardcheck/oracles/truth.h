@@ -44,7 +44,10 @@ struct CaseOutcome {
   // wrong if any op wrong, else target_fault if any, else refused if any, else exact
   Outcome verdict = Outcome::exact;
   std::optional<Error> error;        // the first refusal
-  bool valid_layout = false;  // the map passes every check of spec 3 (strict conversion accepts)
+  bool valid_layout = false;  // the map passes every check of spec 3 (by the reference model)
+  // Why the shards the truth map wrote admit no correct rebuild (replicas scaled
+  // differently that disagree once unscaled, contract section 1.2); nullopt when one exists.
+  std::optional<Error> no_correct_rebuild;
   std::vector<OpOutcome> ops;
   std::string message;  // one line: "refused twice: ...", "exact", "WRONG at element 4: ..."
   // Whether the outcome matches the case's expectations for this policy.

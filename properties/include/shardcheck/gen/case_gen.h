@@ -18,6 +18,10 @@ struct CaseOptions {
   // (digest_state_for(scale_power)), before the corruption, which may then damage that
   // record itself; the case asks rebuild to verify that state (Case::digest_state).
   bool record_digest = false;
+  // Half the cases carry a drawn F (Case::full) instead of markers: special values and
+  // rounding edge cases of the dtype, and some of those cases rescale the map by a
+  // scale that is not a power of two (gen/values.h).
+  bool adversarial_data = true;
 };
 
 // The state a tensor converted with scale_power p is recorded under: "param" (1),

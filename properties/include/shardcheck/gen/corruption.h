@@ -3,6 +3,7 @@
 // checks must refuse them); the generator's own arithmetic never overflows.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -13,9 +14,26 @@
 
 namespace shardcheck::gen {
 
+// One element of one replica's copy whose bits the producer's shards get wrong: the
+// piece rank.pieces[piece] (as written), its element number `element` in row-major
+// order of the piece's shape.
+struct ReplicaFlip {
+  Rank rank = 0;
+  Index piece = 0;
+  Index element = 0;
+};
+
 struct Corrupted {
   Map map;
   CorruptionRecord record;
+  // A shard_data row leaves the map alone and names the copy to damage in the shards
+  // the truth map wrote: strict rebuild must refuse different_data.
+  std::optional<ReplicaFlip> replica_flip;
+  // A map_text row: the map under test is this JSON text (the map encoded, then
+  // edited). `map` is what the text means when the edit is neutral (text_neutral), and
+  // strict must then read exactly it; otherwise strict must refuse the text (format).
+  std::optional<std::string> map_text;
+  bool text_neutral = false;
 };
 
 // The record kind of an uncorrupted case; not one of corruption_kinds().
@@ -29,7 +47,7 @@ std::span<const std::string_view> corruption_kinds();
 // the map (contract section 10). The record names the piece for `piece`, the rank for
 // `shard_shape`, the rank added or dropped for `ranks`, and no rank for
 // `content_digests` (its field is "content_digests.<state>").
-enum class CorruptionTarget { piece, shard_shape, ranks, content_digests };
+enum class CorruptionTarget { piece, shard_shape, ranks, content_digests, shard_data, map_text };
 
 struct CorruptionKind {
   std::string_view name;

@@ -1,0 +1,122 @@
+// The rows that leave the map alone: a replica copy damaged in the shards the truth map
+// wrote, and edits of the map's JSON text, the form a converter really reads. Every text
+// edit but one turns the text into something the codec must refuse (format): a number
+// that is not an integer, a number in a string, a number beyond 64 bits, a repeated key
+// (README and contract "stricter": any key repeated within one object is format), a cut
+// document. Writing 0 as -0 is neutral: JSON's -0 is the integer 0.
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "corruption_edits.h"
+#include "shardcheck/json.h"
+
+namespace shardcheck::gen::detail {
+
+namespace {
+
+// JSON pointers of the values a walk meets: integers (optionally only zeros), objects.
+void collect(const Json& value, const Json::json_pointer& at, std::vector<Json::json_pointer>& integers,
+             std::vector<Json::json_pointer>& zeros, std::vector<Json::json_pointer>& objects) {
+  if (value.is_number_integer()) {
+    integers.push_back(at);
+    if (value.get<Index>() == 0) zeros.push_back(at);
+  } else if (value.is_object()) {
+    if (!value.empty()) objects.push_back(at);
+    for (const auto& [key, item] : value.items()) collect(item, at / key, integers, zeros, objects);
+  } else if (value.is_array()) {
+    for (std::size_t i = 0; i < value.size(); ++i) collect(value[i], at / i, integers, zeros, objects);
+  }
+}
+
+// A placeholder string that the encoder writes quoted and that no map contains.
+constexpr std::string_view kMark = "@@shardcheck-edit@@";
+
+std::string replace_mark(std::string text, std::string_view with) {
+  const std::string quoted = fmt::format("\"{}\"", kMark);
+  const auto at = text.find(quoted);
+  if (at != std::string::npos) text.replace(at, quoted.size(), with);
+  return text;
+}
+
+}  // namespace
+
+void replica_flip(Edit& e, Site site) {
+  const RankEntry& entry = e.map.ranks[site.rank];
+  const Piece& piece = entry.pieces[site.piece];
+  const Index numel = checked_numel(piece.shape).value_or(1);
+  const Index element = static_cast<Index>(e.c.below(static_cast<std::size_t>(numel)));
+  e.record.field = fmt::format("shard_data[{}]", element);
+  e.record.old_value = "as the truth map wrote it";
+  e.record.new_value = "sign bit flipped";
+  e.out->replica_flip = ReplicaFlip{entry.rank, static_cast<Index>(site.piece), element};
+}
+
+void text_edit(Edit& e, Op op) {
+  Json json = encode_map(e.map, RankOrder::as_given);
+  std::vector<Json::json_pointer> integers, zeros, objects;
+  collect(json, Json::json_pointer(), integers, zeros, objects);
+  std::string text;
+  e.out->text_neutral = false;
+  auto pick = [&](const std::vector<Json::json_pointer>& from) { return from[e.c.below(from.size())]; };
+  switch (op) {
+    case Op::text_fraction:
+    case Op::text_quote:
+    case Op::text_huge: {
+      if (integers.empty()) break;  // cut below instead
+      const auto at = pick(integers);
+      const Index old = json[at].get<Index>();
+      e.record.field = "map_text" + at.to_string();
+      e.record.old_value = std::to_string(old);
+      if (op == Op::text_fraction) json[at] = static_cast<double>(old) + 0.7;
+      if (op == Op::text_quote) json[at] = std::to_string(old);
+      if (op == Op::text_huge) json[at] = 1e300;
+      text = json.dump();
+      e.record.new_value = json[at].dump();
+      break;
+    }
+    case Op::text_duplicate_key: {
+      if (objects.empty()) break;
+      const auto at = pick(objects);
+      Json& object = json[at];
+      auto it = std::next(object.begin(), static_cast<std::ptrdiff_t>(e.c.below(object.size())));
+      const std::string key = it.key();
+      const Json copy = it.value();
+      object[std::string(kMark)] = copy;
+      text = replace_mark(json.dump(), Json(key).dump());
+      e.record.field = "map_text" + (at / key).to_string();
+      e.record.old_value = "once";
+      e.record.new_value = "twice";
+      break;
+    }
+    case Op::text_negative_zero: {
+      if (zeros.empty()) break;
+      const auto at = pick(zeros);
+      json[at] = std::string(kMark);
+      text = replace_mark(json.dump(), "-0");
+      e.record.field = "map_text" + at.to_string();
+      e.record.old_value = "0";
+      e.record.new_value = "-0";
+      e.out->text_neutral = true;
+      break;
+    }
+    case Op::text_truncate:
+    default:
+      break;
+  }
+  if (text.empty()) {
+    // A cut document (or an edit with no site to take): any proper prefix of an
+    // object's text is not JSON.
+    const std::string whole = encode_map(e.map, RankOrder::as_given).dump();
+    const std::size_t length = e.c.below(whole.size());
+    text = whole.substr(0, length);
+    e.record.field = "map_text";
+    e.record.old_value = fmt::format("{} bytes", whole.size());
+    e.record.new_value = fmt::format("cut at {}", length);
+    e.out->text_neutral = false;
+  }
+  e.out->map_text = std::move(text);
+}
+
+}  // namespace shardcheck::gen::detail

@@ -1,0 +1,213 @@
+#include "shardcheck/gen/values.h"
+
+#include <algorithm>
+#include <bit>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "shardcheck/oracles/reference.h"
+#include "shardcheck/oracles/truth.h"
+
+namespace shardcheck::gen {
+
+namespace {
+
+struct FloatBits {
+  int exponent_bits;
+  int fraction_bits;
+};
+
+std::optional<FloatBits> float_bits(DType dtype) {
+  switch (dtype) {
+    case DType::float64: return FloatBits{11, 52};
+    case DType::float32: return FloatBits{8, 23};
+    case DType::float16: return FloatBits{5, 10};
+    case DType::bfloat16: return FloatBits{8, 7};
+    default: return std::nullopt;
+  }
+}
+
+std::uint64_t width_mask(DType dtype) {
+  const std::size_t bits = element_size(dtype) * 8;
+  return bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
+}
+
+std::vector<std::uint64_t> float_specials(FloatBits f) {
+  const std::uint64_t one = 1;
+  const std::uint64_t fraction = (one << f.fraction_bits) - 1;
+  const std::uint64_t exponents = (one << f.exponent_bits) - 1;
+  const std::uint64_t sign = one << (f.exponent_bits + f.fraction_bits);
+  const std::uint64_t inf = exponents << f.fraction_bits;
+  const std::uint64_t quiet = one << (f.fraction_bits - 1);
+  const std::uint64_t bias = (one << (f.exponent_bits - 1)) - 1;
+  const std::uint64_t one_value = bias << f.fraction_bits;
+  const std::uint64_t max_finite = ((exponents - 1) << f.fraction_bits) | fraction;
+  return {
+      0,                         // +0
+      sign,                      // -0
+      inf,                       // +inf
+      sign | inf,                // -inf
+      inf | quiet,               // the canonical quiet NaN
+      sign | inf | quiet | 1,    // a negative quiet NaN with a payload
+      inf | quiet | (fraction >> 2),  // a quiet NaN with a wide payload
+      inf | 1,                   // a signalling NaN, payload 1
+      sign | inf | (quiet - 1),  // a negative signalling NaN, every other payload bit
+      1,                         // the smallest subnormal
+      sign | fraction,           // minus the largest subnormal
+      one << f.fraction_bits,    // the smallest normal
+      max_finite,                // the largest finite value
+      sign | max_finite,
+      max_finite - 1,
+      one_value,                 // 1
+      one_value - 1,             // just below 1: all fraction bits set
+      one_value | 1,             // just above 1
+      one_value | (fraction >> 1),  // 1.5 - ulp: times 3 rounds near a binade edge
+      ((bias + 1) << f.fraction_bits) | 1,  // 2 + ulp: times 3 lands on a tie
+  };
+}
+
+std::vector<std::uint64_t> integer_specials(DType dtype) {
+  const std::uint64_t mask = width_mask(dtype);
+  if (dtype == DType::boolean) return {0, 1};
+  if (dtype == DType::uint8) return {0, 1, 0x7f, 0x80, 0xfe, 0xff};
+  const std::uint64_t min = (mask >> 1) + 1;  // the sign bit alone
+  return {0, 1, mask /* -1 */, min, min + 1, mask >> 1, (mask >> 1) - 1};
+}
+
+void rescale(Map& map) {
+  for (auto& entry : map.ranks) {
+    for (auto& piece : entry.pieces) {
+      if (piece.scale == 2.0) piece.scale = kInexactScales[0];
+      else if (piece.scale == 0.5) piece.scale = kInexactScales[1];
+    }
+  }
+}
+
+void rescale_text(std::string& text) {
+  if (text == fmt::format("{}", 2.0)) text = fmt::format("{}", kInexactScales[0]);
+  else if (text == fmt::format("{}", 0.5)) text = fmt::format("{}", kInexactScales[1]);
+}
+
+bool has_scale(const Map& map) {
+  for (const auto& entry : map.ranks) {
+    for (const auto& piece : entry.pieces) {
+      if (piece.scale != 1.0) return true;
+    }
+  }
+  return false;
+}
+
+// The producer's digest of the final data: a digest drawn from the markers no longer
+// describes F. Every digest the map under test records came from that one value
+// (recorded, or a bit of it flipped), so each is moved by the same difference.
+void rerecord_digest(Case& c) {
+  if (!c.digest_state) return;
+  Map& truth = c.truth ? *c.truth : c.map;
+  auto it = truth.content_digests.find(*c.digest_state);
+  if (it == truth.content_digests.end()) return;
+  Case producer;
+  producer.map = truth;
+  producer.dtype = c.dtype;
+  producer.full = c.full;
+  producer.scale_power = c.scale_power;
+  auto recorded = oracles::truth_digest(producer);
+  if (!recorded) return;  // no correct rebuild exists: strict refuses before any digest
+  const std::uint64_t change = it->second ^ recorded.value();
+  it->second = recorded.value();
+  if (c.truth) {
+    for (auto& [state, value] : c.map.content_digests) value ^= change;
+  }
+}
+
+}  // namespace
+
+std::vector<std::uint64_t> special_values(DType dtype) {
+  const auto f = float_bits(dtype);
+  std::vector<std::uint64_t> out = f ? float_specials(*f) : integer_specials(dtype);
+  const std::uint64_t poison = poison_bits(dtype);
+  out.erase(std::remove(out.begin(), out.end(), poison), out.end());
+  return out;
+}
+
+void draw_adversarial_data(ChoiceSource& c, Case& out) {
+  // A case about the map's text keeps the markers: its text was encoded from the map as
+  // drawn, scales and recorded digests included.
+  if (c.between(0, 3) < 2 || out.map_text) return;
+  const bool inexact = c.coin();
+  const auto numel = checked_numel(out.truth_map().logical_shape);
+  if (!numel || *numel < 0 || *numel > (Index{1} << 20)) return;
+  const std::vector<std::uint64_t> specials = special_values(out.dtype);
+  const std::uint64_t mask = width_mask(out.dtype);
+  const std::uint64_t poison = poison_bits(out.dtype);
+  const Index salt = c.between(0, 1 << 16);
+  std::vector<std::uint64_t> full(static_cast<std::size_t>(*numel));
+  for (Index i = 0; i < *numel; ++i) {
+    std::uint64_t value = marker_bits(out.dtype, i + salt);
+    switch (c.between(0, 5)) {
+      case 0:
+      case 1:
+        value = c.pick(specials);
+        break;
+      case 2: {
+        // Any bit pattern: subnormals, NaN payloads, mantissas whose scaled values tie.
+        const auto lo = static_cast<std::uint64_t>(c.between(0, 0xffffffff));
+        const auto hi = static_cast<std::uint64_t>(c.between(0, 0xffffffff));
+        value = ((hi << 32) | lo) & mask;
+        if (out.dtype == DType::boolean) value &= 1;
+        if (value == poison) value ^= 1;
+        break;
+      }
+      default:
+        break;
+    }
+    full[static_cast<std::size_t>(i)] = value;
+  }
+  out.full = std::move(full);
+  if (inexact && is_floating(out.dtype) && has_scale(out.truth_map())) {
+    rescale(out.map);
+    if (out.truth) rescale(*out.truth);
+    if (out.corruption && out.corruption->field == "scale") {
+      rescale_text(out.corruption->old_value);
+      rescale_text(out.corruption->new_value);
+    }
+  }
+  rerecord_digest(out);
+}
+
+void damage_replica(Case& c, const ReplicaFlip& flip) {
+  const Map& truth = c.truth_map();
+  const RankEntry* entry = truth.find_rank(flip.rank);
+  const auto numel = checked_numel(truth.logical_shape);
+  if (entry == nullptr || flip.piece >= static_cast<Index>(entry->pieces.size()) || !numel) return;
+  Buffer full = marker_buffer(c.dtype, *numel);
+  if (c.full) {
+    for (Index i = 0; i < *numel; ++i) full.set_bits(i, (*c.full)[static_cast<std::size_t>(i)]);
+  }
+  auto shards = oracles::reference_extract_all(truth, full, c.scale_power);
+  if (!shards) return;  // a truth map the reference refuses: the case stays as it is
+  const Piece& piece = entry->pieces[static_cast<std::size_t>(flip.piece)];
+  Index rest = flip.element;
+  Index address = piece.dest.offset;
+  for (std::size_t k = piece.shape.size(); k-- > 0;) {
+    address += (rest % piece.shape[k]) * piece.dest.strides[k];
+    rest /= piece.shape[k];
+  }
+  Buffer& shard = shards.value().at(flip.rank);
+  const std::uint64_t bit = c.dtype == DType::boolean ? 1 : std::uint64_t{1} << (element_size(c.dtype) * 8 - 1);
+  shard.set_bits(address, shard.bits(address) ^ bit);
+  std::vector<std::uint64_t> values(static_cast<std::size_t>(*numel));
+  for (Index i = 0; i < *numel; ++i) values[static_cast<std::size_t>(i)] = full.bits(i);
+  c.full = std::move(values);
+  std::map<Rank, std::vector<std::uint64_t>> supplied;
+  for (const auto& [rank, buffer] : shards.value()) {
+    auto& out = supplied[rank];
+    for (Index i = 0; i < buffer.numel(); ++i) out.push_back(buffer.bits(i));
+  }
+  c.shards = std::move(supplied);
+  if (c.op == Op::extract) c.op = Op::rebuild;
+  c.expect = Outcome::refused;
+  c.expect_error = ErrorKind::different_data;
+}
+
+}  // namespace shardcheck::gen

@@ -1,0 +1,271 @@
+// The harness's own power: its oracles must not lean on the code they judge, and its
+// generators must ask the questions a converter gets wrong. Each test names the change
+// whose revert turns it red.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "shardcheck/case.h"
+#include "shardcheck/dtype.h"
+#include "shardcheck/gen/case_gen.h"
+#include "shardcheck/gen/values.h"
+#include "shardcheck/oracles/reference.h"
+#include "shardcheck/properties.h"
+
+namespace shardcheck {
+namespace {
+
+using oracles::reference_scale;
+
+// --- the independent rounding model (contract section 1.2) -------------------------
+
+// Hand-computed: each expectation is worked out in the comment beside it, not taken
+// from any converter. Catches a reference model that scales through core's apply_scale
+// or Eigen again and so inherits their faults (revert reference_scale to apply_scale and
+// break dtype.cc's rounding: these still hold only for a correct apply_scale).
+TEST(ReferenceRounding, HandComputedValues) {
+  // float16 (1 + 2^-10) * 3 = 3 + 1.5 * 2^-9: a tie between 0x4201 and 0x4202; even wins.
+  EXPECT_EQ(reference_scale(DType::float16, 0x3c01, 3.0, 1, true), 0x4202u);
+  // float16 largest finite * 3 overflows to infinity.
+  EXPECT_EQ(reference_scale(DType::float16, 0x7bff, 3.0, 1, true), 0x7c00u);
+  // float32 smallest subnormal * RN(0.1) is below half the smallest subnormal: zero,
+  // keeping the sign.
+  EXPECT_EQ(reference_scale(DType::float32, 0x00000001, 0.1, 1, true), 0x00000000u);
+  EXPECT_EQ(reference_scale(DType::float32, 0x80000001, 0.1, 1, true), 0x80000000u);
+  // float32 2^-149 / RN(0.1) = 9.99999985 * 2^-149, which rounds to 10 subnormal quanta.
+  EXPECT_EQ(reference_scale(DType::float32, 0x00000001, 0.1, 1, false), 0x0000000au);
+  // -0 * 3 is -0; -0 * -1 is +0.
+  EXPECT_EQ(reference_scale(DType::float16, 0x8000, 3.0, 1, true), 0x8000u);
+  EXPECT_EQ(reference_scale(DType::bfloat16, 0x8000, -1.0, 1, true), 0x0000u);
+  // bfloat16 1.0 / 3: 1/3 = 1.0101...b * 2^-2; 7 fraction bits 0101010, the rest
+  // 1010... is above half: round up to 0101011 -> 0x3eab.
+  EXPECT_EQ(reference_scale(DType::bfloat16, 0x3f80, 3.0, 1, false), 0x3eabu);
+  // A NaN keeps its bits, payload and sign, signalling or quiet.
+  EXPECT_EQ(reference_scale(DType::bfloat16, 0x7fc1, 0.5, 1, true), 0x7fc1u);
+  EXPECT_EQ(reference_scale(DType::float32, 0x7f800001, 3.0, 1, false), 0x7f800001u);
+  EXPECT_EQ(reference_scale(DType::float64, 0xfff0000000000001ULL, 0.1, 1, true), 0xfff0000000000001ULL);
+  // Integers are never scaled.
+  EXPECT_EQ(reference_scale(DType::int32, 7, 3.0, 1, true), 7u);
+}
+
+// Two independent models of one contract must agree on every value, the special ones
+// included: the core's scaling (Eigen's half/bfloat16, native float) and the reference
+// model's bit-level rounding. A difference is a fault in one of them.
+TEST(ReferenceRounding, AgreesWithTheCoreOnSpecialAndRandomValues) {
+  const double scales[] = {3.0, 0.1, 2.0, 0.5, -1.0, 1.0 / 3.0, 1e-3, 7.0};
+  std::uint64_t state = 0x9e3779b97f4a7c15ULL;
+  auto next = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  int compared = 0;
+  for (DType dtype : {DType::float64, DType::float32, DType::float16, DType::bfloat16}) {
+    std::vector<std::uint64_t> values = gen::special_values(dtype);
+    const std::uint64_t mask = element_size(dtype) == 8 ? ~0ULL : (1ULL << (8 * element_size(dtype))) - 1;
+    for (int i = 0; i < 4000; ++i) values.push_back(next() & mask);
+    for (double scale : scales) {
+      for (bool multiply : {true, false}) {
+        for (std::uint64_t bits : values) {
+          const std::uint64_t mine = reference_scale(dtype, bits, scale, 1, multiply);
+          const std::uint64_t core = apply_scale(dtype, bits, scale, 1, multiply);
+          ASSERT_EQ(mine, core) << dtype_name(dtype) << " " << format_element(dtype, bits)
+                                << (multiply ? " * " : " / ") << scale;
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 100000);
+}
+
+// --- a map equivalent to the truth map must convert exactly ------------------------
+
+Piece whole(Index n, std::vector<Rank> locations, double scale) {
+  return Piece{{n}, {0, {1}}, {0, {1}}, std::move(locations), scale};
+}
+
+Case nan_case(Map map) {
+  Case c;
+  c.map = std::move(map);
+  c.dtype = DType::float32;
+  c.full = std::vector<std::uint64_t>{0x7f800001 /* signalling NaN */, 0x3f800000};
+  c.constructor = "hand";
+  c.corruption = CorruptionRecord{"none", {}, {}, {}, {}, {}};
+  return c;
+}
+
+props::EvalOptions legacy_options() {
+  props::EvalOptions options;
+  options.policy = Policy::legacy;
+  options.compare_reference = false;
+  return options;
+}
+
+// The legacy model quietens a signalling NaN when it unscales (contract section 4.1):
+// on an uncorrupted, valid map that is a wrong tensor, and the harness must say so
+// rather than file it as valid-but-different. Red when the equivalence rule of
+// props::evaluate_case is removed (the case then ends wrong_valid_layout, no finding).
+TEST(EquivalentMaps, WrongTensorOnAnUncorruptedMapIsAFinding) {
+  Map map;
+  map.logical_shape = {2};
+  map.ranks.push_back(RankEntry{0, Extents{2}, {whole(2, {0}, 2.0)}});
+  const Case c = nan_case(map);
+  const props::Evaluation strict = props::evaluate_case(c);
+  EXPECT_FALSE(strict.finding) << strict.finding->signature << ": " << strict.finding->message;
+  EXPECT_EQ(strict.category, Outcome::exact);
+  const props::Evaluation legacy = props::evaluate_case(c, legacy_options());
+  ASSERT_TRUE(legacy.finding);
+  EXPECT_EQ(legacy.finding->signature, "valid-map-wrong:rebuild:hand/none");
+  EXPECT_EQ(legacy.category, Outcome::wrong);
+}
+
+// A scaled and an unscaled replica of one NaN agree (contract section 1.2); the legacy
+// model unscales the first arithmetically and then refuses its own replicas. A refusal
+// of a valid, uncorrupted map is a finding. Red when the equivalence rule is removed.
+TEST(EquivalentMaps, RefusalOfAnUncorruptedMapIsAFinding) {
+  Map map;
+  map.logical_shape = {2};
+  map.ranks.push_back(RankEntry{0, Extents{2}, {whole(2, {0, 1}, 2.0)}});
+  map.ranks.push_back(RankEntry{1, Extents{2}, {whole(2, {0, 1}, 1.0)}});
+  const Case c = nan_case(map);
+  EXPECT_FALSE(props::evaluate_case(c).finding);
+  const props::Evaluation legacy = props::evaluate_case(c, legacy_options());
+  ASSERT_TRUE(legacy.finding);
+  EXPECT_EQ(legacy.finding->signature, "false-refusal:rebuild:hand/none");
+}
+
+// The pairing decides equivalence, not the JSON: a piece split in two is the same map.
+TEST(EquivalentMaps, PairingIgnoresHowTheLayoutIsWritten) {
+  Map one;
+  one.logical_shape = {4};
+  one.ranks.push_back(RankEntry{0, Extents{4}, {whole(4, {0}, 1.0)}});
+  Map split = one;
+  split.ranks[0].pieces = {Piece{{2}, {0, {1}}, {0, {1}}, {0}, 1.0}, Piece{{2}, {2, {1}}, {2, {1}}, {0}, 1.0}};
+  ASSERT_TRUE(oracles::reference_pairing(one));
+  EXPECT_EQ(oracles::reference_pairing(one), oracles::reference_pairing(split));
+  Map swapped = split;
+  std::swap(swapped.ranks[0].pieces[0].dest.offset, swapped.ranks[0].pieces[1].dest.offset);
+  EXPECT_NE(oracles::reference_pairing(one), oracles::reference_pairing(swapped));
+  Map scaled = one;
+  scaled.ranks[0].pieces[0].scale = 2.0;
+  EXPECT_NE(oracles::reference_pairing(one), oracles::reference_pairing(scaled));
+}
+
+// --- adversarial data --------------------------------------------------------------
+
+// The generated cases carry special values and inexact scales. Red when
+// CaseOptions::adversarial_data defaults to false or draw_adversarial_data stops
+// drawing special values or rescaling.
+TEST(AdversarialData, GeneratedCasesCarrySpecialValuesAndInexactScales) {
+  gen::CaseOptions options;
+  int with_data = 0, negative_zero = 0, nan_payload = 0, infinity = 0, subnormal = 0, inexact = 0;
+  for (std::uint64_t seed = 0; seed < 3000; ++seed) {
+    gen::SeededChoices choices(seed);
+    const Case c = gen::generate_case(choices, options);
+    if (!c.full) continue;
+    ++with_data;
+    if (c.dtype == DType::float32) {
+      for (std::uint64_t bits : *c.full) {
+        negative_zero += bits == 0x80000000u;
+        nan_payload += (bits & 0x7fffffffu) > 0x7fc00000u;
+        infinity += (bits & 0x7fffffffu) == 0x7f800000u;
+        subnormal += (bits & 0x7f800000u) == 0 && (bits & 0x7fffffu) != 0;
+      }
+    }
+    for (const auto& entry : c.truth_map().ranks) {
+      for (const auto& piece : entry.pieces) inexact += piece.scale == 3.0 || piece.scale == 0.1;
+    }
+  }
+  EXPECT_GT(with_data, 500);
+  EXPECT_GT(negative_zero, 0);
+  EXPECT_GT(nan_payload, 0);
+  EXPECT_GT(infinity, 0);
+  EXPECT_GT(subnormal, 0);
+  EXPECT_GT(inexact, 0);
+}
+
+}  // namespace
+}  // namespace shardcheck
+
+namespace shardcheck {
+namespace {
+
+// --- what strict must refuse: damaged replica data, damaged map text ---------------
+
+props::EvalOptions strict_options() { return {}; }
+
+// Generated cases of the data and text rows, run through evaluate_case: each states
+// what strict must do and strict does it. Red when case_gen stops setting the
+// expectation (the replica flip and the text would then be accepted as exact or end as
+// false refusals), or when strict accepts a damaged replica or text.
+TEST(DataAndTextRows, StrictRefusesWhatTheyDamage) {
+  std::map<std::string, int> refused_as_expected;
+  for (std::uint64_t seed = 0; seed < 4000; ++seed) {
+    gen::SeededChoices choices(seed);
+    gen::CaseOptions options;
+    options.corrupt_probability = 1.0;
+    const Case c = gen::generate_case(choices, options);
+    const std::string kind = c.corruption ? c.corruption->kind : "none";
+    if (kind != "replica_copy_flip" && kind.rfind("text_", 0) != 0) continue;
+    const props::Evaluation e = props::evaluate_case(c, strict_options());
+    ASSERT_FALSE(e.finding) << e.finding->signature << ": " << e.finding->message;
+    if (kind == "text_negative_zero" && c.corruption->new_value == "-0") {
+      EXPECT_FALSE(c.expect.has_value()) << "-0 is the integer 0: a neutral edit";
+      continue;
+    }
+    ASSERT_TRUE(c.expect_error.has_value()) << kind;
+    EXPECT_EQ(e.category, Outcome::refused) << kind;
+    ASSERT_TRUE(e.refusal.has_value()) << kind;
+    EXPECT_EQ(*e.refusal, kind == "replica_copy_flip" ? ErrorKind::different_data : ErrorKind::format) << kind;
+    ++refused_as_expected[kind];
+  }
+  for (const char* kind : {"replica_copy_flip", "text_fraction", "text_quoted_number", "text_huge_number",
+                           "text_duplicate_key", "text_truncated"}) {
+    EXPECT_GT(refused_as_expected[kind], 0) << kind;
+  }
+}
+
+// A strict converter that accepted the damaged replica would be caught: the same case
+// run with the planted bug that skips the replica comparison is a finding.
+TEST(DataAndTextRows, AcceptingADamagedReplicaIsAFinding) {
+  int found = 0;
+  for (std::uint64_t seed = 0; seed < 4000 && found == 0; ++seed) {
+    gen::SeededChoices choices(seed);
+    gen::CaseOptions options;
+    options.corrupt_probability = 1.0;
+    const Case c = gen::generate_case(choices, options);
+    if (!c.corruption || c.corruption->kind != "replica_copy_flip") continue;
+    props::EvalOptions planted;
+    planted.bugs.skip_replica_compare = true;
+    const props::Evaluation e = props::evaluate_case(c, planted);
+    ASSERT_TRUE(e.finding) << encode_case_text(c);
+    ++found;
+  }
+  EXPECT_EQ(found, 1);
+}
+
+// The text a case file carries is what conversion reads: a cut document is refused
+// format, a neutral text converts.
+TEST(DataAndTextRows, CaseFilesCarryTheMapText) {
+  Case c;
+  c.map_text = R"({"logical_shape":[2],"ranks":{"0":{"shard_shape":[2],"pieces":[{"shape":[2],"source":[-0,[1]],"dest":[0,[1]],"locations":[0]}]}}})";
+  auto decoded = decode_case_text(encode_case_text(c));
+  ASSERT_TRUE(decoded) << decoded.error().to_string();
+  EXPECT_EQ(decoded.value().map_text, c.map_text);
+  EXPECT_TRUE(undecoded_map_error(decoded.value()).ok());
+  EXPECT_EQ(decoded.value().map.logical_shape, Extents{2});
+  Case cut = c;
+  cut.map_text = c.map_text->substr(0, 40);
+  auto cut_decoded = decode_case_text(encode_case_text(cut));
+  ASSERT_TRUE(cut_decoded);
+  ASSERT_FALSE(undecoded_map_error(cut_decoded.value()).ok());
+  EXPECT_EQ(undecoded_map_error(cut_decoded.value()).error().kind, ErrorKind::format);
+}
+
+}  // namespace
+}  // namespace shardcheck
