@@ -55,6 +55,22 @@ struct FindingState {
   Index pieces = 0;
   bool has_case = true;
   std::tuple<Index, Index, Index> key() const { return {numel, pieces, index}; }
+
+  // The report's record of this finding (without its reproducer), and back.
+  FindingRecord record() const {
+    FindingRecord r;
+    r.signature = signature;
+    r.message = message;
+    r.first_case = index;
+    r.occurrences = occurrences;
+    r.numel = numel;
+    r.pieces = pieces;
+    r.has_case = has_case;
+    return r;
+  }
+  static FindingState from(const FindingRecord& r) {
+    return FindingState{r.signature, r.message, r.first_case, r.occurrences, r.numel, r.pieces, r.has_case};
+  }
 };
 
 // Keeps the smaller case of the two and adds the occurrences: an order-independent

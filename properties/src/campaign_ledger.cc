@@ -177,9 +177,7 @@ Ledger::Ledger(const Options& options, const Checkpoint* resume) : options_(opti
   committed_.by_refusal_kind = report.by_refusal_kind;
   committed_.by_op = report.by_op;
   for (const auto& record : report.findings) {
-    committed_.findings[record.signature] = FindingState{record.signature, record.message, record.first_case,
-                                                         record.occurrences, record.numel, record.pieces,
-                                                         record.has_case};
+    committed_.findings[record.signature] = FindingState::from(record);
   }
 }
 
@@ -228,17 +226,7 @@ Report make_report(const Options& options, const BatchResult& state, double seco
   report.by_op = state.by_op;
   for (const auto& [name, tally] : report.by_constructor) report.total.merge(tally);
   report.cases = report.total.cases;
-  for (const auto& [signature, f] : state.findings) {
-    FindingRecord record;
-    record.signature = f.signature;
-    record.message = f.message;
-    record.first_case = f.index;
-    record.occurrences = f.occurrences;
-    record.numel = f.numel;
-    record.pieces = f.pieces;
-    record.has_case = f.has_case;
-    report.findings.push_back(std::move(record));
-  }
+  for (const auto& [signature, f] : state.findings) report.findings.push_back(f.record());
   return report;
 }
 

@@ -98,14 +98,7 @@ void Writer::write_findings(std::vector<FindingState> batch, bool announce) {
     // Offers arrive in order per signature, but a final reconciliation may bring an
     // earlier (larger) committed case: only a different case is written.
     if (!is_new && known->second.index == finding.index) continue;
-    FindingRecord record;
-    record.signature = finding.signature;
-    record.message = finding.message;
-    record.first_case = finding.index;
-    record.occurrences = finding.occurrences;
-    record.numel = finding.numel;
-    record.pieces = finding.pieces;
-    record.has_case = finding.has_case;
+    FindingRecord record = finding.record();
     fs::path path;
     if (finding.has_case) {
       record.reproducer = generate_indexed_case(options_, finding.index);
