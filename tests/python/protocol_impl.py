@@ -173,13 +173,29 @@ def check_map(shape, ranks):
                 raise Refused('twice', f'rank {rank}: element {element} of F is listed twice')
 
 
+def bfloat16_value(x):
+    """x rounded to the nearest bfloat16 (ties to even), as a float32: rounded to odd in
+    float32 first, so that rounding twice gives what rounding once would."""
+    truncated = np.array([x], dtype=np.float32)
+    bits = truncated.view(np.uint32)
+    if abs(float(truncated[0])) > abs(x):
+        bits -= 1  # float32 rounded away from zero: step back toward it
+    if float(truncated[0]) != x:
+        bits |= 1
+    bits[:] = (bits + 0x7fff + ((bits >> 16) & 1)) & 0xffff0000
+    return truncated[0]
+
+
 def scaled(dtype, bits, scale, power, multiply):
     """bits * scale**power (extract) or bits / scale**power (rebuild), in the dtype."""
     if scale == 1.0:
         return bits
     if dtype == 'bfloat16':
         values = (bits.astype(np.uint32) << 16).view(np.float32)
-        factor = np.float32(scale)**abs(power)
+        # The factor is rounded to bfloat16 first, as for every narrow dtype: then the
+        # product is exact in float32 and the quotient rounds to bfloat16 without a
+        # double-rounding error (24 >= 2 * 8 + 2 bits).
+        factor = bfloat16_value(scale**abs(power))
         up = multiply == (power > 0)
         out = (values * factor if up else values / factor).view(np.uint32)
         rounded = (out + 0x7fff + ((out >> 16) & 1)) >> 16  # to nearest, ties to even
