@@ -267,7 +267,8 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
       bool reported = reference_disagrees;
       for (std::size_t i = 0; i < result.ops.size(); ++i) {
         const oracles::OpOutcome& op = result.ops[i];
-        if (op.verdict == Outcome::exact) continue;
+        // A target that crashed or hung said nothing about the map: that is its own finding.
+        if (op.verdict == Outcome::exact || op.verdict == Outcome::target_fault) continue;
         const bool refused = op.verdict == Outcome::refused;
         if (!refused) {
           evaluation.ops[i].second = Outcome::wrong;
