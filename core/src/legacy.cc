@@ -141,17 +141,23 @@ float promoted(DType dtype, std::uint64_t bits) {
   return static_cast<float>(value);
 }
 
-// float32 cast back to the element type: truncation toward zero, wrapped to the width
-// (what the CPU's conversion through a 64-bit integer gives); bool is "non-zero".
+// float32 cast back to the element type as torch's CPU kernels do it on x86: truncation
+// toward zero through a 32-bit integer (64-bit for int64), whose out-of-range and NaN
+// result is the "integer indefinite" (the lowest value), then wrapped to the width. So
+// int32 data divided to -2^32 becomes INT32_MIN, not 0. Bool is "non-zero".
 std::uint64_t demoted(DType dtype, float value) {
   if (dtype == DType::boolean) return value != 0.0f ? 1 : 0;
-  const float limit = 9.2233720368547758e18f;  // 2^63
-  const std::int64_t whole = std::isfinite(value) && std::fabs(value) < limit
-                                 ? static_cast<std::int64_t>(value)
-                                 : std::numeric_limits<std::int64_t>::min();
   const std::size_t size = element_size(dtype);
-  const std::uint64_t mask = size == 8 ? ~std::uint64_t{0} : (std::uint64_t{1} << (size * 8)) - 1;
-  return static_cast<std::uint64_t>(whole) & mask;
+  if (size == 8) {
+    const float limit = 9.2233720368547758e18f;  // 2^63
+    const bool fits = std::isfinite(value) && value >= -limit && value < limit;
+    return static_cast<std::uint64_t>(fits ? static_cast<std::int64_t>(value) : std::numeric_limits<std::int64_t>::min());
+  }
+  const float limit = 2147483648.0f;  // 2^31
+  const bool fits = std::isfinite(value) && value >= -limit && value < limit;
+  const std::int32_t whole = fits ? static_cast<std::int32_t>(value) : std::numeric_limits<std::int32_t>::min();
+  const std::uint64_t mask = (std::uint64_t{1} << (size * 8)) - 1;
+  return static_cast<std::uint64_t>(static_cast<std::int64_t>(whole)) & mask;
 }
 
 // Rebuilds one piece element by element where the backend's copy does not model torch:

@@ -341,6 +341,7 @@ OpOutcome extract_one(const Case& c, const Inputs& in, Rank rank, Target& target
     return out;
   }
   set_compared(out, fmt::format("extract rank {}", rank), want.value(), *got);
+  out.output = std::move(*got);
   return out;
 }
 

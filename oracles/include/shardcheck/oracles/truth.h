@@ -29,7 +29,7 @@ struct OpOutcome {
   std::optional<Error> error;          // when refused
   std::optional<Rank> rank;            // extract: the rank that was wrong or refused
   std::optional<Difference> difference;  // when wrong
-  std::optional<Buffer> output;        // rebuild output (also when wrong)
+  std::optional<Buffer> output;        // the tensor returned: F (rebuild) or the shard (extract)
   // Rebuild accepted although it was asked to verify a content digest that F as returned
   // does not have (or that the map does not record): wrong whatever the layout.
   bool digest_ignored = false;
