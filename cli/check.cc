@@ -18,24 +18,16 @@ struct CheckArgs {
 };
 
 int run_check(const CheckArgs& args) {
-  FileText file = read_file(args.path);
-  if (!file.text) {
-    fmt::print(stderr, "shardcheck: {}\n", file.error);
-    return kExitUsage;
-  }
-  auto json = parse_json(*file.text);
-  if (!json) {
-    fmt::print(stderr, "shardcheck: {}: {}\n", args.path, json.error().to_string());
-    return kExitUsage;
-  }
-  auto document = decode_document(json.value());
+  const std::optional<Json> json = read_json_file(args.path);
+  if (!json) return kExitUsage;
+  auto document = decode_document(*json);
   if (!document) {
     fmt::print(stderr, "shardcheck: {}: {}\n", args.path, document.error().to_string());
     return kExitUsage;
   }
   const auto& params = document.value();
   // A bare map comes back as one unnamed entry; only envelope lines carry a name.
-  bool bare = params.size() == 1 && params.front().name.empty() && !json.value().contains("params");
+  bool bare = params.size() == 1 && params.front().name.empty() && !json->contains("params");
   int exit_code = kExitOk;
   for (const auto& param : params) {
     Status status = param.map ? check_map(param.map.value()) : Status(param.map.error());

@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "shardcheck/json.h"
+
 namespace shardcheck::cli {
 
 // Exit codes shared by every subcommand.
@@ -30,5 +32,9 @@ struct FileText {
   std::string error;
 };
 FileText read_file(const std::string& path);
+
+// The file parsed as JSON; on failure prints "shardcheck: <why>" to stderr (the caller
+// exits with the usage code) and returns nothing.
+std::optional<Json> read_json_file(const std::string& path);
 
 }  // namespace shardcheck::cli

@@ -182,18 +182,10 @@ std::variant<Subject, Usage> from_case(const DigestArgs& args, const Json& json)
 }
 
 int run_digest(const DigestArgs& args) {
-  FileText file = read_file(args.path);
-  if (!file.text) {
-    fmt::print(stderr, "shardcheck: {}\n", file.error);
-    return kExitUsage;
-  }
-  auto json = parse_json(*file.text);
-  if (!json) {
-    fmt::print(stderr, "shardcheck: {}: {}\n", args.path, json.error().to_string());
-    return kExitUsage;
-  }
-  const bool is_case = json.value().is_object() && json.value().contains("shardcheck_case");
-  auto subject = is_case ? from_case(args, json.value()) : from_map(args, json.value());
+  const std::optional<Json> json = read_json_file(args.path);
+  if (!json) return kExitUsage;
+  const bool is_case = json->is_object() && json->contains("shardcheck_case");
+  auto subject = is_case ? from_case(args, *json) : from_map(args, *json);
   if (auto* usage = std::get_if<Usage>(&subject)) {
     fmt::print(stderr, "shardcheck: {}: {}\n", args.path, usage->message);
     return kExitUsage;

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "commands.h"
 
 namespace shardcheck::cli {
@@ -24,6 +26,20 @@ FileText read_file(const std::string& path) {
   }
   out.text = std::move(text).str();
   return out;
+}
+
+std::optional<Json> read_json_file(const std::string& path) {
+  FileText file = read_file(path);
+  if (!file.text) {
+    fmt::print(stderr, "shardcheck: {}\n", file.error);
+    return std::nullopt;
+  }
+  auto json = parse_json(*file.text);
+  if (!json) {
+    fmt::print(stderr, "shardcheck: {}: {}\n", path, json.error().to_string());
+    return std::nullopt;
+  }
+  return std::move(json.value());
 }
 
 }  // namespace shardcheck::cli
