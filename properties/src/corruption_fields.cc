@@ -217,8 +217,10 @@ void location_drop(Edit& e, Site site) {
 }
 
 void location_add(Edit& e, Site site) {
-  edit_locations(e, site,
-                 [&](std::vector<Rank>& loc) { loc.push_back(outside_rank(e.map, loc, e.c)); });
+  // Now and then the rank added is one already listed: locations must not repeat a rank.
+  edit_locations(e, site, [&](std::vector<Rank>& loc) {
+    loc.push_back(!loc.empty() && e.c.chance(1, 8) ? loc[e.c.below(loc.size())] : outside_rank(e.map, loc, e.c));
+  });
 }
 
 void location_replace(Edit& e, Site site) {

@@ -1,7 +1,8 @@
 // The rows that leave the map alone: a replica copy damaged in the shards the truth map
 // wrote, and edits of the map's JSON text, the form a converter really reads. Every text
 // edit but one turns the text into something the codec must refuse (format): a number
-// that is not an integer, a number in a string, a number beyond 64 bits, a repeated key
+// that is not an integer (n.7, n.0), a number in a string, a number beyond int64 (1e300,
+// 2^63, 2^64 - 1), a repeated key
 // (README and contract "stricter": any key repeated within one object is format), a cut
 // document. Writing 0 as -0 is neutral: JSON's -0 is the integer 0.
 #include <fmt/format.h>
@@ -69,9 +70,17 @@ void text_edit(Edit& e, Op op) {
       const Index old = json[at].get<Index>();
       e.record.field = "map_text" + at.to_string();
       e.record.old_value = std::to_string(old);
-      if (op == Op::text_fraction) json[at] = static_cast<double>(old) + 0.7;
+      // An integral float (n.0) is as much "not an integer" as n.7, and past INT64_MAX a
+      // number may still parse as an unsigned integer: each must be refused too.
+      if (op == Op::text_fraction) json[at] = static_cast<double>(old) + (e.c.chance(1, 3) ? 0.0 : 0.7);
       if (op == Op::text_quote) json[at] = std::to_string(old);
-      if (op == Op::text_huge) json[at] = 1e300;
+      if (op == Op::text_huge) {
+        switch (e.c.below(3)) {
+          case 0: json[at] = 1e300; break;
+          case 1: json[at] = std::uint64_t{1} << 63; break;
+          default: json[at] = ~std::uint64_t{0}; break;
+        }
+      }
       text = json.dump();
       e.record.new_value = json[at].dump();
       break;
