@@ -441,16 +441,23 @@ Finding walked_conditions(const Map& map) {
 
 // ---- conversion ------------------------------------------------------------
 
+}  // namespace
+
 // Spec 1.2: scaling with p != 1 would need the optimizer's lr and eps rescaled too,
-// and integers cannot be scaled at all.
-Status scale_refusal(const Map& map, DType dtype, int power) {
+// and integers cannot be scaled at all. Which dtypes are floating is the model's own
+// list, not the core's is_floating, which is under test.
+Status reference_scale_refusal(const Map& map, DType dtype, int power) {
+  const bool floating =
+      dtype == DType::float64 || dtype == DType::float32 || dtype == DType::float16 || dtype == DType::bfloat16;
   for (const PieceRef& ref : all_pieces(map)) {
     if (ref.piece->scale == 1.0) continue;
     if (power != 1) return fault::scale_needs_power_one(at(ref), power);
-    if (!is_floating(dtype)) return fault::scale_on_integer(at(ref), dtype);
+    if (!floating) return fault::scale_on_integer(at(ref), dtype);
   }
   return {};
 }
+
+namespace {
 
 Status shard_refusal(const Map& map, const ShardSet& shards, DType dtype) {
   for (const auto& [rank, shard] : shards) {
@@ -710,14 +717,14 @@ Result<Buffer> reference_rebuild(const Map& map, const ShardSet& shards, DType d
   const ReferenceVerdict verdict = reference_check(map);
   if (!verdict.valid()) return *verdict.error;
   if (Status error = shard_refusal(map, shards, dtype); !error.ok()) return error.error();
-  if (Status error = scale_refusal(map, dtype, scale_power); !error.ok()) return error.error();
+  if (Status error = reference_scale_refusal(map, dtype, scale_power); !error.ok()) return error.error();
   return rebuild_checked(map, shards, dtype, scale_power);
 }
 
 std::optional<Error> reference_replicas_differ(const Map& map, const ShardSet& shards, DType dtype,
                                                int scale_power) {
   if (!reference_check(map).valid()) return std::nullopt;
-  if (!shard_refusal(map, shards, dtype).ok() || !scale_refusal(map, dtype, scale_power).ok()) {
+  if (!shard_refusal(map, shards, dtype).ok() || !reference_scale_refusal(map, dtype, scale_power).ok()) {
     return std::nullopt;
   }
   // Each replicated element's copies, unscaled, each against the first: no writer
@@ -775,7 +782,7 @@ Result<Buffer> extract_checked(const Map& map, const Buffer& full, Rank rank, in
   const RankEntry* entry = map.find_rank(rank);
   if (!entry || !entry->shard_shape) return fault::no_shard_to_extract(rank);
   const DType dtype = full.dtype();
-  if (Status error = scale_refusal(map, dtype, scale_power); !error.ok()) return error.error();
+  if (Status error = reference_scale_refusal(map, dtype, scale_power); !error.ok()) return error.error();
 
   const Index numel = shard_numel(*entry);
   Buffer shard(dtype, numel);

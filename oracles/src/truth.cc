@@ -373,6 +373,9 @@ OpOutcome run_extract(const Case& c, const Inputs& in, Target& target) {
 // that stopped comparing replicas must not make its own wrong tensors look valid).
 bool valid_layout(const Case& c, const ShardSet* shards) {
   if (!reference_check(c.map).valid()) return false;
+  // A valid layout that the conversion must still refuse (a scale with p != 1, or on
+  // integers): a tensor returned is wrong, not merely different.
+  if (!reference_scale_refusal(c.map, c.dtype, c.scale_power).ok()) return false;
   if (shards == nullptr || c.op == Op::extract) return true;
   return !reference_replicas_differ(c.map, *shards, c.dtype, c.scale_power);
 }

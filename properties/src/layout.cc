@@ -6,6 +6,7 @@
 #include "draw.h"
 #include "layout_post.h"
 #include "shardcheck/constructors.h"
+#include "shardcheck/gen/values.h"
 
 namespace shardcheck::gen {
 
@@ -150,7 +151,7 @@ Layout generate_layout(ChoiceSource& c, const LayoutOptions& options) {
   // Every constructor but replicated needs an axis to split.
   int ctor = b.max_dims < 1 ? kReplicated : static_cast<int>(c.between(0, 5));
   DType dtype = c.pick(kAllDTypes);
-  bool floating = is_floating(dtype);
+  bool floating = carries_scales(dtype);
   double map_scale = 1.0;
   if (ctor == kReplicated && floating && c.chance(1, 4)) map_scale = c.coin() ? 2.0 : 0.5;
 

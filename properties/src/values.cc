@@ -28,6 +28,12 @@ std::optional<FloatBits> float_bits(DType dtype) {
   }
 }
 
+}  // namespace
+
+bool carries_scales(DType dtype) { return float_bits(dtype).has_value(); }
+
+namespace {
+
 std::uint64_t width_mask(DType dtype) {
   const std::size_t bits = element_size(dtype) * 8;
   return bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
@@ -164,7 +170,7 @@ void draw_adversarial_data(ChoiceSource& c, Case& out) {
     full[static_cast<std::size_t>(i)] = value;
   }
   out.full = std::move(full);
-  if (inexact && is_floating(out.dtype) && has_scale(out.truth_map())) {
+  if (inexact && carries_scales(out.dtype) && has_scale(out.truth_map())) {
     rescale(out.map);
     if (out.truth) rescale(*out.truth);
     if (out.corruption && out.corruption->field == "scale") {

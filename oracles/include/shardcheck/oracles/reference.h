@@ -43,6 +43,10 @@ Result<Buffer> reference_extract(const Map& map, const Buffer& full, Rank rank,
 // producer that follows the contract writes (the truth oracle's shards).
 Result<ShardSet> reference_extract_all(const Map& map, const Buffer& full, int scale_power = 1);
 
+// Section 1.2's refusals of a conversion, whatever the layout: a scaled piece with
+// scale_power != 1 or on a dtype that is not floating (kind scale); ok() otherwise.
+Status reference_scale_refusal(const Map& map, DType dtype, int scale_power);
+
 // Condition 7 alone, for a map that passes conditions 1-6: the first replicated element
 // whose copies differ after unscaling, compared naively copy against copy. nullopt when
 // the copies agree or the map cannot be judged (invalid, a shard missing or of the wrong

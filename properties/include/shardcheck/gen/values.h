@@ -21,6 +21,11 @@ namespace shardcheck::gen {
 // binade. For integers: 0, 1, -1, the extremes. Never the poison pattern.
 std::vector<std::uint64_t> special_values(DType dtype);
 
+// Whether the generators give `dtype` scaled pieces: the floating-point dtypes, by the
+// generators' own list rather than the core's is_floating, so that a core that misjudges
+// a dtype is judged by the cases instead of shaping them.
+bool carries_scales(DType dtype);
+
 // Scales that are not powers of two, each inexact in some floating dtype; the drawn
 // data maps the layout's 2 and 0.5 onto them (contract section 1.2 allows any finite
 // non-zero scale).
