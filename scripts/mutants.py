@@ -91,7 +91,10 @@ def sync_tree(scratch_src):
         if dst.is_file() and dst.read_bytes() == src.read_bytes():
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dst)
+        # A fresh modification time, not the source's: an older one could be earlier than
+        # the scratch build's object from a previous content, and the build would skip it.
+        shutil.copyfile(src, dst)
+        shutil.copymode(src, dst)
     for path in sorted(scratch_src.rglob("*"), reverse=True):
         rel = path.relative_to(scratch_src).as_posix()
         if path.is_file() and rel not in wanted:

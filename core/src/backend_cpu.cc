@@ -5,6 +5,7 @@
 
 #include <Eigen/Core>
 
+#include "element_types.h"
 #include "shardcheck/backend.h"
 
 namespace shardcheck {
@@ -211,19 +212,6 @@ void copy_ordered(DType dtype, const BlockCopy& copy) {
   });
 }
 
-template <class Fn>
-auto dispatch(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::float64: return fn.template operator()<std::uint64_t, double>();
-    case DType::float32: return fn.template operator()<std::uint32_t, float>();
-    case DType::float16: return fn.template operator()<std::uint16_t, Eigen::half>();
-    case DType::bfloat16: return fn.template operator()<std::uint16_t, Eigen::bfloat16>();
-    case DType::int16: return fn.template operator()<std::uint16_t, std::uint16_t>();
-    case DType::int32: return fn.template operator()<std::uint32_t, std::uint32_t>();
-    case DType::int64: return fn.template operator()<std::uint64_t, std::uint64_t>();
-    default: return fn.template operator()<std::uint8_t, std::uint8_t>();
-  }
-}
 
 class CpuBackend final : public Backend {
  public:
@@ -237,13 +225,13 @@ class CpuBackend final : public Backend {
       return;
     }
     const Scaling scaling = resolve_scaling(dtype, copy);
-    dispatch(dtype, [&]<class U, class T>() { copy_slabs<U, T>(copy, scaling); });
+    detail::with_element_types(dtype, [&]<class U, class T>() { copy_slabs<U, T>(copy, scaling); });
   }
 
   std::optional<Index> compare_block(DType dtype, const BlockCopy& copy) override {
     if (copy.power == INT_MIN) return compare_ordered(dtype, copy);
     const Scaling scaling = resolve_scaling(dtype, copy);
-    return dispatch(dtype, [&]<class U, class T>() { return compare_slabs<U, T>(copy, scaling); });
+    return detail::with_element_types(dtype, [&]<class U, class T>() { return compare_slabs<U, T>(copy, scaling); });
   }
 
  private:

@@ -314,6 +314,7 @@ Status find_unwritten(const Scratch& s, Index numel_f) {
 // is moving data and condition 7. A planted bug that disables a check, or another
 // backend, keeps the recorded path.
 bool wide_allowed(const ConvertOptions& options) {
+  if (!options.wide_copies) return false;
   PlantedBugs disabling = options.checks.bugs;
   disabling.skip_digest_compare = false;     // judged after the copy either way
   disabling.box_skips_holder_count = false;  // lives in check_map; conversion trusts it

@@ -16,6 +16,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "element_types.h"
 #include "shardcheck/digest.h"
 
 namespace shardcheck::wide {
@@ -214,19 +215,6 @@ Index compare_row_plain(const std::byte* from, Index fs, const std::byte* to, In
   return -1;
 }
 
-template <class Fn>
-auto by_dtype(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::float64: return fn.template operator()<std::uint64_t, double>();
-    case DType::float32: return fn.template operator()<std::uint32_t, float>();
-    case DType::float16: return fn.template operator()<std::uint16_t, Eigen::half>();
-    case DType::bfloat16: return fn.template operator()<std::uint16_t, Eigen::bfloat16>();
-    case DType::int16: return fn.template operator()<std::uint16_t, std::uint16_t>();
-    case DType::int32: return fn.template operator()<std::uint32_t, std::uint32_t>();
-    case DType::int64: return fn.template operator()<std::uint64_t, std::uint64_t>();
-    default: return fn.template operator()<std::uint8_t, std::uint8_t>();
-  }
-}
 
 // A copy far larger than the caches writes each destination line once and never reads
 // it back: non-temporal stores skip the read-for-ownership of every line, a third of the
@@ -287,7 +275,7 @@ void copy_row(const RowOp& op, const std::byte* from, Index fs, std::byte* to, I
       default: return copy_row_plain<std::uint64_t>(from, fs, to, ts, n);
     }
   }
-  by_dtype(op.dtype, [&]<class U, class T>() { copy_row_scaled<U, T>(from, fs, to, ts, n, op.factor_bits, op.up); });
+  detail::with_element_types(op.dtype, [&]<class U, class T>() { copy_row_scaled<U, T>(from, fs, to, ts, n, op.factor_bits, op.up); });
 }
 
 Index compare_row(const RowOp& op, const std::byte* from, Index fs, const std::byte* to, Index ts, Index n) {
@@ -299,7 +287,7 @@ Index compare_row(const RowOp& op, const std::byte* from, Index fs, const std::b
       default: return compare_row_plain<std::uint64_t>(from, fs, to, ts, n);
     }
   }
-  return by_dtype(op.dtype, [&]<class U, class T>() {
+  return detail::with_element_types(op.dtype, [&]<class U, class T>() {
     return compare_row_scaled<U, T>(from, fs, to, ts, n, op.factor_bits, op.up);
   });
 }

@@ -53,12 +53,18 @@ bool conversion_is_memory_safe(const PlantedBugs& bugs) {
   return safe;
 }
 
-// Half the cases, chosen by a hash of the case's name, convert with the box proof off:
-// the run sweeps, and the slab and element copies a map they decide leads to, are then
-// judged on the same generated maps as the box proof and its wide row copies.
+// Half the cases, chosen by a hash of the case (its name, which names the constructor
+// and corruption, and its data), convert with the box proof and
+// the wide row copies off: the run sweeps and the recorded slab copies are then judged
+// on the same generated maps as the box proof and the row copies.
 bool prove_on_boxes(const Case& c) {
   std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a
-  for (const unsigned char ch : c.name) hash = (hash ^ ch) * 0x100000001b3ULL;
+  auto mix = [&hash](std::uint64_t x) { hash = (hash ^ x) * 0x100000001b3ULL; };
+  for (const unsigned char ch : c.name) mix(ch);
+  if (c.full) {
+    for (std::size_t i = 0; i < c.full->size() && i < 16; ++i) mix((*c.full)[i]);
+  }
+  for (const Index extent : c.map.logical_shape) mix(static_cast<std::uint64_t>(extent));
   return (hash >> 32 & 1) == 0;
 }
 
@@ -67,7 +73,7 @@ ConvertOptions convert_options(const Case& c, const EvalOptions& options) {
   convert.policy = options.policy;
   convert.scale_power = c.scale_power;
   convert.checks.bugs = options.bugs;
-  convert.checks.box_proof = prove_on_boxes(c);
+  convert.checks.box_proof = convert.wide_copies = prove_on_boxes(c);
   return convert;
 }
 
@@ -201,6 +207,9 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
   Evaluation evaluation;
   if (options.compare_reference) {
     evaluation.finding = check_reference_agreement(c, options.bugs);
+    // The codec is judged on every map too: the map (and the truth map) must read back
+    // from its own encoding as itself.
+    if (!evaluation.finding) evaluation.finding = check_json_roundtrip(c);
   }
   const bool reference_disagrees = evaluation.finding.has_value();
   if (!conversion_is_memory_safe(options.bugs)) {

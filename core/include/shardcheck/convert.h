@@ -46,6 +46,9 @@ struct ConvertOptions {
   // thread. Neither changes any result or which error is reported.
   int threads = 0;
   Index parallel_min_bytes = Index{1} << 22;
+  // A map that check_map proves moves by rows, with no writer or read records (strict,
+  // CPU backend). The same results either way; off only to compare the two paths.
+  bool wide_copies = true;
 };
 
 // F of numel(logical_shape) elements of `dtype`. Shards must all have `dtype`.
