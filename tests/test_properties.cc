@@ -88,20 +88,6 @@ RC_GTEST_PROP(Property4, OutcomesDoNotDependOnRankOrPieceOrder, ()) {
   if (auto finding = props::check_order_independence(c, choices)) RC_FAIL(report(*finding));
 }
 
-// The CPU backend under another name, so that conversion keeps its recorded path (writer
-// and read records): the oracle for the wide path.
-class RecordedCpu final : public Backend {
- public:
-  std::string_view name() const override { return "cpu-recorded"; }
-  void copy_block(DType dtype, const BlockCopy& copy) override { cpu_->copy_block(dtype, copy); }
-  std::optional<Index> compare_block(DType dtype, const BlockCopy& copy) override {
-    return cpu_->compare_block(dtype, copy);
-  }
-
- private:
-  std::unique_ptr<Backend> cpu_ = make_cpu_backend();
-};
-
 // The fast paths give the very verdicts of the exact ones: check_map's box proof those of
 // its run sweeps (the same error: kind, rank, piece, address, message), and the wide
 // conversion, on 1 or 8 threads, the recorded conversion's tensor or error. Shards are
@@ -122,9 +108,8 @@ RC_GTEST_PROP(Property3, BoxProofAndWideConversionAgreeWithTheExactPaths, ()) {
   legacy.policy = Policy::legacy;
   auto shards = extract_all(truth, marker_buffer(c.dtype, *numel), legacy);
   RC_PRE(shards.ok());
-  static RecordedCpu recorded_backend;
   ConvertOptions recorded;
-  recorded.backend = &recorded_backend;
+  recorded.wide_copies = false;
   recorded.scale_power = c.scale_power;
   const auto want = rebuild(c.map, shards.value(), c.dtype, recorded);
   for (int threads : {1, 8}) {

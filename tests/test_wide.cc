@@ -24,20 +24,6 @@ using build::M;
 using build::P;
 using build::R;
 
-// The CPU backend under another name: conversion then keeps its recorded path (writer
-// and read records), the oracle the wide path is compared with.
-class RecordedCpu final : public Backend {
- public:
-  std::string_view name() const override { return "cpu-recorded"; }
-  void copy_block(DType dtype, const BlockCopy& copy) override { cpu_->copy_block(dtype, copy); }
-  std::optional<Index> compare_block(DType dtype, const BlockCopy& copy) override {
-    return cpu_->compare_block(dtype, copy);
-  }
-
- private:
-  std::unique_ptr<Backend> cpu_ = make_cpu_backend();
-};
-
 Status runs_only(const Map& map) {
   CheckOptions options;
   options.box_proof = false;
@@ -236,9 +222,8 @@ ConvertOptions threaded(int threads) {
 }
 
 ConvertOptions recorded() {
-  static RecordedCpu backend;
   ConvertOptions options;
-  options.backend = &backend;
+  options.wide_copies = false;
   return options;
 }
 
