@@ -265,8 +265,7 @@ Result<Case> decode_case(const Json& json) {
     auto text = get_string(json["map_text"], "$.map_text");
     if (!text) return text.error();
     c.map_text = text.value();
-    auto parsed = parse_json(*c.map_text);
-    auto map = parsed ? decode_map(parsed.value(), "$.map_text") : Result<Map>(parsed.error());
+    auto map = decode_map_text(*c.map_text);
     if (map) c.map = std::move(map.value());  // else refused format, not an unusable case
   } else {
     if (!json.contains("map")) return format_error("$", "the case has no \"map\"");
@@ -350,11 +349,24 @@ Result<Case> decode_case(const Json& json) {
   return c;
 }
 
+Result<Map> decode_map_text(std::string_view text) {
+  auto parsed = parse_json(text);
+  if (!parsed) return parsed.error();
+  const Json& json = parsed.value();
+  if (!json.is_object() || !json.contains("version")) return decode_map(json, "$.map_text");
+  auto params = decode_document(json);
+  if (!params) return params.error();
+  if (params.value().size() != 1) {
+    return format_error("$.map_text.params", fmt::format("a map text holds one parameter's map, but this "
+                                                         "envelope holds {}",
+                                                         params.value().size()));
+  }
+  return std::move(params.value().front().map);
+}
+
 Status undecoded_map_error(const Case& c) {
   if (c.map_text) {
-    auto parsed = parse_json(*c.map_text);
-    if (!parsed) return parsed.error();
-    auto map = decode_map(parsed.value(), "$.map_text");
+    auto map = decode_map_text(*c.map_text);
     if (!map) return map.error();
     return Status();
   }

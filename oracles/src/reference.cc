@@ -5,6 +5,8 @@
 // compared against.
 #include "shardcheck/oracles/reference.h"
 
+#include "shardcheck/digest.h"
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -463,7 +465,8 @@ Status shard_refusal(const Map& map, const ShardSet& shards, DType dtype) {
   for (const auto& [rank, shard] : shards) {
     if (shard.dtype() != dtype) return fault::shard_dtype(rank, shard.dtype(), dtype);
     const RankEntry* entry = map.find_rank(rank);
-    if (entry && entry->shard_shape && shard.numel() != shard_numel(*entry)) {
+    if (entry == nullptr) return fault::unlisted_shard(rank);
+    if (entry->shard_shape && shard.numel() != shard_numel(*entry)) {
       return fault::shard_numel(rank, shard.numel(), shard_numel(*entry));
     }
   }
@@ -752,6 +755,62 @@ std::optional<Error> reference_replicas_differ(const Map& map, const ShardSet& s
     if (error) return *error;
   }
   return std::nullopt;
+}
+
+std::vector<std::uint64_t> reference_copies(const Map& map, const ShardSet& shards, DType dtype, int scale_power,
+                                            Index element) {
+  std::vector<std::uint64_t> copies;
+  if (!reference_check(map).valid()) return copies;
+  bool complete = true;
+  for (const PieceRef& ref : all_pieces(map)) {
+    const Piece& p = *ref.piece;
+    const auto shard = shards.find(ref.rank);
+    for_each_index(p.shape, [&](const std::vector<Index>& index) {
+      if (*address_of(p.source, index) != element) return true;
+      const Index dst = *address_of(p.dest, index);
+      if (shard == shards.end() || shard->second.dtype() != dtype || dst >= shard->second.numel()) {
+        complete = false;
+        return false;
+      }
+      std::uint64_t value = shard->second.bits(dst);
+      if (p.scale != 1.0) value = reference_scale(dtype, value, p.scale, scale_power, false);
+      copies.push_back(value);
+      return true;
+    });
+    if (!complete) return {};
+  }
+  return copies;
+}
+
+std::optional<std::map<Rank, std::uint64_t>> reference_digest_shares(const Map& map, const ShardSet& shards,
+                                                                     DType dtype, int scale_power) {
+  if (!reference_check(map).valid() || !shard_refusal(map, shards, dtype).ok() ||
+      !reference_scale_refusal(map, dtype, scale_power).ok()) {
+    return std::nullopt;
+  }
+  std::map<Rank, std::uint64_t> shares;
+  std::map<Rank, std::vector<bool>> counted;
+  const auto numel = static_cast<std::size_t>(numel_of(map.logical_shape));
+  for (const RankEntry* entry : ranks_by_id(map)) {
+    if (shards.contains(entry->rank)) shares[entry->rank] = 0;
+  }
+  for (const PieceRef& ref : all_pieces(map)) {
+    const Piece& p = *ref.piece;
+    if (p.locations.empty() || *std::min_element(p.locations.begin(), p.locations.end()) != ref.rank) continue;
+    std::vector<bool>& seen = counted[ref.rank];
+    seen.resize(numel, false);
+    const Buffer& shard = shards.at(ref.rank);
+    for_each_index(p.shape, [&](const std::vector<Index>& index) {
+      const Index src = *address_of(p.source, index);
+      if (seen[static_cast<std::size_t>(src)]) return true;
+      seen[static_cast<std::size_t>(src)] = true;
+      std::uint64_t value = shard.bits(*address_of(p.dest, index));
+      if (p.scale != 1.0) value = reference_scale(dtype, value, p.scale, scale_power, false);
+      shares[ref.rank] += digest_term(static_cast<std::uint64_t>(src), value);
+      return true;
+    });
+  }
+  return shares;
 }
 
 std::optional<Pairing> reference_pairing(const Map& map) {

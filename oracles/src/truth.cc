@@ -4,6 +4,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "shardcheck/digest.h"
 #include "shardcheck/oracles/reference.h"
@@ -283,13 +284,45 @@ std::optional<std::string> digest_not_enforced(const Case& c, const Buffer& outp
   return std::nullopt;
 }
 
+// A condition-7 refusal names two values of one element of F: the copy it read and the
+// one written before. Both must be copies the shards really hold, unscaled as section 1.2
+// says (the values a user compares when deciding which replica is damaged). Why not, or
+// empty; only refusals in the core's own words are read.
+std::string misreported_values(const Case& c, const Inputs& in, const Error& error) {
+  constexpr std::string_view kHolds = "this replica holds ";
+  if (error.kind != ErrorKind::different_data || error.side != Side::full || !error.address ||
+      !error.sentence.starts_with(kHolds)) {
+    return {};
+  }
+  const std::vector<std::uint64_t> copies =
+      reference_copies(c.map, in.shards, c.dtype, c.scale_power, *error.address);
+  if (copies.size() < 2) return {};
+  auto names_a_copy = [&](std::string_view before, std::string_view after) {
+    for (const std::uint64_t bits : copies) {
+      if (error.sentence.find(fmt::format("{}{}{}", before, format_element(c.dtype, bits), after)) !=
+          std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  };
+  if (names_a_copy(kHolds, " at shard address") && names_a_copy(" wrote ", " here")) return {};
+  std::vector<std::string> shown;
+  for (const std::uint64_t bits : copies) shown.push_back(format_element(c.dtype, bits));
+  return fmt::format("the refusal reports values that are not the copies of element {} of F (unscaled: {}): {}",
+                     *error.address, fmt::join(shown, ", "), error.sentence);
+}
+
 OpOutcome run_rebuild(const Case& c, const Inputs& in, Target& target) {
   OpOutcome out;
   out.op = Op::rebuild;
   auto answer = target.rebuild(target_map(c), in.shards, c.dtype, c.scale_power,
                                RebuildDigest{c.digest, c.digest_state});
   Buffer* result = take_answer(out, answer);
-  if (result == nullptr) return out;
+  if (result == nullptr) {
+    if (out.error) out.misreported = misreported_values(c, in, *out.error);
+    return out;
+  }
   out.output = std::move(*result);
   if (!in.expected) {
     out.verdict = Outcome::wrong;
@@ -491,6 +524,29 @@ CaseOutcome refused_outright(const Case& c, const Error& error, OracleKind oracl
   return outcome;
 }
 
+// Contract section 10: each rank's share of the digest, as the core computes it from the
+// shards of a case that verifies digests, against the reference model's count. Why they
+// differ, or empty.
+std::string shares_disagree(const Case& c, const Inputs& in) {
+  const auto expected = reference_digest_shares(c.map, in.shards, c.dtype, c.scale_power);
+  const auto shares = digest_shares(c.map, in.shards, c.scale_power);
+  if (!expected) {
+    if (!shares) return {};
+    return "digest_shares computed shares where a rebuild must refuse";
+  }
+  if (!shares) return "digest_shares refused a map and shards a rebuild accepts: " + shares.error().to_string();
+  if (shares.value() == *expected) return {};
+  for (const auto& [rank, share] : *expected) {
+    const auto it = shares.value().find(rank);
+    if (it == shares.value().end()) return fmt::format("digest_shares gives rank {} no share", rank);
+    if (it->second != share) {
+      return fmt::format("rank {}'s digest share is {} but its elements sum to {}", rank, format_digest(it->second),
+                         format_digest(share));
+    }
+  }
+  return "digest_shares gives a share to a rank without a shard";
+}
+
 Result<CaseOutcome> run_truth(const Case& c, Target& target) {
   auto inputs = prepare_truth(c);
   if (!inputs) return inputs.error();
@@ -500,6 +556,7 @@ Result<CaseOutcome> run_truth(const Case& c, Target& target) {
   if (c.op != Op::rebuild) outcome.ops.push_back(run_extract(c, in, target));
   outcome.valid_layout = valid_layout(c, &in.shards);
   if (!in.expected) outcome.no_correct_rebuild = in.no_truth;
+  if (c.digest || c.digest_state) outcome.digest_shares_wrong = shares_disagree(c, in);
   return outcome;
 }
 

@@ -64,6 +64,11 @@ struct Case {
   friend bool operator==(const Case&, const Case&) = default;
 };
 
+// A map as JSON text ("map_text"): a bare map, or an envelope (contract section 2) that
+// holds exactly one parameter, as a checkpoint's file for one tensor does. Every fault
+// is kind format.
+Result<Map> decode_map_text(std::string_view text);
+
 // Why the map under test does not decode (kind format, its path under "$.map"), or
 // nullopt when it does.
 Status undecoded_map_error(const Case& c);

@@ -5,6 +5,7 @@
 
 #include <compare>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -53,6 +54,19 @@ Status reference_scale_refusal(const Map& map, DType dtype, int scale_power);
 // size, a scale the power refuses): those are other conditions' refusals.
 std::optional<Error> reference_replicas_differ(const Map& map, const ShardSet& shards, DType dtype,
                                                int scale_power = 1);
+
+// Every copy of one element of F that the map's pieces hold in `shards`, unscaled
+// (section 1.2), in no particular order: what a condition-7 refusal may report for that
+// element. Empty when the map is invalid or a copy's shard is missing or too small.
+std::vector<std::uint64_t> reference_copies(const Map& map, const ShardSet& shards, DType dtype, int scale_power,
+                                            Index element);
+
+// Contract section 10's per-rank shares of digest(F), counted naively: every element of
+// every piece a rank lists, unscaled, once per rank, by the lowest rank of the piece's
+// locations; every rank whose shard is supplied has a share. nullopt where a rebuild would refuse (conditions 1-6, shards that do not
+// fit, a scale that cannot be applied).
+std::optional<std::map<Rank, std::uint64_t>> reference_digest_shares(const Map& map, const ShardSet& shards,
+                                                                     DType dtype, int scale_power = 1);
 
 // What a valid map means: which shard address of which rank holds which element of F,
 // at which scale, and which ranks own a shard of how many elements. Two valid maps with

@@ -33,6 +33,9 @@ struct OpOutcome {
   // Rebuild accepted although it was asked to verify a content digest that F as returned
   // does not have (or that the map does not record): wrong whatever the layout.
   bool digest_ignored = false;
+  // A refusal whose report is wrong: a condition-7 error naming values that no copy of
+  // the element holds. Why, or empty.
+  std::string misreported;
   std::string message;
   // Exec targets: the refusal in the implementation's own words (error stays empty when
   // its text names no kind: "unknown"), or what went wrong with the process.
@@ -51,6 +54,9 @@ struct CaseOutcome {
   std::vector<OpOutcome> ops;
   std::string message;  // one line: "refused twice: ...", "exact", "WRONG at element 4: ..."
   // Whether the outcome matches the case's expectations for this policy.
+  // A case that verifies digests: why the core's per-rank shares of the digest
+  // (contract section 10) are not the reference model's count, or empty.
+  std::string digest_shares_wrong;
   bool matches_expectation = true;
   std::string expectation_message;  // why not, when it does not
   Policy policy = Policy::strict;  // the policy the case ran under (for outcome_to_json)
