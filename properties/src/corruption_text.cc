@@ -4,7 +4,9 @@
 // that is not an integer (n.7, n.0), a number in a string, a number beyond int64 (1e300,
 // 2^63, 2^64 - 1), a repeated key
 // (README and contract "stricter": any key repeated within one object is format), a cut
-// document. Writing 0 as -0 is neutral: JSON's -0 is the integer 0.
+// document, a rank id of -1 or an envelope version of 0, a content digest cut short.
+// Writing 0 as -0 is neutral: JSON's -0 is the integer 0. Edits are made on each form a
+// reader meets: the object form, the array form, a one-parameter envelope.
 #include <fmt/format.h>
 
 #include <string>
@@ -54,8 +56,88 @@ void replica_flip(Edit& e, Site site) {
   e.out->replica_flip = ReplicaFlip{entry.rank, static_cast<Index>(site.piece), element};
 }
 
+// The forms a reader meets besides the one the encoder writes (contract section 2): the
+// ranks as an array of entries that carry their "rank", and a one-parameter envelope.
+Json in_form(Json json, std::size_t form) {
+  if (form == 2 && json.contains("ranks") && json["ranks"].is_object()) {
+    Json entries = Json::array();
+    for (const auto& [key, body] : json["ranks"].items()) {
+      Json entry = Json::object();
+      entry["rank"] = std::stoll(key);
+      entry.update(body);
+      entries.push_back(std::move(entry));
+    }
+    json["ranks"] = std::move(entries);
+  }
+  if (form == 3) {
+    Json envelope = Json::object();
+    envelope["version"] = kFormatVersion;
+    envelope["params"] = Json::object();
+    envelope["params"]["param"] = std::move(json);
+    return envelope;
+  }
+  return json;
+}
+
+// A number one below its least value, where the codec has one: a rank id of -1 (as an
+// object key or an entry's "rank") or an envelope version of 0. Empty: no such site.
+std::string below_minimum(Json& json, Edit& e) {
+  Json& map = json.contains("params") ? json["params"]["param"] : json;
+  std::vector<std::string> sites;
+  if (json.contains("version")) sites.emplace_back("version");
+  if (map.contains("ranks") && !map["ranks"].empty()) sites.emplace_back("rank");
+  if (sites.empty()) return {};
+  const std::string site = sites[e.c.below(sites.size())];
+  if (site == "version") {
+    e.record.field = "map_text/version";
+    e.record.old_value = std::to_string(kFormatVersion);
+    json["version"] = 0;
+    e.record.new_value = "0";
+    return json.dump();
+  }
+  Json& ranks = map["ranks"];
+  const std::size_t k = e.c.below(ranks.size());
+  if (ranks.is_array()) {
+    e.record.field = fmt::format("map_text/ranks/{}/rank", k);
+    e.record.old_value = ranks[k]["rank"].dump();
+    ranks[k]["rank"] = -1;
+  } else {
+    Json renamed = Json::object();
+    std::size_t i = 0;
+    for (auto& [key, body] : ranks.items()) {
+      if (i++ == k) {
+        e.record.field = "map_text/ranks/" + key;
+        e.record.old_value = fmt::format("key \"{}\"", key);
+        renamed["-1"] = std::move(body);
+      } else {
+        renamed[key] = std::move(body);
+      }
+    }
+    ranks = std::move(renamed);
+  }
+  e.record.new_value = "-1";
+  return json.dump();
+}
+
+// A content digest cut short: "0x" and fewer than 16 hex digits.
+std::string short_digest(Json& json, Edit& e) {
+  Json& map = json.contains("params") ? json["params"]["param"] : json;
+  if (!map.contains("content_digests") || map["content_digests"].empty()) return {};
+  Json& digests = map["content_digests"];
+  auto it = std::next(digests.begin(), static_cast<std::ptrdiff_t>(e.c.below(digests.size())));
+  const std::string whole = it->get<std::string>();
+  const std::string cut = whole.substr(0, 3 + e.c.below(whole.size() - 3));
+  e.record.field = "map_text/content_digests/" + it.key();
+  e.record.old_value = whole;
+  e.record.new_value = cut;
+  *it = cut;
+  return json.dump();
+}
+
 void text_edit(Edit& e, Op op) {
-  Json json = encode_map(e.map, RankOrder::as_given);
+  // Half the edits are made on the object form as the encoder writes it, a quarter on
+  // the array form, a quarter inside an envelope.
+  Json json = in_form(encode_map(e.map, RankOrder::as_given), e.c.below(4));
   std::vector<Json::json_pointer> integers, zeros, objects;
   collect(json, Json::json_pointer(), integers, zeros, objects);
   std::string text;
@@ -65,6 +147,10 @@ void text_edit(Edit& e, Op op) {
     case Op::text_fraction:
     case Op::text_quote:
     case Op::text_huge: {
+      if (op == Op::text_huge && e.c.chance(1, 4)) {
+        text = below_minimum(json, e);
+        if (!text.empty()) break;
+      }
       if (integers.empty()) break;  // cut below instead
       const auto at = pick(integers);
       const Index old = json[at].get<Index>();
@@ -111,13 +197,15 @@ void text_edit(Edit& e, Op op) {
       break;
     }
     case Op::text_truncate:
+      if (e.c.chance(1, 2)) text = short_digest(json, e);
+      break;
     default:
       break;
   }
   if (text.empty()) {
     // A cut document (or an edit with no site to take): any proper prefix of an
     // object's text is not JSON.
-    const std::string whole = encode_map(e.map, RankOrder::as_given).dump();
+    const std::string whole = json.dump();
     const std::size_t length = e.c.below(whole.size());
     text = whole.substr(0, length);
     e.record.field = "map_text";

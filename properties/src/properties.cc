@@ -53,11 +53,9 @@ bool conversion_is_memory_safe(const PlantedBugs& bugs) {
   return safe;
 }
 
-// Half the cases, chosen by a hash of the case (its name, which names the constructor
-// and corruption, and its data), convert with the box proof and
-// the wide row copies off: the run sweeps and the recorded slab copies are then judged
-// on the same generated maps as the box proof and the row copies.
-bool prove_on_boxes(const Case& c) {
+// A hash of the case (its name, which names the constructor and corruption, its data
+// and its shape) that picks the cases a judgement is spread over, the same on every run.
+std::uint64_t case_hash(const Case& c) {
   std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a
   auto mix = [&hash](std::uint64_t x) { hash = (hash ^ x) * 0x100000001b3ULL; };
   for (const unsigned char ch : c.name) mix(ch);
@@ -65,8 +63,13 @@ bool prove_on_boxes(const Case& c) {
     for (std::size_t i = 0; i < c.full->size() && i < 16; ++i) mix((*c.full)[i]);
   }
   for (const Index extent : c.map.logical_shape) mix(static_cast<std::uint64_t>(extent));
-  return (hash >> 32 & 1) == 0;
+  return hash;
 }
+
+// Half the cases convert with the box proof and the wide row copies off: the run sweeps
+// and the recorded slab copies are then judged on the same generated maps as the box
+// proof and the row copies.
+bool prove_on_boxes(const Case& c) { return (case_hash(c) >> 32 & 1) == 0; }
 
 ConvertOptions convert_options(const Case& c, const EvalOptions& options) {
   ConvertOptions convert;
@@ -95,20 +98,24 @@ bool equivalent_to_truth(const Case& c, bool map_valid) {
 
 }  // namespace
 
-std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBugs& bugs) {
-  const oracles::ReferenceVerdict reference = oracles::reference_check(c.map);
+namespace {
+
+// Conditions 1-6 on one map, by the core checks (the box proof or the run sweeps) against
+// the reference model. `what` names a map derived from the case's ("" for its own).
+std::optional<Finding> agree_with_reference(const Case& c, const Map& map, const PlantedBugs& bugs,
+                                            std::string_view what, std::optional<Status>* as_listed) {
+  const oracles::ReferenceVerdict reference = oracles::reference_check(map);
   if (reference.too_large) return std::nullopt;  // beyond what the naive model walks
-  const std::string where = fmt::format("{}/{}", constructor_label(c), corruption_label(c));
+  const std::string where = fmt::format("{}/{}{}", constructor_label(c), corruption_label(c), what);
   // Both proofs of conditions 4-6 answer to the reference: the box proof ("fast")
   // decides nearly every generated map, so the run sweeps ("runs") would otherwise be
   // judged only on the few maps whose pieces are not boxes.
-  std::optional<Status> as_listed;
   for (const bool boxes : {true, false}) {
     CheckOptions check_options;
     check_options.bugs = bugs;
     check_options.box_proof = boxes;
-    const Status fast = check_map(c.map, check_options);
-    if (boxes) as_listed = fast;
+    const Status fast = check_map(map, check_options);
+    if (boxes && as_listed != nullptr) *as_listed = fast;
     const std::string_view proof = boxes ? "fast" : "runs";
     const std::string_view checks = boxes ? "the core checks" : "the core checks' run sweeps";
     if (fast.ok() && reference.kind) {
@@ -132,25 +139,57 @@ std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBug
                                       fast.error().to_string(), kind_name(*reference.kind), reference.reason));
     }
   }
-  // Contract section 3: the verdict, and the kind, rank and address of the error, do not
-  // depend on the order in which ranks and pieces are listed (the piece index may move).
+  return std::nullopt;
+}
+
+// What a verdict says, in terms that must not depend on rank or piece order: the kind,
+// rank and address, and the piece concerned by its content (its index moves).
+std::string order_free_verdict(const Map& map, const Status& status) {
+  if (status.ok()) return "valid";
+  const Error& e = status.error();
+  std::string piece = "-";
+  if (e.rank && e.piece) {
+    const RankEntry* entry = map.find_rank(*e.rank);
+    if (entry != nullptr && *e.piece >= 0 && static_cast<std::size_t>(*e.piece) < entry->pieces.size()) {
+      piece = describe(entry->pieces[static_cast<std::size_t>(*e.piece)]);
+    }
+  }
+  return fmt::format("{} rank {} address {} piece {}", kind_name(e.kind), e.rank ? std::to_string(*e.rank) : "-",
+                     e.address ? std::to_string(*e.address) : "-", piece);
+}
+
+}  // namespace
+
+std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBugs& bugs) {
+  std::optional<Status> as_listed;
+  if (auto finding = agree_with_reference(c, c.map, bugs, "", &as_listed)) return finding;
+  if (!as_listed) return std::nullopt;  // too large for the reference model
+  const std::string where = fmt::format("{}/{}", constructor_label(c), corruption_label(c));
+  // Contract section 3: the verdict, and the kind, rank, piece and address of the error,
+  // do not depend on the order in which ranks and pieces are listed.
   Map reversed = c.map;
   std::reverse(reversed.ranks.begin(), reversed.ranks.end());
   for (auto& entry : reversed.ranks) std::reverse(entry.pieces.begin(), entry.pieces.end());
   CheckOptions check_options;
   check_options.bugs = bugs;
   const Status other = check_map(reversed, check_options);
-  auto told = [](const Status& status) {
-    if (status.ok()) return std::string("valid");
-    const Error& e = status.error();
-    return fmt::format("{} rank {} address {}", kind_name(e.kind), e.rank ? std::to_string(*e.rank) : "-",
-                       e.address ? std::to_string(*e.address) : "-");
-  };
-  if (told(*as_listed) != told(other)) {
+  const std::string told = order_free_verdict(c.map, *as_listed);
+  const std::string told_reversed = order_free_verdict(reversed, other);
+  if (told != told_reversed) {
     return make_finding(c, fmt::format("order:check:{}:{}", as_listed->ok() ? "valid" : kind_name(as_listed->error().kind), where),
                         fmt::format("the core checks' verdict depends on rank or piece order: {} as listed, {} "
                                     "with ranks and pieces reversed",
-                                    told(*as_listed), told(other)));
+                                    told, told_reversed));
+  }
+  // A rank listed twice is refused whatever else the map holds (a decoder of the object
+  // form never makes one, so no map text carries it): one case in eight also lists its
+  // lowest rank id again, at the end.
+  if (!c.map.ranks.empty() && (case_hash(c) >> 40 & 7) == 0) {
+    Map twice = c.map;
+    const auto lowest = std::min_element(c.map.ranks.begin(), c.map.ranks.end(),
+                                         [](const RankEntry& a, const RankEntry& b) { return a.rank < b.rank; });
+    twice.ranks.push_back(*lowest);
+    if (auto finding = agree_with_reference(c, twice, bugs, "+rank-twice", nullptr)) return finding;
   }
   return std::nullopt;
 }
@@ -335,6 +374,44 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
       }
     }
   }
+  // A refusal must report what is there: the values a condition-7 error names.
+  for (const auto& op : result.ops) {
+    if (op.misreported.empty() || evaluation.finding) continue;
+    evaluation.finding = make_finding(
+        c,
+        fmt::format("refusal-misreported:{}:{}:{}/{}", op_name(op.op), op.error ? kind_name(op.error->kind) : "unknown",
+                    constructor_label(c), corruption_label(c)),
+        op.misreported);
+  }
+  if (!result.digest_shares_wrong.empty() && !evaluation.finding) {
+    evaluation.finding = make_finding(
+        c, fmt::format("digest-shares:{}/{}", constructor_label(c), corruption_label(c)), result.digest_shares_wrong);
+  }
+  // Strict promises a refusal for every map that breaks conditions 1-6 or section 1.2,
+  // whatever the data: a tensor returned for one is a bug even when it happens to be
+  // the right one (a scale on integers moved bit for bit, say).
+  if (result.policy == Policy::strict && !evaluation.finding && !c.map_text) {
+    for (const auto& op : result.ops) {
+      if (op.verdict != Outcome::exact) continue;
+      const oracles::ReferenceVerdict reference = oracles::reference_check(c.map);
+      std::optional<Error> refusal = reference.error;
+      if (reference.refused_only_by_stride_rule || reference.too_large) refusal.reset();
+      if (reference.valid()) {
+        if (Status scale = oracles::reference_scale_refusal(c.map, c.dtype, c.scale_power); !scale.ok()) {
+          refusal = scale.error();
+        }
+      }
+      if (refusal) {
+        evaluation.finding = make_finding(
+            c,
+            fmt::format("strict-accepts:{}:{}:{}/{}", op_name(op.op), kind_name(refusal->kind),
+                        constructor_label(c), corruption_label(c)),
+            fmt::format("strict conversion returned a tensor for a map the reference model refuses: {}",
+                        refusal->to_string()));
+      }
+      break;
+    }
+  }
   // A case that states what strict must do (a damaged replica in the supplied shards, a
   // map text to refuse) is judged by that statement too.
   if (options.policy == Policy::strict && options.oracle == oracles::OracleKind::truth &&
@@ -345,7 +422,7 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
   }
   // A neutral edit of the text must read as the map it means.
   if (c.map_text && !evaluation.finding && undecoded_map_error(c).ok()) {
-    auto read = decode_map(parse_json(*c.map_text).value());
+    auto read = decode_map_text(*c.map_text);
     if (!read || !(read.value() == c.map)) {
       evaluation.finding = make_finding(c, fmt::format("json-text-misread:{}/{}", constructor_label(c), corruption_label(c)),
                                         "the map text decodes to another map than the one it means");
