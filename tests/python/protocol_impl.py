@@ -12,6 +12,8 @@ this process, from 1):
   --crash-on N     exit with status 3 instead of answering request N
   --hang-on N      never answer request N
   --garbage-on N   answer request N with a line that is not JSON
+  --lax-locations  accept locations that repeat a rank (this file's own bug, found by
+                   the campaign's strict-accepts judgement; tests plant it back)
 """
 
 import argparse
@@ -105,6 +107,9 @@ def parse_map(doc):
     return list(shape), ranks
 
 
+LAX_LOCATIONS = False
+
+
 def check_map(shape, ranks):
     """Conditions 1-6, in the contract's order."""
     numel_f = numel(shape)
@@ -118,6 +123,8 @@ def check_map(shape, ranks):
             raise Refused('format', f'rank {rank} piece {index}: shape and strides disagree in length')
         if min([0] + p['shape'] + p['src'][1] + p['dst'][1] + [p['src'][0], p['dst'][0]]) < 0:
             raise Refused('format', f'rank {rank} piece {index}: a negative number')
+        if p['locations'] != sorted(set(p['locations'])) and not LAX_LOCATIONS:
+            raise Refused('format', f'rank {rank} piece {index}: locations must be sorted, each rank once')
         if not p['locations'] or rank not in p['locations']:
             raise Refused('holders' if p['locations'] else 'format',
                           f'rank {rank} piece {index}: locations must name the rank')
@@ -298,7 +305,10 @@ def main():
     parser.add_argument('--crash-on', type=int, default=0)
     parser.add_argument('--hang-on', type=int, default=0)
     parser.add_argument('--garbage-on', type=int, default=0)
+    parser.add_argument('--lax-locations', action='store_true')
     args = parser.parse_args()
+    global LAX_LOCATIONS
+    LAX_LOCATIONS = args.lax_locations
     served = 0
     for line in sys.stdin.buffer:
         request = json.loads(line)
