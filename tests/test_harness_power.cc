@@ -1,6 +1,9 @@
 // The harness's own power: its oracles must not lean on the code they judge, and its
 // generators must ask the questions a converter gets wrong. Each test names the change
 // whose revert turns it red.
+#include <algorithm>
+#include <memory>
+#include <variant>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -10,6 +13,9 @@
 
 #include "shardcheck/case.h"
 #include "shardcheck/dtype.h"
+#include "shardcheck/oracles/truth.h"
+#include "shardcheck/oracles/target.h"
+#include "shardcheck/digest.h"
 #include "shardcheck/gen/case_gen.h"
 #include "shardcheck/gen/values.h"
 #include "shardcheck/oracles/reference.h"
@@ -265,6 +271,184 @@ TEST(DataAndTextRows, CaseFilesCarryTheMapText) {
   ASSERT_TRUE(cut_decoded);
   ASSERT_FALSE(undecoded_map_error(cut_decoded.value()).ok());
   EXPECT_EQ(undecoded_map_error(cut_decoded.value()).error().kind, ErrorKind::format);
+  // A one-parameter envelope is a map text too; version 0, or two parameters, are not.
+  const std::string map_json = *c.map_text;
+  auto enveloped = decode_map_text(R"({"version":1,"params":{"w":)" + map_json + "}}");
+  ASSERT_TRUE(enveloped) << enveloped.error().to_string();
+  EXPECT_EQ(enveloped.value(), decoded.value().map);
+  for (const std::string bad : {R"({"version":0,"params":{"w":)" + map_json + "}}",
+                                R"({"version":1,"params":{"w":)" + map_json + R"(,"v":)" + map_json + "}}"}) {
+    auto refused = decode_map_text(bad);
+    ASSERT_FALSE(refused) << bad;
+    EXPECT_EQ(refused.error().kind, ErrorKind::format);
+  }
+}
+
+// The text rows edit every form a reader meets and the numbers with a least value: over
+// generated cases some edit is made in the array form and in an envelope, and some
+// writes a rank id -1, a version 0 or a digest cut short. Red when text_edit stops
+// drawing forms or those variants.
+TEST(DataAndTextRows, EditsReachEveryFormAndEveryLeastValue) {
+  std::map<std::string, int> seen;
+  for (std::uint64_t seed = 0; seed < 6000; ++seed) {
+    gen::SeededChoices choices(seed);
+    gen::CaseOptions options;
+    options.corrupt_probability = 1.0;
+    options.record_digest = seed % 2 == 0;
+    const Case c = gen::generate_case(choices, options);
+    if (!c.map_text) continue;
+    if (c.map_text->find("\"version\"") != std::string::npos) ++seen["envelope"];
+    if (c.map_text->find("\"ranks\":[") != std::string::npos) ++seen["array"];
+    const CorruptionRecord& r = *c.corruption;
+    if (r.new_value == "-1") ++seen["rank -1"];
+    if (r.field == "map_text/version" && r.new_value == "0") ++seen["version 0"];
+    if (r.field.rfind("map_text/content_digests/", 0) == 0) ++seen["short digest"];
+  }
+  for (const char* what : {"envelope", "array", "rank -1", "version 0", "short digest"}) {
+    EXPECT_GT(seen[what], 0) << what;
+  }
+}
+
+// --- judgements of what strict reports, not only whether it refuses -------------------
+
+// Strict as it is, but a condition-7 refusal names a value no copy holds in place of the
+// one this replica holds: the bug of a report computed with the wrong scaling.
+class MisreportingStrict final : public oracles::Target {
+ public:
+  const std::string& name() const override { return name_; }
+  oracles::TargetResult<oracles::Accepted> check(const oracles::TargetMap& map) override { return strict_->check(map); }
+  oracles::TargetResult<Buffer> rebuild(const oracles::TargetMap& map, const ShardSet& shards, DType dtype,
+                                        int scale_power, const oracles::RebuildDigest& digest) override {
+    auto answer = strict_->rebuild(map, shards, dtype, scale_power, digest);
+    if (auto* refusal = std::get_if<oracles::TargetRefusal>(&answer); refusal && refusal->error) {
+      std::string& sentence = refusal->error->sentence;
+      const auto from = sentence.find("holds ") + 6, to = sentence.find(" at shard address");
+      if (from != std::string::npos && to != std::string::npos && to > from) {
+        sentence.replace(from, to - from, format_element(dtype, 0x40490fdb /* 3.14159274 */));
+      }
+    }
+    return answer;
+  }
+  oracles::TargetResult<Buffer> extract(const oracles::TargetMap& map, const Buffer& full, Rank rank,
+                                        int scale_power) override {
+    return strict_->extract(map, full, rank, scale_power);
+  }
+
+ private:
+  std::string name_ = "misreporting-strict";
+  std::unique_ptr<oracles::Target> strict_ = oracles::make_policy_target(ConvertOptions{});
+};
+
+// Two replicas of F = {1, 2}, one stored scaled by 2 (it holds {2, 4}).
+Case damaged_replica_case() {
+  Case c;
+  c.map.logical_shape = {2};
+  c.map.ranks.push_back(RankEntry{0, Extents{2}, {whole(2, {0, 1}, 1.0)}});
+  c.map.ranks.push_back(RankEntry{1, Extents{2}, {whole(2, {0, 1}, 2.0)}});
+  c.dtype = DType::float32;
+  c.full = std::vector<std::uint64_t>{0x3f800000, 0x40000000};
+  c.shards = std::map<Rank, std::vector<std::uint64_t>>{{0, {0x3f800000, 0x40000000}}, {1, {0x40000000, 0x40800000}}};
+  c.constructor = "hand";
+  c.corruption = CorruptionRecord{"none", {}, {}, {}, {}, {}};
+  return c;
+}
+
+// The copies of an element of F, unscaled, are what a condition-7 refusal may name: the
+// reference counts them itself.
+TEST(RefusalReports, ReferenceCopiesAreTheUnscaledReplicas) {
+  const Case c = damaged_replica_case();
+  ShardSet shards;
+  for (const auto& [rank, bits] : *c.shards) {
+    Buffer b(c.dtype, 2);
+    for (Index i = 0; i < 2; ++i) b.set_bits(i, bits[static_cast<std::size_t>(i)]);
+    shards.emplace(rank, std::move(b));
+  }
+  auto copies = oracles::reference_copies(c.map, shards, c.dtype, 1, 0);
+  std::sort(copies.begin(), copies.end());
+  EXPECT_EQ(copies, (std::vector<std::uint64_t>{0x3f800000, 0x3f800000}));  // 1, and 2 / 2
+  copies = oracles::reference_copies(c.map, shards, c.dtype, 1, 1);
+  std::sort(copies.begin(), copies.end());
+  EXPECT_EQ(copies, (std::vector<std::uint64_t>{0x40000000, 0x40000000}));  // 2, and 4 / 2
+}
+
+// A refusal that names a value no copy holds is a finding, though refusing was right.
+// Red when the truth oracle stops reading the values (misreported_values) or
+// evaluate_case stops turning them into a finding.
+TEST(RefusalReports, ADifferentDataRefusalNamingAValueNoCopyHoldsIsAFinding) {
+  Case c = damaged_replica_case();
+  (*c.shards)[1][1] = 0x40800001;  // rank 1's copy of element 1 is no longer 2 * 2
+  auto strict = oracles::make_policy_target(ConvertOptions{});
+  auto honest = oracles::run_case(c, *strict, oracles::OracleKind::truth);
+  ASSERT_TRUE(honest);
+  EXPECT_EQ(honest.value().verdict, Outcome::refused) << honest.value().message;
+  ASSERT_EQ(honest.value().ops.size(), 1u);
+  EXPECT_EQ(honest.value().ops[0].misreported, "") << honest.value().message;
+  MisreportingStrict liar;
+  auto misreported = oracles::run_case(c, liar, oracles::OracleKind::truth);
+  ASSERT_TRUE(misreported);
+  EXPECT_EQ(misreported.value().verdict, Outcome::refused);
+  EXPECT_NE(misreported.value().ops[0].misreported, "") << misreported.value().message;
+  EXPECT_FALSE(props::evaluate_case(c).finding);
+}
+
+// The reference's count of contract section 10's shares, by hand: a replicated element
+// is counted once, by the lowest rank of its locations, even when that rank holds it
+// twice. Red when reference_digest_shares counts by another rank or counts twice.
+TEST(DigestShares, ReferenceCountsEachElementOnceByItsLowestHolder) {
+  Map map;
+  map.logical_shape = {2};
+  Piece second = whole(2, {0, 1}, 1.0);
+  second.dest.offset = 2;
+  map.ranks.push_back(RankEntry{0, Extents{4}, {whole(2, {0, 1}, 1.0), second}});
+  map.ranks.push_back(RankEntry{1, Extents{2}, {whole(2, {0, 1}, 1.0)}});
+  ASSERT_TRUE(oracles::reference_check(map).valid()) << oracles::reference_check(map).reason;
+  Buffer full(DType::float32, 2);
+  full.set_bits(0, 0x3f800000);
+  full.set_bits(1, 0x40000000);
+  ShardSet shards;
+  shards.emplace(0, Buffer(DType::float32, 4));
+  shards.emplace(1, Buffer(DType::float32, 2));
+  for (Index i = 0; i < 4; ++i) shards.at(0).set_bits(i, full.bits(i % 2));
+  for (Index i = 0; i < 2; ++i) shards.at(1).set_bits(i, full.bits(i));
+  const auto shares = oracles::reference_digest_shares(map, shards, DType::float32);
+  ASSERT_TRUE(shares.has_value());
+  EXPECT_EQ(*shares, (std::map<Rank, std::uint64_t>{{0, digest_term(0, 0x3f800000) + digest_term(1, 0x40000000)}, {1, 0}}));
+  EXPECT_EQ(shares->at(0), digest(full));
+  const auto core = digest_shares(map, shards);
+  ASSERT_TRUE(core) << core.error().to_string();
+  EXPECT_EQ(core.value(), *shares);
+}
+
+// Generated digest cases: the truth oracle finds the core's shares equal to the
+// reference's count, and the reference's shares add up to the digest of its own rebuild.
+TEST(DigestShares, GeneratedDigestCasesAgreeWithTheReferenceCount) {
+  int judged = 0;
+  for (std::uint64_t seed = 0; seed < 300; ++seed) {
+    gen::SeededChoices choices(seed);
+    gen::CaseOptions options;
+    options.record_digest = true;
+    const Case c = gen::generate_case(choices, options);
+    auto outcome = oracles::run_case(c, ConvertOptions{}, oracles::OracleKind::truth);
+    ASSERT_TRUE(outcome) << outcome.error().to_string();
+    EXPECT_EQ(outcome.value().digest_shares_wrong, "") << encode_case_text(c);
+    if (!oracles::reference_check(c.map).valid()) continue;
+    const Index numel = checked_numel(c.map.logical_shape).value();
+    Buffer full = marker_buffer(c.dtype, numel);
+    if (c.full) {
+      for (Index i = 0; i < numel; ++i) full.set_bits(i, (*c.full)[static_cast<std::size_t>(i)]);
+    }
+    auto extracted = oracles::reference_extract_all(c.map, full, c.scale_power);
+    if (!extracted) continue;
+    const auto shares = oracles::reference_digest_shares(c.map, extracted.value(), c.dtype, c.scale_power);
+    ASSERT_TRUE(shares.has_value());
+    std::uint64_t sum = 0;
+    for (const auto& [rank, share] : *shares) sum += share;
+    auto rebuilt = oracles::reference_rebuild(c.map, extracted.value(), c.dtype, c.scale_power);
+    if (!rebuilt) continue;  // replicas scaled apart: no tensor to compare with
+    EXPECT_EQ(sum, digest(rebuilt.value())) << encode_case_text(c);
+    ++judged;
+  }
+  EXPECT_GT(judged, 20);
 }
 
 }  // namespace

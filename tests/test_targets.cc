@@ -226,6 +226,28 @@ TEST_F(ExecTarget, IgnoredDigestIsWrongOnlyWhereItWouldHaveRefused) {
   EXPECT_EQ(refused.error->kind, ErrorKind::digest);
 }
 
+// Strict promises a refusal for every map the reference model refuses, even where the
+// tensor returned happens to be right: locations that repeat a rank are format. The
+// campaign found protocol_impl.py accepting them; --lax-locations plants that bug back.
+// Red when evaluate_case's strict-accepts judgement is removed.
+TEST_F(ExecTarget, AcceptingAMapTheReferenceRefusesIsAFindingEvenWhenTheTensorIsRight) {
+  Map map = contiguous_split_map({4, 6}, {4, 2}, 1).value();
+  map.ranks[0].pieces[0].locations = {map.ranks[0].rank, map.ranks[0].rank};
+  Case c = layout_case(map);
+  c.constructor = "hand";
+  c.corruption = CorruptionRecord{"locations_add", {}, {}, {}, {}, {}};
+  props::EvalOptions options;
+  options.target = impl_spec();
+  const props::Evaluation refused = props::evaluate_case(c, options);
+  EXPECT_FALSE(refused.finding) << refused.finding->signature << ": " << refused.finding->message;
+  EXPECT_EQ(refused.category, Outcome::refused);
+  options.target = impl_spec("--lax-locations");
+  const props::Evaluation accepted = props::evaluate_case(c, options);
+  ASSERT_TRUE(accepted.finding);
+  EXPECT_EQ(accepted.finding->signature, "strict-accepts:rebuild:format:hand/locations_add")
+      << accepted.finding->message;
+}
+
 // Each fault variant misbehaves on its second request; the first and third cases (the
 // third on a fresh process) must be exact.
 struct FaultScenario {
