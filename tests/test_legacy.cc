@@ -257,3 +257,29 @@ TEST(Legacy, PolicyDispatchAndNames) {
 
 }  // namespace
 }  // namespace shardcheck
+
+namespace shardcheck {
+namespace {
+
+// torch refuses a view whose running product of extents overflows 64 unsigned bits, even
+// when a later extent of 0 empties it (observed on torch 1.13; contract 4.1). DeepSpeed's
+// module refused the shape_zero case that showed it; the legacy model must too.
+TEST(LegacyTorchDetails, AnEmptyPieceWhoseExtentsOverflowFirstIsRefused) {
+  constexpr Index kBig = Index{1} << 62;
+  auto map_with_extra = [](Extents extra_shape) {
+    Map map;
+    map.logical_shape = {2};
+    map.ranks.push_back(RankEntry{0, Extents{2}, {Piece{{2}, {0, {1}}, {0, {1}}, {0}, 1.0}}});
+    const std::size_t n = extra_shape.size();
+    map.ranks[0].pieces.push_back(Piece{std::move(extra_shape), {0, Strides(n, 1)}, {0, Strides(n, 1)}, {0}, 1.0});
+    return map;
+  };
+  ShardSet shards;
+  shards.emplace(0, marker_buffer(DType::float32, 2));
+  EXPECT_FALSE(legacy_rebuild(map_with_extra({kBig, 4, 0}), shards, DType::float32).ok());
+  EXPECT_TRUE(legacy_rebuild(map_with_extra({0, kBig, 4}), shards, DType::float32).ok());
+  EXPECT_TRUE(legacy_rebuild(map_with_extra({kBig, 0, kBig}), shards, DType::float32).ok());
+}
+
+}  // namespace
+}  // namespace shardcheck

@@ -56,6 +56,15 @@ Status check_piece(const Piece& piece, Rank rank, Index index, Index numel_f, In
   if (piece.dest.offset < 0) return fault::piece(PieceFault::negative_dest_offset, at);
   if (negative(piece.source.strides)) return fault::piece(PieceFault::negative_source_stride, at);
   if (negative(piece.dest.strides)) return fault::piece(PieceFault::negative_dest_stride, at);
+  // torch sizes a view as a running product of its extents in 64 unsigned bits and
+  // refuses any overflow, even one that a later extent of 0 would cancel
+  // (as_strided([2^62, 4, 0], ...) raises; [0, 2^62, 4] and [2^62, 0, 2^62] do not).
+  std::uint64_t running = 1;
+  for (const Index extent : piece.shape) {
+    if (__builtin_mul_overflow(running, static_cast<std::uint64_t>(extent), &running)) {
+      return fault::piece(PieceFault::source_overflow, at);
+    }
+  }
   auto src = span_facts(piece.shape, piece.source);
   auto dst = span_facts(piece.shape, piece.dest);
   if (!src || !dst) return fault::piece(!src ? PieceFault::source_overflow : PieceFault::dest_overflow, at);
