@@ -130,7 +130,17 @@ bool any_negative(const std::vector<Index>& values) {
   return std::any_of(values.begin(), values.end(), [](Index v) { return v < 0; });
 }
 
-Index numel_of(const Extents& shape) { return checked_numel(shape).value_or(0); }
+// The reference's own count (never the core's checked_numel): an extent of 0 empties the
+// shape whatever the others are; a product past INT64_MAX counts as 0 here, where the
+// structure check has refused it already.
+Index numel_of(const Extents& shape) {
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
+  Index n = 1;
+  for (const Index e : shape) {
+    if (e < 0 || __builtin_mul_overflow(n, e, &n)) return 0;
+  }
+  return n;
+}
 
 Index shard_numel(const RankEntry& entry) {
   return entry.shard_shape ? numel_of(*entry.shard_shape) : 0;

@@ -128,6 +128,16 @@ void axis_add(Edit& e, std::vector<Index>& v, std::string_view name, Index delta
 
 void axis_set(Edit& e, std::vector<Index>& v, std::string_view name, Index value) {
   std::size_t k = axis_where(e.c, v, [value](Index x) { return x != value; });
+  // An empty piece may have extents whose product alone would overflow: 1 in 4, an
+  // extent set to 0 comes with every other axis at 2^62.
+  if (name == "shape" && value == 0 && v.size() >= 2 && e.c.chance(1, 4)) {
+    e.record.field = std::string(name);
+    e.record.old_value = list_text(v);
+    for (Index& extent : v) extent = Index{1} << 62;
+    v[k] = 0;
+    e.record.new_value = list_text(v);
+    return;
+  }
   set_index(e.record, field_at(name, k), v[k], value);
 }
 

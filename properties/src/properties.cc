@@ -158,6 +158,74 @@ std::string order_free_verdict(const Map& map, const Status& status) {
                      e.address ? std::to_string(*e.address) : "-", piece);
 }
 
+// The map with the first single-holder piece of some rank copied once more, to new
+// addresses past the end of that rank's shard (which grows to hold it, flat).
+std::optional<Map> with_piece_twice(const Map& map) {
+  Map doubled = map;
+  for (RankEntry& entry : doubled.ranks) {
+    if (!entry.shard_shape) continue;
+    const auto single = std::find_if(entry.pieces.begin(), entry.pieces.end(), [](const Piece& p) {
+      return p.locations.size() == 1 && checked_numel(p.shape).value_or(0) > 0;
+    });
+    if (single == entry.pieces.end()) continue;
+    const auto shard = checked_numel(*entry.shard_shape);
+    const auto extra = checked_numel(single->shape);
+    if (!shard || !extra || *shard < 0 || *shard > (Index{1} << 40) || *extra > (Index{1} << 40)) return std::nullopt;
+    Piece copy = *single;
+    copy.dest = StridedView{*shard, row_major_strides(copy.shape)};
+    entry.shard_shape = Extents{*shard + *extra};
+    entry.pieces.push_back(std::move(copy));
+    return doubled;
+  }
+  return std::nullopt;
+}
+
+// Another element type of the same width, as a reader that compares sizes would mistake.
+DType same_width_other(DType dtype) {
+  switch (dtype) {
+    case DType::float32: return DType::int32;
+    case DType::float64: return DType::int64;
+    case DType::float16: return DType::bfloat16;
+    case DType::bfloat16: return DType::int16;
+    case DType::int8: return DType::uint8;
+    case DType::int16: return DType::float16;
+    case DType::int32: return DType::float32;
+    case DType::int64: return DType::float64;
+    case DType::uint8: return DType::boolean;
+    case DType::boolean: return DType::int8;
+  }
+  return DType::float32;
+}
+
+std::optional<Finding> agree_on_retyped_shards(const Case& c, const PlantedBugs& bugs) {
+  constexpr Index kMaxShard = Index{1} << 16;
+  const DType other = same_width_other(c.dtype);
+  ShardSet shards;
+  for (const RankEntry& entry : c.map.ranks) {
+    if (!entry.shard_shape) continue;
+    const auto numel = checked_numel(*entry.shard_shape);
+    if (!numel || *numel < 0 || *numel > kMaxShard) return std::nullopt;
+    shards.emplace(entry.rank, Buffer(other, *numel));
+  }
+  const oracles::ReferenceVerdict verdict = oracles::reference_check(c.map);
+  if (verdict.too_large || verdict.refused_only_by_stride_rule) return std::nullopt;
+  const auto expected = oracles::reference_rebuild(c.map, shards, c.dtype, c.scale_power);
+  ConvertOptions options;
+  options.scale_power = c.scale_power;
+  options.checks.bugs = bugs;
+  const auto got = rebuild(c.map, shards, c.dtype, options);
+  const std::string said = got.ok() ? "accepted" : std::string(kind_name(got.error().kind));
+  const std::string wanted = expected.ok() ? "accepted" : std::string(kind_name(expected.error().kind));
+  if (said == wanted) return std::nullopt;
+  return make_finding(c,
+                      fmt::format("reference:shards-{}:{}-vs-{}:{}/{}", dtype_name(other), said, wanted,
+                                  constructor_label(c), corruption_label(c)),
+                      fmt::format("rebuild from shards of {} for {} data: strict {}, the reference model {}",
+                                  dtype_name(other), dtype_name(c.dtype),
+                                  got.ok() ? "accepts" : got.error().to_string(),
+                                  expected.ok() ? "accepts" : expected.error().to_string()));
+}
+
 }  // namespace
 
 std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBugs& bugs) {
@@ -190,6 +258,20 @@ std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBug
                                          [](const RankEntry& a, const RankEntry& b) { return a.rank < b.rank; });
     twice.ranks.push_back(*lowest);
     if (auto finding = agree_with_reference(c, twice, bugs, "+rank-twice", nullptr)) return finding;
+  }
+  // One rank writing a block twice, to shard addresses of its own (a regrouping that
+  // copies a piece): every condition holds but 6, whose kind is twice. No single
+  // corruption of the catalogue makes this, as the copy needs room in the shard.
+  if ((case_hash(c) >> 48 & 7) == 0) {
+    if (auto doubled = with_piece_twice(c.map)) {
+      if (auto finding = agree_with_reference(c, *doubled, bugs, "+piece-twice", nullptr)) return finding;
+    }
+  }
+  // Shards of another element type of the same width are refused (shape) whatever their
+  // bits (no case file can carry one): one case in eight also offers rebuild such shards,
+  // and strict's verdict and kind must be the reference's.
+  if ((case_hash(c) >> 44 & 7) == 0 && conversion_is_memory_safe(bugs)) {
+    if (auto finding = agree_on_retyped_shards(c, bugs)) return finding;
   }
   return std::nullopt;
 }
