@@ -84,6 +84,9 @@ void piece_duplicate(Edit& e, Site site) {
   auto& entry = e.map.ranks[site.rank];
   std::size_t pos = e.c.below(entry.pieces.size() + 1);
   Piece copy = entry.pieces[site.piece];
+  // 1 in 4 the copy is scaled twice as much: two pieces equal in all but their scale,
+  // the one tie that the content order breaks by scale (contract section 3).
+  if (e.c.chance(1, 4)) copy.scale *= 2.0;
   e.record.field = "piece";
   e.record.old_value = std::to_string(site.piece);
   e.record.new_value = describe(copy);

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "shardcheck/digest.h"
 #include "shardcheck/json.h"
 #include "shardcheck/oracles/reference.h"
 
@@ -158,14 +159,14 @@ std::string order_free_verdict(const Map& map, const Status& status) {
                      e.address ? std::to_string(*e.address) : "-", piece);
 }
 
-// The map with the first single-holder piece of some rank copied once more, to new
-// addresses past the end of that rank's shard (which grows to hold it, flat).
-std::optional<Map> with_piece_twice(const Map& map) {
+// The map with the first single-holder piece (or replica piece) of some rank copied once
+// more, to new addresses past the end of that rank's shard (which grows to hold it, flat).
+std::optional<Map> with_piece_twice(const Map& map, bool replica) {
   Map doubled = map;
   for (RankEntry& entry : doubled.ranks) {
     if (!entry.shard_shape) continue;
-    const auto single = std::find_if(entry.pieces.begin(), entry.pieces.end(), [](const Piece& p) {
-      return p.locations.size() == 1 && checked_numel(p.shape).value_or(0) > 0;
+    const auto single = std::find_if(entry.pieces.begin(), entry.pieces.end(), [replica](const Piece& p) {
+      return (p.locations.size() >= 2) == replica && checked_numel(p.shape).value_or(0) > 0;
     });
     if (single == entry.pieces.end()) continue;
     const auto shard = checked_numel(*entry.shard_shape);
@@ -178,6 +179,27 @@ std::optional<Map> with_piece_twice(const Map& map) {
     return doubled;
   }
   return std::nullopt;
+}
+
+// Contract section 10 on a valid map: each rank's share of the digest of F, from the
+// shards the reference model extracts, as the core's digest_shares and the reference
+// model's naive count give it.
+std::optional<Finding> agree_on_digest_shares(const Case& c, const Map& map, std::string_view what) {
+  if (!oracles::reference_check(map).valid()) return std::nullopt;
+  const Index numel = checked_numel(map.logical_shape).value_or(0);
+  Buffer full = marker_buffer(c.dtype, numel);
+  if (c.full && static_cast<Index>(c.full->size()) == numel) {
+    for (Index i = 0; i < numel; ++i) full.set_bits(i, (*c.full)[static_cast<std::size_t>(i)]);
+  }
+  const auto shards = oracles::reference_extract_all(map, full, c.scale_power);
+  if (!shards) return std::nullopt;  // a scale the power refuses
+  const auto expected = oracles::reference_digest_shares(map, shards.value(), c.dtype, c.scale_power);
+  const auto shares = digest_shares(map, shards.value(), c.scale_power);
+  if (expected && shares && shares.value() == *expected) return std::nullopt;
+  if (!expected && !shares) return std::nullopt;
+  return make_finding(c, fmt::format("digest-shares:{}/{}{}", constructor_label(c), corruption_label(c), what),
+                      shares ? "digest_shares gives shares that are not the reference model's count"
+                             : "digest_shares refuses a valid map: " + shares.error().to_string());
 }
 
 // Another element type of the same width, as a reader that compares sizes would mistake.
@@ -260,11 +282,18 @@ std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBug
     if (auto finding = agree_with_reference(c, twice, bugs, "+rank-twice", nullptr)) return finding;
   }
   // One rank writing a block twice, to shard addresses of its own (a regrouping that
-  // copies a piece): every condition holds but 6, whose kind is twice. No single
-  // corruption of the catalogue makes this, as the copy needs room in the shard.
+  // copies a piece). A single holder's block breaks condition 6 (twice); a replica's
+  // keeps the map valid, and each rank's digest share must still count the block once.
+  // No single corruption of the catalogue makes either: the copy needs room in the shard.
   if ((case_hash(c) >> 48 & 7) == 0) {
-    if (auto doubled = with_piece_twice(c.map)) {
-      if (auto finding = agree_with_reference(c, *doubled, bugs, "+piece-twice", nullptr)) return finding;
+    const bool replica = (case_hash(c) >> 51 & 1) != 0;
+    if (auto doubled = with_piece_twice(c.map, replica)) {
+      if (auto finding = agree_with_reference(c, *doubled, bugs, replica ? "+replica-twice" : "+piece-twice", nullptr)) {
+        return finding;
+      }
+      if (replica) {
+        if (auto finding = agree_on_digest_shares(c, *doubled, "+replica-twice")) return finding;
+      }
     }
   }
   // Shards of another element type of the same width are refused (shape) whatever their
