@@ -198,7 +198,8 @@ Error replica_mismatch(const Visit& first, const Visit& v, const Buffer& full, D
 
 // Checks the supplied shards against the map: dtype, element count, none missing for a
 // rank with pieces, none for a rank the map does not list.
-Status check_shards(const std::vector<const RankEntry*>& ranks, const ShardSet& shards, DType dtype) {
+Status check_shards(const std::vector<const RankEntry*>& ranks, const ShardSet& shards, DType dtype,
+                    const PlantedBugs& bugs) {
   for (const RankEntry* entry : ranks) {
     auto it = shards.find(entry->rank);
     if (it == shards.end()) {
@@ -207,7 +208,9 @@ Status check_shards(const std::vector<const RankEntry*>& ranks, const ShardSet& 
     }
     const Buffer& shard = it->second;
     auto expected = shard_numel_of(*entry);
-    if (shard.dtype() != dtype) return fault::shard_dtype(entry->rank, shard.dtype(), dtype);
+    const bool same_type = bugs.shard_dtype_by_width ? element_size(shard.dtype()) == element_size(dtype)
+                                                     : shard.dtype() == dtype;
+    if (!same_type) return fault::shard_dtype(entry->rank, shard.dtype(), dtype);
     if (!expected) return fault::shard_without_shape(entry->rank);
     if (shard.numel() != *expected) return fault::shard_numel(entry->rank, shard.numel(), *expected);
   }
@@ -393,7 +396,7 @@ Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtyp
   if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
   Scratch& s = scratch();
   sorted_ranks(map, s.ranks);
-  if (Status e = check_shards(s.ranks, shards, dtype); !e.ok()) return e.error();
+  if (Status e = check_shards(s.ranks, shards, dtype, options.checks.bugs); !e.ok()) return e.error();
 
   s.visits.clear();
   s.spans.clear();
