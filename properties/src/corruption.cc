@@ -244,6 +244,9 @@ void apply_edit(detail::Edit& e, const Row& row, Site site) {
     case Op::add_at_axis:
       return axis_add(e, axes(), name, row.param.n);
     case Op::set_at_axis:
+      if (row.field == Field::shape && row.param.n == 0 && e.c.chance(1, 4)) {
+        return axis_zero_beside_huge(e, e.map.ranks[site.rank].pieces[site.piece]);
+      }
       return axis_set(e, axes(), name, row.param.n);
     case Op::set_span_axis: {
       const Extents& shape = e.map.ranks[site.rank].pieces[site.piece].shape;

@@ -128,17 +128,20 @@ void axis_add(Edit& e, std::vector<Index>& v, std::string_view name, Index delta
 
 void axis_set(Edit& e, std::vector<Index>& v, std::string_view name, Index value) {
   std::size_t k = axis_where(e.c, v, [value](Index x) { return x != value; });
-  // An empty piece may have extents whose product alone would overflow: 1 in 4, an
-  // extent set to 0 comes with every other axis at 2^62.
-  if (name == "shape" && value == 0 && v.size() >= 2 && e.c.chance(1, 4)) {
-    e.record.field = std::string(name);
-    e.record.old_value = list_text(v);
-    for (Index& extent : v) extent = Index{1} << 62;
-    v[k] = 0;
-    e.record.new_value = list_text(v);
-    return;
-  }
   set_index(e.record, field_at(name, k), v[k], value);
+}
+
+void axis_zero_beside_huge(Edit& e, Piece& piece) {
+  std::size_t k = axis_where(e.c, piece.shape, [](Index x) { return x != 0; });
+  e.record.field = "shape";
+  e.record.old_value = list_text(piece.shape);
+  piece.shape[k] = 0;
+  for (int extra = 0; extra < 2; ++extra) {
+    piece.shape.push_back(Index{1} << 62);
+    piece.source.strides.push_back(1);
+    piece.dest.strides.push_back(1);
+  }
+  e.record.new_value = list_text(piece.shape);
 }
 
 void spanned_axis_set(Edit& e, const Extents& shape, Strides& v, std::string_view name,

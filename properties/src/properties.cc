@@ -248,29 +248,57 @@ std::optional<Finding> agree_on_retyped_shards(const Case& c, const PlantedBugs&
                                   expected.ok() ? "accepts" : expected.error().to_string()));
 }
 
+// Contract section 3: the verdict, and the kind, rank, piece and address of the error,
+// do not depend on the order in which ranks and pieces are listed. `as_listed`: the
+// verdict on `map` when the caller has it.
+std::optional<Finding> order_independent(const Case& c, const Map& map, const PlantedBugs& bugs,
+                                         std::string_view what, const Status* as_listed) {
+  CheckOptions check_options;
+  check_options.bugs = bugs;
+  const Status listed = as_listed != nullptr ? *as_listed : check_map(map, check_options);
+  Map reversed = map;
+  std::reverse(reversed.ranks.begin(), reversed.ranks.end());
+  for (auto& entry : reversed.ranks) std::reverse(entry.pieces.begin(), entry.pieces.end());
+  const Status other = check_map(reversed, check_options);
+  const std::string told = order_free_verdict(map, listed);
+  const std::string told_reversed = order_free_verdict(reversed, other);
+  if (told == told_reversed) return std::nullopt;
+  return make_finding(c,
+                      fmt::format("order:check:{}:{}/{}{}", listed.ok() ? "valid" : kind_name(listed.error().kind),
+                                  constructor_label(c), corruption_label(c), what),
+                      fmt::format("the core checks' verdict depends on rank or piece order: {} as listed, {} "
+                                  "with ranks and pieces reversed",
+                                  told, told_reversed));
+}
+
+// The map with a twin of one piece that differs only in scale (doubled), at the same
+// shard addresses; the shard grows (flat) so that the element count still holds and
+// condition 4 reports the address written twice, by one of two pieces that only the
+// scale tells apart in content order.
+std::optional<Map> with_scaled_twin(const Map& map) {
+  Map twinned = map;
+  for (RankEntry& entry : twinned.ranks) {
+    if (!entry.shard_shape || entry.pieces.empty()) continue;
+    const Piece& piece = entry.pieces.front();
+    const auto shard = checked_numel(*entry.shard_shape);
+    const auto extra = checked_numel(piece.shape);
+    if (!shard || !extra || *extra <= 0 || *shard > (Index{1} << 40) || *extra > (Index{1} << 40)) return std::nullopt;
+    Piece twin = piece;
+    twin.scale *= 2.0;
+    entry.shard_shape = Extents{*shard + *extra};
+    entry.pieces.push_back(std::move(twin));
+    return twinned;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBugs& bugs) {
   std::optional<Status> as_listed;
   if (auto finding = agree_with_reference(c, c.map, bugs, "", &as_listed)) return finding;
   if (!as_listed) return std::nullopt;  // too large for the reference model
-  const std::string where = fmt::format("{}/{}", constructor_label(c), corruption_label(c));
-  // Contract section 3: the verdict, and the kind, rank, piece and address of the error,
-  // do not depend on the order in which ranks and pieces are listed.
-  Map reversed = c.map;
-  std::reverse(reversed.ranks.begin(), reversed.ranks.end());
-  for (auto& entry : reversed.ranks) std::reverse(entry.pieces.begin(), entry.pieces.end());
-  CheckOptions check_options;
-  check_options.bugs = bugs;
-  const Status other = check_map(reversed, check_options);
-  const std::string told = order_free_verdict(c.map, *as_listed);
-  const std::string told_reversed = order_free_verdict(reversed, other);
-  if (told != told_reversed) {
-    return make_finding(c, fmt::format("order:check:{}:{}", as_listed->ok() ? "valid" : kind_name(as_listed->error().kind), where),
-                        fmt::format("the core checks' verdict depends on rank or piece order: {} as listed, {} "
-                                    "with ranks and pieces reversed",
-                                    told, told_reversed));
-  }
+  if (auto finding = order_independent(c, c.map, bugs, "", &*as_listed)) return finding;
   // A rank listed twice is refused whatever else the map holds (a decoder of the object
   // form never makes one, so no map text carries it): one case in eight also lists its
   // lowest rank id again, at the end.
@@ -294,6 +322,13 @@ std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBug
       if (replica) {
         if (auto finding = agree_on_digest_shares(c, *doubled, "+replica-twice")) return finding;
       }
+    }
+  }
+  // Two pieces that only their scale tells apart: which one an error names must not
+  // depend on their order either.
+  if ((case_hash(c) >> 52 & 7) == 0) {
+    if (auto twinned = with_scaled_twin(c.map)) {
+      if (auto finding = order_independent(c, *twinned, bugs, "+scaled-twin", nullptr)) return finding;
     }
   }
   // Shards of another element type of the same width are refused (shape) whatever their
