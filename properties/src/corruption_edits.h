@@ -301,7 +301,7 @@ struct Edit {
 // the field as the record writes it ("shape", "source.strides", ...).
 void axis_add(Edit& e, std::vector<Index>& v, std::string_view name, Index delta);
 void axis_set(Edit& e, std::vector<Index>& v, std::string_view name, Index value);
-// shape_zero, 1 in 4: an extent set to 0 and two axes of 2^62 appended (strides 1), an
+// shape_zero, 1 in 4: an extent set to 0 and two axes of 2^62 put in front (strides 1), an
 // empty piece whose other extents alone overflow a product.
 void axis_zero_beside_huge(Edit& e, Piece& piece);
 // The same among the axes the piece's `shape` spans (extent >= 2), where a stride counts.

@@ -136,10 +136,11 @@ void axis_zero_beside_huge(Edit& e, Piece& piece) {
   e.record.field = "shape";
   e.record.old_value = list_text(piece.shape);
   piece.shape[k] = 0;
+  // In front: a product taken in order then overflows before it meets the 0.
   for (int extra = 0; extra < 2; ++extra) {
-    piece.shape.push_back(Index{1} << 62);
-    piece.source.strides.push_back(1);
-    piece.dest.strides.push_back(1);
+    piece.shape.insert(piece.shape.begin(), Index{1} << 62);
+    piece.source.strides.insert(piece.source.strides.begin(), 1);
+    piece.dest.strides.insert(piece.dest.strides.begin(), 1);
   }
   e.record.new_value = list_text(piece.shape);
 }
