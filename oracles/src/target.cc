@@ -123,7 +123,14 @@ constexpr std::array kDeepSpeedRules = {
 
 constexpr std::string_view kExecPrefix = "exec:";
 
-std::string quote_for_shell(const std::string& text) {
+}  // namespace
+
+std::string shell_word(const std::string& text) {
+  const bool plain = !text.empty() && std::all_of(text.begin(), text.end(), [](char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           std::string_view("-_./:=,+").find(ch) != std::string_view::npos;
+  });
+  if (plain) return text;
   std::string out = "'";
   for (char ch : text) {
     if (ch == '\'') out += "'\\''";
@@ -131,8 +138,6 @@ std::string quote_for_shell(const std::string& text) {
   }
   return out + "'";
 }
-
-}  // namespace
 
 std::optional<ErrorKind> classify_refusal(std::span<const RefusalRule> rules, std::string_view type,
                                           std::string_view message) {
@@ -163,7 +168,7 @@ std::string deepspeed_command() {
 #endif
   // exec: the interpreter takes the shell's place, so it is the process the harness
   // watches, signals and outlives.
-  return "exec /usr/bin/python3 " + quote_for_shell(script.string());
+  return "exec /usr/bin/python3 " + shell_word(script.string());
 }
 
 MadeTarget make_target(std::string_view spec, const TargetOptions& options) {

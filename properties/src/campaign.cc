@@ -136,21 +136,6 @@ std::string implementation_name(const Options& o) {
   return o.eval.target.empty() ? std::string(policy_name(o.eval.policy)) : o.eval.target;
 }
 
-// A word the shell reads back as `text` (exec: targets carry a command line).
-std::string shell_word(const std::string& text) {
-  const bool plain = !text.empty() && std::all_of(text.begin(), text.end(), [](char ch) {
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-           std::string_view("-_./:=,+").find(ch) != std::string_view::npos;
-  });
-  if (plain) return text;
-  std::string out = "'";
-  for (char ch : text) {
-    if (ch == '\'') out += "'\\''";
-    else out += ch;
-  }
-  return out + "'";
-}
-
 }  // namespace
 
 std::string format_table(const Report& report) {
@@ -181,7 +166,7 @@ std::string format_table(const Report& report) {
       report.complete ? "" : "; stopped before the end (resume with --resume)");
   out += fmt::format("rerun: shardcheck campaign --seed {} --cases {} --{} {} --oracle {}{}{}\n", o.seed,
                      o.cases ? *o.cases : report.cases, o.eval.target.empty() ? "policy" : "target",
-                     shell_word(implementation_name(o)), oracle_name(o.eval.oracle),
+                     oracles::shell_word(implementation_name(o)), oracle_name(o.eval.oracle),
                      o.shard_count > 1 ? fmt::format(" --shard {}/{}", o.shard_index, o.shard_count)
                                        : std::string(),
                      o.generate.record_digest ? " --digest" : "");

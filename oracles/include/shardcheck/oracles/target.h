@@ -102,6 +102,10 @@ struct TargetOptions {
   ConvertOptions convert;                 // built-ins: backend and planted bugs
 };
 
+// `text` as one word of a POSIX shell command: as it is when it holds only letters,
+// digits and -_./:=,+, else single-quoted.
+std::string shell_word(const std::string& text);
+
 // A target from its name, or an error sentence. An exec target is started and
 // handshaken here, so a command that cannot run is reported once, up front.
 struct MadeTarget {
