@@ -130,17 +130,20 @@ bool any_negative(const std::vector<Index>& values) {
   return std::any_of(values.begin(), values.end(), [](Index v) { return v < 0; });
 }
 
-// The reference's own count (never the core's checked_numel): an extent of 0 empties the
-// shape whatever the others are; a product past INT64_MAX counts as 0 here, where the
-// structure check has refused it already.
-Index numel_of(const Extents& shape) {
+// The reference's own element count (never the core's checked_numel): an extent of 0
+// empties a shape whatever the others are; nullopt when the product of the others
+// overflows int64 (or an extent is negative).
+std::optional<Index> count_of(const Extents& shape) {
   if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   Index n = 1;
   for (const Index e : shape) {
-    if (e < 0 || __builtin_mul_overflow(n, e, &n)) return 0;
+    if (e < 0 || __builtin_mul_overflow(n, e, &n)) return std::nullopt;
   }
   return n;
 }
+
+// For shapes the structure check has passed.
+Index numel_of(const Extents& shape) { return count_of(shape).value_or(0); }
 
 Index shard_numel(const RankEntry& entry) {
   return entry.shard_shape ? numel_of(*entry.shard_shape) : 0;
@@ -159,7 +162,7 @@ std::optional<PieceFault> piece_fault(const Piece& p) {
   if (p.dest.offset < 0) return PieceFault::negative_dest_offset;
   if (any_negative(p.source.strides)) return PieceFault::negative_source_stride;
   if (any_negative(p.dest.strides)) return PieceFault::negative_dest_stride;
-  auto numel = checked_numel(p.shape);
+  auto numel = count_of(p.shape);
   if (!numel) return PieceFault::source_overflow;
   if (*numel > 0 && !last_address(p.shape, p.source)) return PieceFault::source_overflow;
   if (*numel > 0 && !last_address(p.shape, p.dest)) return PieceFault::dest_overflow;
@@ -174,7 +177,7 @@ std::optional<PieceFault> piece_fault(const Piece& p) {
 
 Finding shard_structure(const RankEntry& entry) {
   if (entry.shard_shape) {
-    if (any_negative(*entry.shard_shape) || !checked_numel(*entry.shard_shape)) {
+    if (any_negative(*entry.shard_shape) || !count_of(*entry.shard_shape)) {
       return fault::bad_shard_shape(entry.rank, *entry.shard_shape);
     }
   } else if (!entry.pieces.empty()) {
@@ -186,7 +189,7 @@ Finding shard_structure(const RankEntry& entry) {
 // The first fault in spec order: F's shape, then rank by rank (id, shard, pieces by
 // content), each piece's malformed fields before its scale.
 Finding structure(const Map& map) {
-  if (any_negative(map.logical_shape) || !checked_numel(map.logical_shape)) {
+  if (any_negative(map.logical_shape) || !count_of(map.logical_shape)) {
     return fault::bad_logical_shape(map.logical_shape);
   }
   std::set<Rank> seen;
