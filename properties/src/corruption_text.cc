@@ -56,6 +56,16 @@ void replica_flip(Edit& e, Site site) {
   e.out->replica_flip = ReplicaFlip{entry.rank, static_cast<Index>(site.piece), element};
 }
 
+namespace {
+
+// The name under which an envelope made here holds the map.
+constexpr std::string_view kParam = "param";
+
+// The map a document holds: itself, or the one parameter of an envelope made here.
+Json& map_in(Json& document) {
+  return document.contains("params") ? document["params"][std::string(kParam)] : document;
+}
+
 // The forms a reader meets besides the one the encoder writes (contract section 2): the
 // ranks as an array of entries that carry their "rank", and a one-parameter envelope.
 Json in_form(Json json, std::size_t form) {
@@ -73,7 +83,7 @@ Json in_form(Json json, std::size_t form) {
     Json envelope = Json::object();
     envelope["version"] = kFormatVersion;
     envelope["params"] = Json::object();
-    envelope["params"]["param"] = std::move(json);
+    envelope["params"][std::string(kParam)] = std::move(json);
     return envelope;
   }
   return json;
@@ -82,7 +92,7 @@ Json in_form(Json json, std::size_t form) {
 // A number one below its least value, where the codec has one: a rank id of -1 (as an
 // object key or an entry's "rank") or an envelope version of 0. Empty: no such site.
 std::string below_minimum(Json& json, Edit& e) {
-  Json& map = json.contains("params") ? json["params"]["param"] : json;
+  Json& map = map_in(json);
   std::vector<std::string> sites;
   if (json.contains("version")) sites.emplace_back("version");
   if (map.contains("ranks") && !map["ranks"].empty()) sites.emplace_back("rank");
@@ -121,7 +131,7 @@ std::string below_minimum(Json& json, Edit& e) {
 
 // A content digest cut short: "0x" and fewer than 16 hex digits.
 std::string short_digest(Json& json, Edit& e) {
-  Json& map = json.contains("params") ? json["params"]["param"] : json;
+  Json& map = map_in(json);
   if (!map.contains("content_digests") || map["content_digests"].empty()) return {};
   Json& digests = map["content_digests"];
   auto it = std::next(digests.begin(), static_cast<std::ptrdiff_t>(e.c.below(digests.size())));
@@ -133,6 +143,8 @@ std::string short_digest(Json& json, Edit& e) {
   *it = cut;
   return json.dump();
 }
+
+}  // namespace
 
 void text_edit(Edit& e, Op op) {
   // Half the edits are made on the object form as the encoder writes it, a quarter on

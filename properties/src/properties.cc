@@ -159,23 +159,32 @@ std::string order_free_verdict(const Map& map, const Status& status) {
                      e.address ? std::to_string(*e.address) : "-", piece);
 }
 
+// Lists `copy` once more in `entry` and grows its shard (flat) by the copy's element
+// count; `to_new_addresses` moves the copy into the grown part. false when the sizes are
+// beyond what a probe should build.
+bool append_growing_shard(RankEntry& entry, Piece copy, bool to_new_addresses) {
+  const auto shard = checked_numel(*entry.shard_shape);
+  const auto extra = checked_numel(copy.shape);
+  if (!shard || !extra || *shard < 0 || *extra <= 0 || *shard > (Index{1} << 40) || *extra > (Index{1} << 40)) {
+    return false;
+  }
+  if (to_new_addresses) copy.dest = StridedView{*shard, row_major_strides(copy.shape)};
+  entry.shard_shape = Extents{*shard + *extra};
+  entry.pieces.push_back(std::move(copy));
+  return true;
+}
+
 // The map with the first single-holder piece (or replica piece) of some rank copied once
-// more, to new addresses past the end of that rank's shard (which grows to hold it, flat).
+// more, to new addresses past the end of that rank's shard.
 std::optional<Map> with_piece_twice(const Map& map, bool replica) {
   Map doubled = map;
   for (RankEntry& entry : doubled.ranks) {
     if (!entry.shard_shape) continue;
-    const auto single = std::find_if(entry.pieces.begin(), entry.pieces.end(), [replica](const Piece& p) {
+    const auto chosen = std::find_if(entry.pieces.begin(), entry.pieces.end(), [replica](const Piece& p) {
       return (p.locations.size() >= 2) == replica && checked_numel(p.shape).value_or(0) > 0;
     });
-    if (single == entry.pieces.end()) continue;
-    const auto shard = checked_numel(*entry.shard_shape);
-    const auto extra = checked_numel(single->shape);
-    if (!shard || !extra || *shard < 0 || *shard > (Index{1} << 40) || *extra > (Index{1} << 40)) return std::nullopt;
-    Piece copy = *single;
-    copy.dest = StridedView{*shard, row_major_strides(copy.shape)};
-    entry.shard_shape = Extents{*shard + *extra};
-    entry.pieces.push_back(std::move(copy));
+    if (chosen == entry.pieces.end()) continue;
+    if (!append_growing_shard(entry, *chosen, true)) return std::nullopt;
     return doubled;
   }
   return std::nullopt;
@@ -279,14 +288,9 @@ std::optional<Map> with_scaled_twin(const Map& map) {
   Map twinned = map;
   for (RankEntry& entry : twinned.ranks) {
     if (!entry.shard_shape || entry.pieces.empty()) continue;
-    const Piece& piece = entry.pieces.front();
-    const auto shard = checked_numel(*entry.shard_shape);
-    const auto extra = checked_numel(piece.shape);
-    if (!shard || !extra || *extra <= 0 || *shard > (Index{1} << 40) || *extra > (Index{1} << 40)) return std::nullopt;
-    Piece twin = piece;
+    Piece twin = entry.pieces.front();
     twin.scale *= 2.0;
-    entry.shard_shape = Extents{*shard + *extra};
-    entry.pieces.push_back(std::move(twin));
+    if (!append_growing_shard(entry, std::move(twin), false)) return std::nullopt;
     return twinned;
   }
   return std::nullopt;
@@ -418,12 +422,16 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
   // Fully valid = conditions 1-6 by the reference model and, for a rebuild, condition 7
   // (replica data) by the clean strict policy on the very shards the oracle converted. An
   // extract reads no shard data, so 1-6 decide it alone.
-  std::optional<bool> map_valid;
+  // The reference model's verdict on the map, computed once, when a judgement needs it.
+  std::optional<oracles::ReferenceVerdict> reference;
+  auto reference_verdict = [&]() -> const oracles::ReferenceVerdict& {
+    if (!reference) reference = oracles::reference_check(c.map);
+    return *reference;
+  };
   std::optional<Result<oracles::CaseOutcome>> strict;
   auto fully_valid = [&](const oracles::OpOutcome& op) {
     if (op.digest_ignored) return false;
-    if (!map_valid) map_valid = oracles::reference_check(c.map).valid();
-    if (!*map_valid || (op.op == Op::rebuild && !result.valid_layout)) return false;
+    if (!reference_verdict().valid() || (op.op == Op::rebuild && !result.valid_layout)) return false;
     if (options.target.empty()) return true;
     // Another implementation's wrong tensor on a valid map is its own bug unless the
     // strict policy, on the same case, is wrong the same way (a different layout).
@@ -497,8 +505,7 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
   }
   if (options.oracle == oracles::OracleKind::truth && !result.no_correct_rebuild &&
       result.verdict != Outcome::exact) {
-    if (!map_valid) map_valid = oracles::reference_check(c.map).valid();
-    if (equivalent_to_truth(c, *map_valid)) {
+    if (equivalent_to_truth(c, reference_verdict().valid())) {
       bool reported = reference_disagrees;
       for (std::size_t i = 0; i < result.ops.size(); ++i) {
         const oracles::OpOutcome& op = result.ops[i];
@@ -536,26 +543,24 @@ Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
   // Strict promises a refusal for every map that breaks conditions 1-6 or section 1.2,
   // whatever the data: a tensor returned for one is a bug even when it happens to be
   // the right one (a scale on integers moved bit for bit, say).
-  if (result.policy == Policy::strict && !evaluation.finding && !c.map_text) {
-    for (const auto& op : result.ops) {
-      if (op.verdict != Outcome::exact) continue;
-      const oracles::ReferenceVerdict reference = oracles::reference_check(c.map);
-      std::optional<Error> refusal = reference.error;
-      if (reference.refused_only_by_stride_rule || reference.too_large) refusal.reset();
-      if (reference.valid()) {
-        if (Status scale = oracles::reference_scale_refusal(c.map, c.dtype, c.scale_power); !scale.ok()) {
-          refusal = scale.error();
-        }
+  const auto accepted = std::find_if(result.ops.begin(), result.ops.end(),
+                                     [](const oracles::OpOutcome& op) { return op.verdict == Outcome::exact; });
+  if (result.policy == Policy::strict && !evaluation.finding && !c.map_text && accepted != result.ops.end()) {
+    const oracles::ReferenceVerdict& verdict = reference_verdict();
+    std::optional<Error> refusal = verdict.error;
+    if (verdict.refused_only_by_stride_rule || verdict.too_large) refusal.reset();
+    if (verdict.valid()) {
+      if (Status scale = oracles::reference_scale_refusal(c.map, c.dtype, c.scale_power); !scale.ok()) {
+        refusal = scale.error();
       }
-      if (refusal) {
-        evaluation.finding = make_finding(
-            c,
-            fmt::format("strict-accepts:{}:{}:{}/{}", op_name(op.op), kind_name(refusal->kind),
-                        constructor_label(c), corruption_label(c)),
-            fmt::format("strict conversion returned a tensor for a map the reference model refuses: {}",
-                        refusal->to_string()));
-      }
-      break;
+    }
+    if (refusal) {
+      evaluation.finding = make_finding(
+          c,
+          fmt::format("strict-accepts:{}:{}:{}/{}", op_name(accepted->op), kind_name(refusal->kind),
+                      constructor_label(c), corruption_label(c)),
+          fmt::format("strict conversion returned a tensor for a map the reference model refuses: {}",
+                      refusal->to_string()));
     }
   }
   // A case that states what strict must do (a damaged replica in the supplied shards, a
