@@ -736,5 +736,95 @@ TEST(CrossCheck, MatchesNaiveModelOnSmallRandomMaps) {
   EXPECT_GT(compared - refused, 1000);
 }
 
+// ---- large maps read on several threads ---------------------------------------------
+
+// A 256 x 256 grid of 4 x 4 boxes over 8 ranks: 65,536 pieces, enough for check_map to
+// read the pieces on several threads.
+Map large_grid() {
+  constexpr Index kPerSide = 256, kBox = 4, kSide = kPerSide * kBox;
+  std::vector<std::vector<Piece>> lists(8);
+  for (Index i = 0; i < kPerSide; ++i) {
+    for (Index j = 0; j < kPerSide; ++j) {
+      auto& list = lists[static_cast<std::size_t>((i * kPerSide + j) % 8)];
+      const Index at = static_cast<Index>(list.size());
+      list.push_back(P({kBox, kBox}, i * kBox * kSide + j * kBox, {kSide, 1}, at * kBox * kBox, {kBox, 1},
+                       {static_cast<Rank>((i * kPerSide + j) % 8)}));
+    }
+  }
+  Map map;
+  map.logical_shape = {kSide, kSide};
+  for (Rank r = 0; r < 8; ++r) {
+    auto& list = lists[static_cast<std::size_t>(r)];
+    const Index rows = static_cast<Index>(list.size()) * kBox;
+    map.ranks.push_back(R(r, Extents{rows, kBox}, std::move(list)));
+  }
+  return map;
+}
+
+// The same verdict and error on 1, 2 and 8 threads, with the box proof and without.
+Status same_on_any_thread_count(const Map& map) {
+  CheckOptions one;
+  one.threads = 1;
+  const Status want = check_map(map, one);
+  for (const int threads : {2, 8}) {
+    for (const bool boxes : {true, false}) {
+      CheckOptions options;
+      options.threads = threads;
+      options.box_proof = boxes;
+      const Status got = check_map(map, options);
+      EXPECT_EQ(got.ok(), want.ok()) << threads << " threads";
+      if (!got.ok() && !want.ok()) {
+        EXPECT_EQ(got.error().to_string(), want.error().to_string()) << threads << " threads, boxes " << boxes;
+      }
+    }
+  }
+  return want;
+}
+
+TEST(LargeThreads, ValidGridOnAnyThreadCount) { EXPECT_TRUE(same_on_any_thread_count(large_grid()).ok()); }
+
+TEST(LargeThreads, FirstPieceFaultInCheckOrderWhateverTheThreads) {
+  Map map = large_grid();
+  // Faults on a late piece of rank 6 and an early and a late one of rank 2: rank 2's
+  // first piece in content order is reported, as on one thread.
+  map.ranks[6].pieces[8000].scale = 0.0;
+  map.ranks[2].pieces[8100].source.strides[0] = -1;
+  map.ranks[2].pieces[7].locations = {};
+  Status verdict = same_on_any_thread_count(map);
+  ASSERT_FALSE(verdict.ok());
+  EXPECT_EQ(verdict.error().kind, ErrorKind::format);
+  EXPECT_EQ(verdict.error().rank, 2);
+  EXPECT_EQ(verdict.error().piece, 7);
+}
+
+TEST(LargeThreads, ARankFaultAndPieceFaultsKeepTheirOrder) {
+  Map map = large_grid();
+  map.ranks[4].pieces[3].scale = std::numeric_limits<double>::infinity();
+  map.ranks[1].shard_shape = Extents{-1, 4};  // a fault of rank 1 itself
+  Status verdict = same_on_any_thread_count(map);
+  ASSERT_FALSE(verdict.ok());
+  EXPECT_EQ(verdict.error().rank, 1);  // before rank 4's piece
+  EXPECT_EQ(verdict.error().piece, std::nullopt);
+
+  map.ranks[0].pieces[8000].dest.offset = -3;  // a piece of a rank before rank 1
+  verdict = same_on_any_thread_count(map);
+  ASSERT_FALSE(verdict.ok());
+  EXPECT_EQ(verdict.error().rank, 0);
+  EXPECT_EQ(verdict.error().piece, 8000);
+}
+
+TEST(LargeThreads, ConditionsAfterTheFirstOnAnyThreadCount) {
+  Map map = large_grid();
+  map.ranks[3].pieces[500].locations = {3, 5};  // a holders error, found by the sweeps
+  Status verdict = same_on_any_thread_count(map);
+  ASSERT_FALSE(verdict.ok());
+  EXPECT_EQ(verdict.error().kind, ErrorKind::holders);
+  map = large_grid();
+  map.ranks[7].pieces[1].source.offset += 1;  // leaves an element of F uncovered
+  verdict = same_on_any_thread_count(map);
+  ASSERT_FALSE(verdict.ok());
+  EXPECT_EQ(verdict.error().kind, ErrorKind::uncovered);
+}
+
 }  // namespace
 }  // namespace shardcheck

@@ -7,11 +7,26 @@
 #include <cstdint>
 #include <limits>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace shardcheck {
 
 namespace {
 
 constexpr Index kNoAddress = std::numeric_limits<Index>::max();
+constexpr std::uint8_t kNoFault = 0xff;
+// Below this many pieces prepare reads them on one thread.
+constexpr std::int64_t kParallelPieces = std::int64_t{1} << 15;
+
+int thread_count(int threads) {
+#ifdef _OPENMP
+  return threads > 0 ? threads : omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
 
 struct Axis {
   Index stride;
@@ -49,11 +64,18 @@ struct PieceInfo {
   bool runs_representable = false;
   bool empty = true;
   bool own_ok = false;   // locations name the listing rank
+  bool box = false;      // non-empty, and a box of F and of its shard (BoxScratch)
+  bool one_location = false;  // and which: assign_classes groups on it
+  Rank loc_first = 0;
   Index numel = 0;
-  SpanFacts src;
-  SpanFacts dst;
-  Layout src_layout;
-  Layout dst_layout;
+  Index src_max = -1;  // the last address each view touches
+  Index dst_max = -1;
+};
+
+// The run layouts of one piece, built only when the run sweeps or condition 3 need them.
+struct PieceLayouts {
+  Layout src;
+  Layout dst;
 };
 
 struct RankInfo {
@@ -62,6 +84,9 @@ struct RankInfo {
   Index shard_numel = 0;
   std::int32_t first = 0;  // its pieces are [first, last) in Scratch::pieces
   std::int32_t last = 0;
+  bool box_side = false;      // its pieces' boxes are looked for (prepare)
+  std::size_t dst_base = 0;   // its pieces' shard boxes in BoxScratch::dst_lo_hi
+  std::size_t strides_base = 0;  // its shard's row-major strides in BoxScratch::shard_strides
 };
 
 // A contiguous address interval [start, start + len) written or read by one piece.
@@ -79,6 +104,9 @@ struct Scratch {
   std::vector<std::int32_t> order;
   std::vector<Rank> rank_ids;
   std::vector<Run> runs;
+  std::vector<PieceLayouts> layouts;  // per piece, as `pieces`
+  std::vector<std::pair<Rank, std::int32_t>> keyed;  // (location, piece)
+  std::vector<std::uint8_t> faults;                  // per piece: its PieceFault or kNoFault
   std::vector<Axis> axes;  // outer axes of every Layout
   std::vector<std::pair<Index, std::int32_t>> heap;  // (end, run) of active source runs
   std::vector<std::int32_t> piece_active;
@@ -95,6 +123,41 @@ Scratch& scratch() {
 }
 
 PieceAt at(const PieceInfo& p) { return PieceAt{p.rank, p.written, p.piece}; }
+
+struct BoxScratch {
+  std::vector<Index> lo_hi;  // per piece and axis: lo, hi (source side)
+  std::vector<Index> dst_lo_hi;
+  std::vector<std::vector<std::pair<Index, std::int32_t>>> events;  // per level
+  std::vector<std::vector<std::int32_t>> active;                    // per level
+  std::vector<std::vector<std::int32_t>> slots;  // per level: a box's place in `active`
+  Strides full_strides;
+  Strides shard_strides;
+  std::vector<std::uint32_t> counts;                  // sort_events
+  std::vector<std::pair<Index, std::int32_t>> sorted;  // sort_events
+};
+
+BoxScratch& box_scratch() {
+  thread_local BoxScratch b;
+  return b;
+}
+
+// Writes lo/hi of the box `view` spans in a row-major buffer of `extents` (with
+// `strides` = its row-major strides), or returns false when the view is not such a box.
+// The caller has checked bounds, so offset < numel(extents).
+bool as_box(const Extents& shape, const StridedView& view, const Extents& extents, const Index* strides,
+            Index* out) {
+  if (shape.size() != extents.size() || extents.empty()) return false;
+  Index rest = view.offset;
+  for (std::size_t k = 0; k < extents.size(); ++k) {
+    if (shape[k] > 1 && view.strides[k] != strides[k]) return false;
+    const Index start = strides[k] > 0 ? rest / strides[k] : 0;
+    rest -= start * strides[k];
+    if (start >= extents[k] || shape[k] > extents[k] - start) return false;
+    out[2 * k] = start;
+    out[2 * k + 1] = start + shape[k];
+  }
+  return rest == 0;
+}
 
 // ---- condition 1 -----------------------------------------------------------------
 
@@ -122,8 +185,8 @@ std::optional<PieceFault> piece_structure(PieceInfo& p) {
   p.sound = true;
   p.runs_representable = src->max_address < std::numeric_limits<Index>::max() &&
                          dst->max_address < std::numeric_limits<Index>::max();
-  p.src = *src;
-  p.dst = *dst;
+  p.src_max = src->max_address;
+  p.dst_max = dst->max_address;
   p.numel = src->numel;
   p.empty = src->empty;
   const auto& loc = piece.locations;
@@ -138,7 +201,9 @@ std::optional<PieceFault> piece_structure(PieceInfo& p) {
 
 // Orders ranks and pieces, fills Scratch, and returns the first condition-1 error.
 // `logical_ok` tells whether F's numel is known (later conditions need it).
-Status prepare(const Map& map, Scratch& s, Index& numel_f, bool& logical_ok) {
+// With `boxes`, also finds each piece's boxes (PieceInfo::box) in the same pass over
+// the map, so a large map's pieces are read from memory once.
+Status prepare(const Map& map, Scratch& s, Index& numel_f, bool& logical_ok, bool boxes = false, int threads = 1) {
   s.pieces.clear();
   s.ranks.clear();
   s.order.clear();
@@ -159,6 +224,17 @@ Status prepare(const Map& map, Scratch& s, Index& numel_f, bool& logical_ok) {
   }
 
   const auto rank_count = static_cast<std::int32_t>(map.ranks.size());
+  std::size_t piece_total = 0;
+  for (const RankEntry& entry : map.ranks) piece_total += entry.pieces.size();
+  s.pieces.reserve(piece_total);
+  BoxScratch& b = box_scratch();
+  const std::size_t dims = map.logical_shape.size();
+  boxes = boxes && logical_ok && dims > 0;
+  if (boxes) {
+    b.full_strides = row_major_strides(map.logical_shape);
+    b.lo_hi.resize(piece_total * dims * 2);
+    b.dst_lo_hi.clear();
+  }
   for (std::int32_t i = 0; i < rank_count; ++i) s.order.push_back(i);
   std::sort(s.order.begin(), s.order.end(), [&](std::int32_t a, std::int32_t b) {
     if (map.ranks[a].rank != map.ranks[b].rank) return map.ranks[a].rank < map.ranks[b].rank;
@@ -169,6 +245,8 @@ Status prepare(const Map& map, Scratch& s, Index& numel_f, bool& logical_ok) {
     if (s.rank_ids.empty() || s.rank_ids.back() != id) s.rank_ids.push_back(id);
   }
 
+  b.shard_strides.clear();
+  std::int32_t first_error_rank = rank_count;  // the rank whose fields failed first, if any
   for (std::int32_t oi = 0; oi < rank_count; ++oi) {
     const RankEntry& entry = map.ranks[s.order[oi]];
     RankInfo info;
@@ -195,35 +273,90 @@ Status prepare(const Map& map, Scratch& s, Index& numel_f, bool& logical_ok) {
 
     info.first = static_cast<std::int32_t>(s.pieces.size());
     const auto piece_count = static_cast<std::int32_t>(entry.pieces.size());
-    const std::size_t sort_from = s.order.size();
-    for (std::int32_t k = 0; k < piece_count; ++k) s.order.push_back(k);
-    auto begin = s.order.begin() + static_cast<std::ptrdiff_t>(sort_from);
-    std::sort(begin, s.order.end(), [&](std::int32_t a, std::int32_t b) {
-      if (content_less(entry.pieces[a], entry.pieces[b])) return true;
-      if (content_less(entry.pieces[b], entry.pieces[a])) return false;
-      return a < b;
-    });
+    // Content order starts with the source offset, which nearly always decides it, and
+    // constructors list pieces in that order already.
+    auto& keys = s.keyed;
+    keys.clear();
+    for (std::int32_t k = 0; k < piece_count; ++k) keys.emplace_back(entry.pieces[k].source.offset, k);
+    auto by_content = [&](const std::pair<Index, std::int32_t>& a, const std::pair<Index, std::int32_t>& b) {
+      if (a.first != b.first) return a.first < b.first;
+      const Piece& x = entry.pieces[a.second];
+      const Piece& y = entry.pieces[b.second];
+      if (content_less(x, y)) return true;
+      if (content_less(y, x)) return false;
+      return a.second < b.second;
+    };
+    if (!std::is_sorted(keys.begin(), keys.end(), by_content)) std::sort(keys.begin(), keys.end(), by_content);
     auto slot = std::lower_bound(s.rank_ids.begin(), s.rank_ids.end(), entry.rank) - s.rank_ids.begin();
-    for (auto it = begin; it != s.order.end(); ++it) {
+    for (const auto& key : keys) {
       PieceInfo p;
-      p.piece = &entry.pieces[*it];
+      p.piece = &entry.pieces[key.second];
       p.rank = entry.rank;
-      p.written = *it;
+      p.written = key.second;
       p.rank_slot = static_cast<std::int32_t>(slot);
       p.owner = static_cast<std::int32_t>(s.ranks.size());
       s.pieces.push_back(p);
     }
-    s.order.resize(sort_from);
     info.last = static_cast<std::int32_t>(s.pieces.size());
 
-    for (std::int32_t g = info.first; g < info.last; ++g) {
-      PieceInfo& p = s.pieces[g];
-      auto broken = piece_structure(p);
-      // A piece on a broken shard is not sound either: its dest cannot be checked.
-      p.sound = p.sound && info.shard_sound;
-      if (broken && first.ok()) note(fault::piece(*broken, at(p)));
+    const std::size_t rd = entry.shard_shape ? entry.shard_shape->size() : 0;
+    if (boxes && info.shard_sound && rd > 0) {
+      info.box_side = true;
+      info.strides_base = b.shard_strides.size();
+      const Strides strides = row_major_strides(*entry.shard_shape);
+      b.shard_strides.insert(b.shard_strides.end(), strides.begin(), strides.end());
+      info.dst_base = b.dst_lo_hi.size();
+      b.dst_lo_hi.resize(info.dst_base + static_cast<std::size_t>(piece_count) * rd * 2);
     }
+    // A rank's own faults come before its pieces' faults, and after those of the ranks
+    // before it.
+    if (!first.ok() && first_error_rank == rank_count) first_error_rank = oi;
     s.ranks.push_back(info);
+  }
+
+  // Each piece on its own, in parallel for a large map: the pieces' fields are most of
+  // the memory a check reads. The first fault in check order is reported, whatever the
+  // thread count.
+  const auto total = static_cast<std::int64_t>(s.pieces.size());
+  s.faults.assign(s.pieces.size(), kNoFault);
+#pragma omp parallel for schedule(static) if (total >= kParallelPieces && threads != 1) num_threads(thread_count(threads))
+  for (std::int64_t g = 0; g < total; ++g) {
+    // The pieces' vectors lie anywhere in memory: ask for a later piece's early.
+    constexpr std::int64_t kAhead = 8;
+    if (g + kAhead < total) {
+      const Piece& later = *s.pieces[static_cast<std::size_t>(g + kAhead)].piece;
+      __builtin_prefetch(later.shape.data());
+      __builtin_prefetch(later.source.strides.data());
+      __builtin_prefetch(later.dest.strides.data());
+      __builtin_prefetch(later.locations.data());
+    }
+    PieceInfo& p = s.pieces[static_cast<std::size_t>(g)];
+    const RankInfo& info = s.ranks[static_cast<std::size_t>(p.owner)];
+    auto broken = piece_structure(p);
+    // A piece on a broken shard is not sound either: its dest cannot be checked.
+    p.sound = p.sound && info.shard_sound;
+    if (broken) s.faults[static_cast<std::size_t>(g)] = static_cast<std::uint8_t>(*broken);
+    const auto& loc = p.piece->locations;
+    p.own_ok = std::find(loc.begin(), loc.end(), p.rank) != loc.end();
+    p.one_location = loc.size() == 1;
+    p.loc_first = loc.empty() ? 0 : loc[0];
+    // as_box refuses a view outside its buffer, so this may run before condition 2.
+    if (info.box_side && p.sound && p.runs_representable && !p.empty) {
+      const Extents& shard = *info.entry->shard_shape;
+      const std::size_t rd = shard.size();
+      p.box = as_box(p.piece->shape, p.piece->source, map.logical_shape, b.full_strides.data(),
+                     &b.lo_hi[static_cast<std::size_t>(g) * dims * 2]) &&
+              as_box(p.piece->shape, p.piece->dest, shard, b.shard_strides.data() + info.strides_base,
+                     &b.dst_lo_hi[info.dst_base + static_cast<std::size_t>(g - info.first) * rd * 2]);
+    }
+  }
+  if (first.ok() || first_error_rank < rank_count) {
+    for (std::size_t g = 0; g < s.pieces.size(); ++g) {
+      if (s.faults[g] == kNoFault) continue;
+      const PieceInfo& p = s.pieces[g];
+      if (first.ok() || p.owner < first_error_rank) first = fault::piece(static_cast<PieceFault>(s.faults[g]), at(p));
+      break;
+    }
   }
   return first;
 }
@@ -234,9 +367,9 @@ Status check_bounds(const Scratch& s, Index numel_f) {
   for (const PieceInfo& p : s.pieces) {
     if (!p.sound || p.empty) continue;
     const Index shard_numel = s.ranks[p.owner].shard_numel;
-    if (p.src.max_address >= numel_f) return fault::out_of_bounds(at(p), Side::full, p.src.max_address, numel_f);
-    if (p.dst.max_address >= shard_numel) {
-      return fault::out_of_bounds(at(p), Side::shard, p.dst.max_address, shard_numel);
+    if (p.src_max >= numel_f) return fault::out_of_bounds(at(p), Side::full, p.src_max, numel_f);
+    if (p.dst_max >= shard_numel) {
+      return fault::out_of_bounds(at(p), Side::shard, p.dst_max, shard_numel);
     }
   }
   return {};
@@ -309,31 +442,34 @@ void emit_runs(const Layout& layout, const Axis* axes, Index offset, std::int32_
 }
 
 void emit_source_runs(const Scratch& s, std::int32_t g, std::vector<Run>& out) {
-  const PieceInfo& p = s.pieces[g];
-  emit_runs(p.src_layout, s.axes.data() + p.src_layout.axes_begin, p.piece->source.offset, g, out);
+  const Layout& layout = s.layouts[static_cast<std::size_t>(g)].src;
+  emit_runs(layout, s.axes.data() + layout.axes_begin, s.pieces[g].piece->source.offset, g, out);
 }
 
 void emit_dest_runs(const Scratch& s, std::int32_t g, std::vector<Run>& out) {
-  const PieceInfo& p = s.pieces[g];
-  emit_runs(p.dst_layout, s.axes.data() + p.dst_layout.axes_begin, p.piece->dest.offset, g, out);
+  const Layout& layout = s.layouts[static_cast<std::size_t>(g)].dst;
+  emit_runs(layout, s.axes.data() + layout.axes_begin, s.pieces[g].piece->dest.offset, g, out);
 }
 
 void build_layouts(Scratch& s) {
   s.axes.clear();
-  for (PieceInfo& p : s.pieces) {
+  s.layouts.assign(s.pieces.size(), PieceLayouts{});
+  for (std::size_t g = 0; g < s.pieces.size(); ++g) {
+    const PieceInfo& p = s.pieces[g];
     if (!p.sound || p.empty) continue;
-    p.src_layout = make_layout(p.piece->shape, p.piece->source.strides, s.axes);
-    p.dst_layout = make_layout(p.piece->shape, p.piece->dest.strides, s.axes);
+    s.layouts[g].src = make_layout(p.piece->shape, p.piece->source.strides, s.axes);
+    s.layouts[g].dst = make_layout(p.piece->shape, p.piece->dest.strides, s.axes);
   }
 }
 
 // Total runs the sweeps will build, or nullopt when it exceeds `limit`.
 std::optional<Index> total_runs(const Scratch& s, bool with_dest, Index limit) {
   Index total = 0;
-  for (const PieceInfo& p : s.pieces) {
+  for (std::size_t g = 0; g < s.pieces.size(); ++g) {
+    const PieceInfo& p = s.pieces[g];
     if (!p.sound || p.empty) continue;
-    auto add = checked_add(total, p.src_layout.runs);
-    if (add && with_dest) add = checked_add(*add, p.dst_layout.runs);
+    auto add = checked_add(total, s.layouts[g].src.runs);
+    if (add && with_dest) add = checked_add(*add, s.layouts[g].dst.runs);
     if (!add || *add > limit) return std::nullopt;
     total = *add;
   }
@@ -341,10 +477,11 @@ std::optional<Index> total_runs(const Scratch& s, bool with_dest, Index limit) {
 }
 
 Status check_itself(const Scratch& s) {
-  for (const PieceInfo& p : s.pieces) {
+  for (std::size_t g = 0; g < s.pieces.size(); ++g) {
+    const PieceInfo& p = s.pieces[g];
     if (!p.sound || p.empty) continue;
-    const bool src_ok = p.src_layout.unique;
-    if (src_ok && p.dst_layout.unique) continue;
+    const bool src_ok = s.layouts[g].src.unique;
+    if (src_ok && s.layouts[g].dst.unique) continue;
     return fault::overlaps_itself(at(p), src_ok ? Side::shard : Side::full);
   }
   return {};
@@ -415,27 +552,53 @@ Status check_rank_tiling(Scratch& s, const RankInfo& r) {
 // ---- conditions 5 and 6 -------------------------------------------------------------
 
 void assign_classes(Scratch& s) {
-  auto& order = s.order;
-  order.clear();
-  for (std::int32_t g = 0; g < static_cast<std::int32_t>(s.pieces.size()); ++g) {
-    if (s.pieces[g].sound) order.push_back(g);
-  }
-  std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-    return s.pieces[a].piece->locations < s.pieces[b].piece->locations;
-  });
   s.class_size.clear();
-  const std::vector<Rank>* previous = nullptr;
-  for (std::int32_t g : order) {
-    const auto& loc = s.pieces[g].piece->locations;
-    if (!previous || *previous != loc) {
-      s.class_size.push_back(static_cast<std::int32_t>(loc.size()));
-      previous = &loc;
-    }
-    s.pieces[g].loc_class = static_cast<std::int32_t>(s.class_size.size()) - 1;
+  bool single = true;     // every sound piece has one location
+  bool own_single = true;  // ... and it is the piece's own rank
+  for (const PieceInfo& p : s.pieces) {
+    if (!p.sound) continue;
+    single = single && p.one_location;
+    own_single = own_single && p.one_location && p.loc_first == p.rank;
   }
-  for (PieceInfo& p : s.pieces) {
-    const auto& loc = p.piece->locations;
-    p.own_ok = std::find(loc.begin(), loc.end(), p.rank) != loc.end();
+  if (own_single) {
+    // Pieces are in rank order, so the classes are the ranks, in that order.
+    const PieceInfo* previous = nullptr;
+    for (PieceInfo& p : s.pieces) {
+      if (!p.sound) continue;
+      if (!previous || previous->rank != p.rank) s.class_size.push_back(1);
+      p.loc_class = static_cast<std::int32_t>(s.class_size.size()) - 1;
+      previous = &p;
+    }
+  } else if (single) {
+    // A flat sort of (location, piece): the location vectors are not read again.
+    auto& keyed = s.keyed;
+    keyed.clear();
+    for (std::int32_t g = 0; g < static_cast<std::int32_t>(s.pieces.size()); ++g) {
+      if (s.pieces[g].sound) keyed.emplace_back(s.pieces[g].loc_first, g);
+    }
+    std::sort(keyed.begin(), keyed.end());
+    for (std::size_t k = 0; k < keyed.size(); ++k) {
+      if (k == 0 || keyed[k].first != keyed[k - 1].first) s.class_size.push_back(1);
+      s.pieces[keyed[k].second].loc_class = static_cast<std::int32_t>(s.class_size.size()) - 1;
+    }
+  } else {
+    auto& order = s.order;
+    order.clear();
+    for (std::int32_t g = 0; g < static_cast<std::int32_t>(s.pieces.size()); ++g) {
+      if (s.pieces[g].sound) order.push_back(g);
+    }
+    std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+      return s.pieces[a].piece->locations < s.pieces[b].piece->locations;
+    });
+    const std::vector<Rank>* previous = nullptr;
+    for (std::int32_t g : order) {
+      const auto& loc = s.pieces[g].piece->locations;
+      if (!previous || *previous != loc) {
+        s.class_size.push_back(static_cast<std::int32_t>(loc.size()));
+        previous = &loc;
+      }
+      s.pieces[g].loc_class = static_cast<std::int32_t>(s.class_size.size()) - 1;
+    }
   }
 }
 
@@ -599,43 +762,39 @@ Status check_full_side(Scratch& s, Index numel_f, const PlantedBugs& bugs) {
 // map to the run sweeps, which find the exact error and so keep the reported error
 // where the contract puts it.
 
-struct BoxScratch {
-  std::vector<Index> lo_hi;  // per piece and axis: lo, hi (source side)
-  std::vector<Index> dst_lo_hi;
-  std::vector<std::vector<std::pair<Index, std::int32_t>>> events;  // per level
-  std::vector<std::vector<std::int32_t>> active;                    // per level
-  std::vector<std::vector<std::int32_t>> slots;  // per level: a box's place in `active`
-  Strides full_strides;
-  Strides shard_strides;
-};
 
-BoxScratch& box_scratch() {
-  thread_local BoxScratch b;
-  return b;
+using Events = std::vector<std::pair<Index, std::int32_t>>;
+
+// Sorts events by key(event), a value in [0, keys): by counting when the keys are few
+// next to the events (boxes of a grid share their boundaries), else by `less`, which
+// must order them the same way up to ties. The sweeps' verdicts do not depend on the
+// order of events with one key.
+template <class Key, class Less>
+void sort_events(BoxScratch& b, Events& ev, Index keys, Key key, Less less) {
+  if (keys > static_cast<Index>(4 * ev.size() + 1024)) {
+    std::sort(ev.begin(), ev.end(), less);
+    return;
+  }
+  auto& counts = b.counts;
+  counts.assign(static_cast<std::size_t>(keys) + 1, 0);
+  for (const auto& e : ev) ++counts[static_cast<std::size_t>(key(e)) + 1];
+  for (std::size_t k = 1; k < counts.size(); ++k) counts[k] += counts[k - 1];
+  b.sorted.resize(ev.size());
+  for (const auto& e : ev) b.sorted[counts[static_cast<std::size_t>(key(e))]++] = e;
+  ev.swap(b.sorted);
 }
 
-// Writes lo/hi of the box `view` spans in a row-major buffer of `extents` (with
-// `strides` = its row-major strides), or returns false when the view is not such a box.
-// The caller has checked bounds, so offset < numel(extents).
-bool as_box(const Extents& shape, const StridedView& view, const Extents& extents, const Strides& strides,
-            Index* out) {
-  if (shape.size() != extents.size() || extents.empty()) return false;
-  Index rest = view.offset;
-  for (std::size_t k = 0; k < extents.size(); ++k) {
-    if (shape[k] > 1 && view.strides[k] != strides[k]) return false;
-    const Index start = strides[k] > 0 ? rest / strides[k] : 0;
-    rest -= start * strides[k];
-    if (start >= extents[k] || shape[k] > extents[k] - start) return false;
-    out[2 * k] = start;
-    out[2 * k + 1] = start + shape[k];
-  }
-  return rest == 0;
+// A key count for coordinates in [0, extent], each with `per` keys, or one that makes
+// sort_events compare instead when that count would be huge.
+Index event_keys(Index extent, Index per) {
+  return extent < (Index{1} << 40) ? (extent + 1) * per : std::numeric_limits<Index>::max();
 }
 
 struct BoxSweep {
   Scratch& s;
   BoxScratch& b;
-  const std::vector<Index>* boxes = nullptr;  // lo/hi, 2 * dims per piece
+  const Index* boxes = nullptr;  // lo/hi, 2 * dims per piece from piece `first` on
+  std::int32_t first = 0;
   const Extents* extents = nullptr;
   std::size_t dims = 0;
   bool full_side = false;  // conditions 5-6 (else: one rank's tiling, condition 4)
@@ -643,20 +802,31 @@ struct BoxSweep {
   Index work = 0;
   Index budget = 0;
 
-  Index lo(std::int32_t g, std::size_t k) const { return (*boxes)[(static_cast<std::size_t>(g) * dims + k) * 2]; }
+  Index lo(std::int32_t g, std::size_t k) const { return boxes[(static_cast<std::size_t>(g - first) * dims + k) * 2]; }
   Index hi(std::int32_t g, std::size_t k) const {
-    return (*boxes)[(static_cast<std::size_t>(g) * dims + k) * 2 + 1];
+    return boxes[(static_cast<std::size_t>(g - first) * dims + k) * 2 + 1];
   }
 
   // The innermost axis of one slab, its boxes in `present`.
   bool leaf(const std::vector<std::int32_t>& present) {
     const std::size_t k = dims - 1;
+    if (present.size() == 1) {
+      // One box must span the axis alone; on the full side it must be a single holder
+      // on its own rank (the counters below, for one piece).
+      const std::int32_t g = present[0];
+      ++work;
+      if (lo(g, k) != 0 || hi(g, k) != (*extents)[k]) return false;
+      if (!full_side) return true;
+      const PieceInfo& p = s.pieces[g];
+      return p.own_ok && (!count_holders || p.piece->locations.size() == 1);
+    }
     auto& ev = b.events[k];
     ev.clear();
     for (std::int32_t g : present) {
       ev.emplace_back(lo(g, k), g);
     }
-    std::sort(ev.begin(), ev.end());
+    sort_events(b, ev, event_keys((*extents)[k], 1), [](const auto& e) { return e.first; },
+                [](const auto& x, const auto& y) { return x < y; });
     work += static_cast<Index>(ev.size());
     const Index end = (*extents)[k];
     if (!full_side) {
@@ -730,10 +900,12 @@ struct BoxSweep {
       ev.emplace_back(hi(g, k), ~g);  // an end: complemented id
     }
     // At one coordinate, ends before starts: boxes that only touch do not overlap.
-    std::sort(ev.begin(), ev.end(), [](const auto& x, const auto& y) {
-      if (x.first != y.first) return x.first < y.first;
-      return (x.second < 0) > (y.second < 0);
-    });
+    sort_events(b, ev, event_keys((*extents)[k], 2),
+                [](const auto& e) { return e.first * 2 + (e.second < 0 ? 0 : 1); },
+                [](const auto& x, const auto& y) {
+                  if (x.first != y.first) return x.first < y.first;
+                  return (x.second < 0) > (y.second < 0);
+                });
     auto& cur = b.active[k];
     auto& slot = b.slots[k];
     cur.clear();
@@ -776,23 +948,26 @@ void grow_levels(BoxScratch& b, std::size_t dims, std::size_t pieces) {
   }
 }
 
-// True when conditions 4-6 are proven to hold; false leaves the decision to the runs.
+// Whether prepare found every piece a box, on both sides. Only then can the sweeps below
+// decide conditions 4-6, and no piece overlaps itself (a box of a row-major buffer never
+// does, even by the conservative rule of condition 3), so no run layout is built at all.
+bool all_boxes(const Scratch& s, const Map& map) {
+  if (map.logical_shape.empty() || s.pieces.empty()) return false;
+  for (const RankInfo& r : s.ranks) {
+    if (r.first == r.last) continue;
+    if (!r.shard_sound || !r.entry->shard_shape || r.entry->shard_shape->empty()) return false;
+  }
+  return std::all_of(s.pieces.begin(), s.pieces.end(), [](const PieceInfo& p) {
+    return p.sound && p.runs_representable && (p.empty || p.box);
+  });
+}
+
+// True when conditions 4-6 are proven to hold on the boxes find_boxes found; false
+// leaves the decision to the runs.
 bool box_proof(Scratch& s, const Map& map, const PlantedBugs& bugs) {
   const std::size_t dims = map.logical_shape.size();
-  if (dims == 0 || s.pieces.empty()) return false;
   BoxScratch& b = box_scratch();
-  b.full_strides = row_major_strides(map.logical_shape);
   const std::size_t n = s.pieces.size();
-  b.lo_hi.resize(n * dims * 2);
-  b.dst_lo_hi.clear();
-  for (std::size_t g = 0; g < n; ++g) {
-    const PieceInfo& p = s.pieces[g];
-    if (!p.sound || !p.runs_representable) return false;
-    if (p.empty) continue;
-    if (!as_box(p.piece->shape, p.piece->source, map.logical_shape, b.full_strides, &b.lo_hi[g * dims * 2])) {
-      return false;
-    }
-  }
   assign_classes(s);
   for (const PieceInfo& p : s.pieces) {
     if (p.empty && !p.own_ok) return false;  // a holders error of an empty piece
@@ -809,23 +984,15 @@ bool box_proof(Scratch& s, const Map& map, const PlantedBugs& bugs) {
     if (written != r.shard_numel) return false;
     if (r.shard_numel == 0) continue;
     const Extents& shard = *r.entry->shard_shape;
-    const std::size_t rd = shard.size();
-    if (rd == 0) return false;
-    b.shard_strides = row_major_strides(shard);
-    b.dst_lo_hi.resize(n * rd * 2);
     present.clear();
     for (std::int32_t g = r.first; g < r.last; ++g) {
-      const PieceInfo& p = s.pieces[g];
-      if (p.empty) continue;
-      if (!as_box(p.piece->shape, p.piece->dest, shard, b.shard_strides, &b.dst_lo_hi[static_cast<std::size_t>(g) * rd * 2])) {
-        return false;
-      }
-      present.push_back(g);
+      if (!s.pieces[g].empty) present.push_back(g);
     }
-    grow_levels(b, rd, n);
-    sweep.boxes = &b.dst_lo_hi;
+    grow_levels(b, shard.size(), n);
+    sweep.boxes = b.dst_lo_hi.data() + r.dst_base;
+    sweep.first = r.first;
     sweep.extents = &shard;
-    sweep.dims = rd;
+    sweep.dims = shard.size();
     sweep.full_side = false;
     if (!sweep.level(0, present)) return false;
   }
@@ -839,7 +1006,8 @@ bool box_proof(Scratch& s, const Map& map, const PlantedBugs& bugs) {
   }
   if (present.empty()) return false;
   grow_levels(b, dims, n);
-  sweep.boxes = &b.lo_hi;
+  sweep.boxes = b.lo_hi.data();
+  sweep.first = 0;
   sweep.extents = &map.logical_shape;
   sweep.dims = dims;
   sweep.full_side = true;
@@ -854,9 +1022,15 @@ struct TrimScratch {
   ~TrimScratch() {
     constexpr std::size_t kKeep = std::size_t{1} << 16;
     if (s.runs.capacity() > kKeep) std::vector<Run>().swap(s.runs);
+    if (s.pieces.capacity() > kKeep) std::vector<PieceInfo>().swap(s.pieces);
+    if (s.layouts.capacity() > kKeep) std::vector<PieceLayouts>().swap(s.layouts);
+    if (s.keyed.capacity() > kKeep) std::vector<std::pair<Rank, std::int32_t>>().swap(s.keyed);
     if (s.heap.capacity() > kKeep) std::vector<std::pair<Index, std::int32_t>>().swap(s.heap);
     BoxScratch& b = box_scratch();
-    if (b.lo_hi.capacity() > kKeep || b.dst_lo_hi.capacity() > kKeep) b = BoxScratch{};
+    if (b.lo_hi.capacity() > kKeep || b.dst_lo_hi.capacity() > kKeep || b.counts.capacity() > kKeep ||
+        b.sorted.capacity() > kKeep) {
+      b = BoxScratch{};
+    }
   }
 };
 
@@ -874,21 +1048,23 @@ Status check_map(const Map& map, const CheckOptions& options) {
   TrimScratch trim{s};
   Index numel_f = 0;
   bool logical_ok = false;
-  if (Status err = prepare(map, s, numel_f, logical_ok); !err.ok() && !bugs.skip_structure) return err;
+  const bool tiling = !bugs.skip_dest_tiling;
+  const bool try_boxes = options.box_proof && tiling && !bugs.skip_coverage && !bugs.skip_homogeneity &&
+                         !bugs.skip_structure && !bugs.skip_bounds && !bugs.skip_itself;
+  if (Status err = prepare(map, s, numel_f, logical_ok, try_boxes, options.threads); !err.ok() && !bugs.skip_structure) return err;
   if (!logical_ok) return {};  // nothing later can be judged without F's size
-  build_layouts(s);
-
   if (!bugs.skip_bounds) {
     if (Status err = check_bounds(s, numel_f); !err.ok()) return err;
   }
-  if (!bugs.skip_itself) {
+  const bool boxes = try_boxes && all_boxes(s, map);
+  if (!boxes) build_layouts(s);
+  if (!bugs.skip_itself && !boxes) {
     if (Status err = check_itself(s); !err.ok()) return err;
   }
-  const bool tiling = !bugs.skip_dest_tiling;
   if (!tiling && bugs.skip_coverage && bugs.skip_homogeneity) return {};
-  if (options.box_proof && tiling && !bugs.skip_coverage && !bugs.skip_homogeneity && !bugs.skip_structure && !bugs.skip_bounds &&
-      !bugs.skip_itself && box_proof(s, map, bugs)) {
-    return {};
+  if (boxes) {
+    if (box_proof(s, map, bugs)) return {};
+    build_layouts(s);  // the run sweeps find the exact error
   }
 
   if (!total_runs(s, tiling, options.limits.max_walked_addresses)) {

@@ -2,18 +2,6 @@
 
 namespace shardcheck {
 
-std::optional<Index> checked_add(Index a, Index b) {
-  Index out;
-  if (__builtin_add_overflow(a, b, &out)) return std::nullopt;
-  return out;
-}
-
-std::optional<Index> checked_mul(Index a, Index b) {
-  Index out;
-  if (__builtin_mul_overflow(a, b, &out)) return std::nullopt;
-  return out;
-}
-
 std::optional<Index> checked_numel(std::span<const Index> extents) {
   Index n = 1;
   bool has_zero = false;

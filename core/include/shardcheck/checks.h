@@ -36,6 +36,9 @@ struct CheckOptions {
   // Decide conditions 4-6 on boxes when every piece is one (no run per row). Same
   // verdicts either way; off only to compare the two proofs.
   bool box_proof = true;
+  // Threads for reading the pieces of a map of 2^15 pieces or more: 0 for OpenMP's
+  // default, 1 for none. The verdict and the error do not depend on it.
+  int threads = 0;
 };
 
 // Conditions 1-6 on the whole map; ok() when the map is valid.
