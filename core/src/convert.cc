@@ -102,6 +102,13 @@ bool walk(const Extents& shape, const StridedView& a, const StridedView& b, std:
   }
 }
 
+// The map checks of a conversion, on its threads unless they name their own.
+CheckOptions checks_of(const ConvertOptions& options) {
+  CheckOptions checks = options.checks;
+  if (checks.threads == 0) checks.threads = options.threads;
+  return checks;
+}
+
 // Memory safety behind check_map: only a planted bug can make these fire, and then
 // data must still never be addressed outside a buffer.
 Status guard_piece(const Visit& v, Index numel_f, Index shard_numel, Index& numel) {
@@ -391,7 +398,7 @@ Status wide_rebuild(Scratch& s, Buffer& full, DType dtype, const ConvertOptions&
 
 Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtype, const ConvertOptions& options,
                               std::optional<std::uint64_t>& fused_digest) {
-  if (Status e = check_map(map, options.checks); !e.ok()) return e.error();
+  if (Status e = check_map(map, checks_of(options)); !e.ok()) return e.error();
   auto numel_f = logical_numel(map);
   if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
   Scratch& s = scratch();
@@ -550,7 +557,7 @@ Result<Buffer> rebuild(const Map& map, const ShardSet& shards, DType dtype, cons
 
 Result<Buffer> extract(const Map& map, const Buffer& full, Rank rank, const ConvertOptions& options) {
   if (options.policy == Policy::legacy) return legacy_extract(map, full, rank, options.scale_power);
-  if (Status e = check_map(map, options.checks); !e.ok()) return e.error();
+  if (Status e = check_map(map, checks_of(options)); !e.ok()) return e.error();
   auto numel_f = logical_numel(map);
   if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
   return strict_extract_checked(map, full, rank, *numel_f, options);
@@ -559,7 +566,7 @@ Result<Buffer> extract(const Map& map, const Buffer& full, Rank rank, const Conv
 Result<ShardSet> extract_all(const Map& map, const Buffer& full, const ConvertOptions& options) {
   std::optional<Index> numel_f;
   if (options.policy == Policy::strict) {
-    if (Status e = check_map(map, options.checks); !e.ok()) return e.error();
+    if (Status e = check_map(map, checks_of(options)); !e.ok()) return e.error();
     numel_f = logical_numel(map);
     if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
   }
