@@ -274,12 +274,25 @@ Map wide_layout(const std::string& name) {
     const std::vector<Index> q(kTp, 2048 / kTp), kv(kTp, 1024 / kTp);
     return sub_param_map({kSide, kSide}, {2048, 1024, 1024}, {q, kv, kv}, 1).value();
   }
+  if (name == "fused_qkv_uneven") {
+    // 1024 x 1024, the fused rows cut into three uneven sub-parameters (q 512 rows, k
+    // and v 256), each split evenly over the ranks.
+    const std::vector<Index> q(kTp, 512 / kTp), kv(kTp, 256 / kTp);
+    return sub_param_map({1024, 1024}, {512, 256, 256}, {q, kv, kv}, 0).value();
+  }
   if (name == "block_gather") {
     // 64 blocks of 64 columns; rank r holds blocks r, r + 8, ...: eight pieces of
     // 256-byte rows each.
     std::vector<std::vector<Index>> ids(kTp);
     for (Index b = 0; b < kSide / 64; ++b) ids[static_cast<std::size_t>(b % kTp)].push_back(b);
     return block_gather_map({kSide, kSide}, ids, 64, 1).value();
+  }
+  if (name == "block_gather_4096_pieces") {
+    // 32768 x 512 (64 MiB of float32) in blocks of one row; rank r holds rows r, r + 8,
+    // ...: 4,096 pieces on every rank.
+    std::vector<std::vector<Index>> ids(kTp);
+    for (Index b = 0; b < 32768; ++b) ids[static_cast<std::size_t>(b % kTp)].push_back(b);
+    return block_gather_map({32768, 512}, ids, 1, 0).value();
   }
   return interleaved_rows(kSide, kSide, kTp);
 }
@@ -297,7 +310,7 @@ const WideInputs& wide_inputs(const std::string& layout, DType dtype) {
   if (it == cache.end()) {
     WideInputs in;
     in.map = wide_layout(layout);
-    in.full = marker_buffer(dtype, kSide * kSide);
+    in.full = marker_buffer(dtype, checked_numel(in.map.logical_shape).value());
     in.shards = extract_all(in.map, in.full).value();
     it = cache.emplace(key, std::move(in)).first;
   }
@@ -371,15 +384,21 @@ void register_wide() {
   struct Row {
     const char* layout;
     DType dtype;
+    const char* shape;
   };
-  const Row rows[] = {{"column", DType::float32},    {"row", DType::float32},
-                      {"column", DType::bfloat16},   {"row", DType::bfloat16},
-                      {"fused_qkv", DType::float32}, {"block_gather", DType::float32},
-                      {"fallback_interleaved_rows", DType::float32}};
+  const Row rows[] = {{"column", DType::float32, "4096x4096"},
+                      {"row", DType::float32, "4096x4096"},
+                      {"column", DType::bfloat16, "4096x4096"},
+                      {"row", DType::bfloat16, "4096x4096"},
+                      {"fused_qkv", DType::float32, "4096x4096"},
+                      {"fused_qkv_uneven", DType::float32, "1024x1024"},
+                      {"block_gather", DType::float32, "4096x4096"},
+                      {"block_gather_4096_pieces", DType::float32, "32768x512"},
+                      {"fallback_interleaved_rows", DType::float32, "4096x4096"}};
   for (const Row& row : rows) {
     for (bool rebuild_side : {true, false}) {
       const std::string name = std::string("wide/") + (rebuild_side ? "rebuild/" : "extract_all/") + row.layout + "_" +
-                               std::string(dtype_name(row.dtype)) + "_4096x4096_tp8";
+                               std::string(dtype_name(row.dtype)) + "_" + row.shape + "_tp8";
       benchmark::RegisterBenchmark(name.c_str(), BM_WideConvert, std::string(row.layout), row.dtype, rebuild_side)
           ->ArgName("threads")
           ->Arg(1)

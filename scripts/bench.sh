@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds shardcheck_bench (Release, no sanitizer), runs it and writes a short markdown
+# table of what issue 8 gates on: every figure is a ratio to a baseline timed in the same
+# run (vs_memcpy: a one-thread memcpy of the same bytes; vs_reference: the reference
+# model), a time for check_map, or cases per second; plus the run's peak RSS.
+#
+#   scripts/bench.sh [OUT_DIR] [-- extra shardcheck_bench flags]
+#     OUT_DIR   where bench.json, bench.md and bench.log go (default: bench-out)
+#   SHARDCHECK_BENCH_FILTER  the benchmarks to run (default: those of the table)
+#
+# Run it on an otherwise idle machine: memcpy's own time moves with the load, and so does
+# every ratio.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-bench-out}
+[[ $# -gt 0 ]] && shift
+[[ ${1:-} == -- ]] && shift
+build=${SHARDCHECK_BENCH_BUILD:-$root/build-bench}
+filter=${SHARDCHECK_BENCH_FILTER:-'wide/.*threads:1/|check_map/|BM_CampaignCase|BM_StrictRebuild/1024|BM_ReferenceRebuild/1024'}
+mkdir -p "$out"
+cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSHARDCHECK_SANITIZE=OFF \
+  -DSHARDCHECK_TESTS=OFF -DSHARDCHECK_BENCH=ON >/dev/null
+cmake --build "$build" --target shardcheck_bench >/dev/null
+/usr/bin/time -v -o "$out/time.txt" "$build/shardcheck_bench" --benchmark_filter="$filter" \
+  --benchmark_out="$out/bench.json" --benchmark_out_format=json "$@" >"$out/bench.log" 2>&1
+python3 - "$out" <<'PY'
+import json, re, sys
+out = sys.argv[1]
+runs = json.load(open(f"{out}/bench.json"))["benchmarks"]
+rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(f"{out}/time.txt").read())
+# Issue 8's targets, by benchmark name.
+def target(name):
+    if name.startswith("wide/"):
+        if re.search(r"/(column|row)_", name): return "<= 1.3"
+        if "fallback" in name: return "<= 5"
+        return "<= 1.5"
+    if name.startswith("check_map/box_grid/per_side:100/"): return "< 5 ms"
+    if name.startswith("check_map/box_grid/per_side:1000/"): return "< 500 ms"
+    if name.startswith("BM_CampaignCase/256"): return ">= 250k/s"
+    return ""
+def figure(run):
+    c = run
+    if "vs_memcpy" in c:
+        return f"{c['vs_memcpy']:.2f}x memcpy (CPU {c.get('cpu_vs_memcpy', c['vs_memcpy']):.2f}x)"
+    if "vs_reference" in c: return f"{c['vs_reference']:.3f}x reference"
+    if "items_per_second" in c: return f"{c['items_per_second']:,.0f} cases/s"
+    return f"{c['real_time']:.2f} {c['time_unit']}"
+lines = ["| benchmark | result | target |", "|---|---|---|"]
+for run in runs:
+    if run.get("run_type") == "aggregate": continue
+    name = run["name"].replace("/iterations:5", "").replace("/real_time", "")
+    lines.append(f"| `{name}` | {figure(run)} | {target(run['name'])} |")
+if rss: lines.append(f"\nPeak RSS of the run: {int(rss.group(1)) / 1024:.0f} MiB.")
+text = "\n".join(lines) + "\n"
+open(f"{out}/bench.md", "w").write(text)
+print(text, end="")
+PY
