@@ -266,6 +266,9 @@ std::vector<Malformed> malformed_inputs() {
       {"unterminated string", R"({"logical_shape": [1], "ranks": {"0)", "$"},
       {"invalid utf-8", "{\"logical_shape\": [1], \"ranks\": {\"\xff\": {}}}", "$"},
       {"duplicate literal key", R"({"logical_shape": [1], "ranks": {"1": {}, "1": {}}})", "$.ranks.1"},
+      {"duplicate key deep in arrays",
+       R"({"logical_shape": [4], "ranks": [{"rank": 0, "pieces": []}, {"rank": 1, "pieces": [{"a": [1, 2], "a": 2}]}]})",
+       "$.ranks[1].pieces[0].a"},
       {"top level array", "[1, 2]", "$"},
       {"top level number", "3", "$"},
       {"object that is neither map nor envelope", R"({"shape": [4]})", "$"},
@@ -371,6 +374,9 @@ TEST(JsonMalformed, ErrorsNameRankPieceAndWhatWasExpected) {
   EXPECT_EQ(duplicate->rank, 1);
   EXPECT_NE(duplicate->message.find(R"("1")"), std::string::npos) << duplicate->message;
   EXPECT_NE(duplicate->message.find(R"("01")"), std::string::npos) << duplicate->message;
+  auto listed_twice = first_error(R"({"logical_shape": [4], "ranks": [{"rank": 2, "pieces": []}, {"rank": 3, "pieces": []}, {"rank": 2, "pieces": []}]})");
+  ASSERT_TRUE(listed_twice);
+  EXPECT_NE(listed_twice->message.find("as entry [0] and as entry [2]"), std::string::npos) << listed_twice->message;
 
   auto syntax = first_error(R"({"logical_shape": [4],, "ranks": {}})");
   ASSERT_TRUE(syntax);

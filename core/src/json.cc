@@ -62,19 +62,50 @@ std::string show(const Json& value) {
   }
 }
 
-// The path of a value plus the rank and piece it belongs to once known, so a
-// format error carries them in its fields like every other error does.
-struct Cursor {
-  std::string path;
+// Where a value is in the document, plus the rank and piece it belongs to once known, so
+// a format error carries them in its fields like every other error does. The path is
+// spelled out only when an error names it: a map's every number is read through a
+// cursor, and formatting a path for each cost more than reading the map. A cursor points
+// at the one it came from, which lives further up the call stack.
+class Cursor {
+ public:
+  explicit Cursor(std::string root) : root_(std::move(root)) {}
+  Cursor key(std::string_view name) const {
+    Cursor c = child();
+    c.key_ = name;
+    c.is_key_ = true;
+    return c;
+  }
+  Cursor at(std::size_t i) const {
+    Cursor c = child();
+    c.index_ = i;
+    return c;
+  }
+  std::string path() const {
+    if (parent_ == nullptr) return root_;
+    return parent_->path() + (is_key_ ? key_segment(key_) : fmt::format("[{}]", index_));
+  }
+
   std::optional<Rank> rank{};
   std::optional<Index> piece{};
 
-  Cursor key(std::string_view name) const { return {path + key_segment(name), rank, piece}; }
-  Cursor at(std::size_t i) const { return {fmt::format("{}[{}]", path, i), rank, piece}; }
+ private:
+  Cursor child() const {
+    Cursor c{std::string()};
+    c.parent_ = this;
+    c.rank = rank;
+    c.piece = piece;
+    return c;
+  }
+  const Cursor* parent_ = nullptr;
+  std::string root_;
+  std::string_view key_;
+  std::size_t index_ = 0;
+  bool is_key_ = false;
 };
 
 Error fail(const Cursor& cursor, std::string problem) {
-  Where where = Where::in_json(cursor.path);
+  Where where = Where::in_json(cursor.path());
   where.rank = cursor.rank;
   where.piece = cursor.piece;
   return make_error(ErrorKind::format, std::move(problem), where);
@@ -245,14 +276,22 @@ Result<Rank> rank_from_key(const std::string& key, const Cursor& where) {
 
 // Collects rank entries and refuses a rank id seen twice, naming both spellings
 // ("1" and "01" are the same rank).
+// How a rank id was written: an object key, or the index of an array entry. Spelled
+// out only for the error.
+struct Spelling {
+  const std::string* key = nullptr;
+  std::size_t index = 0;
+  std::string text() const { return key ? fmt::format("key {}", quote_text(*key)) : fmt::format("entry [{}]", index); }
+};
+
 class RankCollector {
  public:
-  Status add(Rank rank, std::string label, const Json& value, const Cursor& where) {
+  Status add(Rank rank, Spelling label, const Json& value, const Cursor& where) {
     auto [it, fresh] = seen_.emplace(rank, label);
     if (!fresh) {
       Cursor at = where;
       at.rank = rank;
-      return fail(at, fmt::format("this rank id appears twice, as {} and as {}", it->second, label));
+      return fail(at, fmt::format("this rank id appears twice, as {} and as {}", it->second.text(), label.text()));
     }
     auto entry = decode_rank(value, rank, where);
     if (!entry) return entry.error();
@@ -262,7 +301,7 @@ class RankCollector {
   std::vector<RankEntry> take() { return std::move(ranks_); }
 
  private:
-  std::map<Rank, std::string> seen_;
+  std::map<Rank, Spelling> seen_;
   std::vector<RankEntry> ranks_;
 };
 
@@ -273,7 +312,7 @@ Result<std::vector<RankEntry>> decode_ranks(const Json& value, const Cursor& whe
       const Cursor at = where.key(key);
       auto rank = rank_from_key(key, at);
       if (!rank) return rank.error();
-      Status added = ranks.add(rank.value(), fmt::format("key {}", quote_text(key)), entry, at);
+      Status added = ranks.add(rank.value(), Spelling{&key}, entry, at);
       if (!added.ok()) return added.error();
     }
     return ranks.take();
@@ -289,7 +328,7 @@ Result<std::vector<RankEntry>> decode_ranks(const Json& value, const Cursor& whe
       if (rank.value() < 0) {
         return fail(at.key("rank"), fmt::format("rank ids must be non-negative, got {}", rank.value()));
       }
-      Status added = ranks.add(rank.value(), fmt::format("entry [{}]", i), value[i], at);
+      Status added = ranks.add(rank.value(), Spelling{nullptr, i}, value[i], at);
       if (!added.ok()) return added.error();
     }
     return ranks.take();
@@ -322,13 +361,27 @@ Result<std::vector<NamedMap>> decode_envelope(const Json& json) {
   std::vector<NamedMap> out;
   out.reserve(list.size());
   for (const auto& [name, map] : list.items()) {
-    out.push_back(NamedMap{name, decode_map(map, root.key("params").key(name).path)});
+    out.push_back(NamedMap{name, decode_map(map, root.key("params").key(name).path())});
   }
   return out;
 }
 
-Json int_array(const std::vector<Index>& values) {
+// An object with room for `members`: the ordered object is a vector whose members
+// (const keys) are copied, values and all, each time it grows.
+Json object_for(std::size_t members) {
+  Json out = Json::object();
+  out.get_ref<Json::object_t&>().reserve(members);
+  return out;
+}
+
+Json array_for(std::size_t items) {
   Json out = Json::array();
+  out.get_ref<Json::array_t&>().reserve(items);
+  return out;
+}
+
+Json int_array(const std::vector<Index>& values) {
+  Json out = array_for(values.size());
   for (Index v : values) out.push_back(v);
   return out;
 }
@@ -336,11 +389,11 @@ Json int_array(const std::vector<Index>& values) {
 Json encode_view(const StridedView& view) { return Json::array({view.offset, int_array(view.strides)}); }
 
 Json encode_rank_body(const RankEntry& entry) {
-  Json out = Json::object();
+  Json out = object_for(2);
   if (entry.shard_shape) out["shard_shape"] = int_array(*entry.shard_shape);
-  Json pieces = Json::array();
+  Json pieces = array_for(entry.pieces.size());
   for (const Piece& piece : entry.pieces) {
-    Json p = Json::object();
+    Json p = object_for(5);
     p["shape"] = int_array(piece.shape);
     p["source"] = encode_view(piece.source);
     p["dest"] = encode_view(piece.dest);
@@ -353,14 +406,21 @@ Json encode_rank_body(const RankEntry& entry) {
 }
 
 // Tracks the keys of every open object while parsing, because nlohmann keeps only
-// the last of two equal keys: {"1": A, "1": B} would silently lose rank 1's A.
+// the last of two equal keys: {"1": A, "1": B} would silently lose rank 1's A. The path
+// of the repeated key is spelled out only when one is found.
 class DuplicateKeys {
  public:
   bool on_event(Json::parse_event_t event, const Json& parsed) {
     using E = Json::parse_event_t;
     switch (event) {
       case E::object_start:
-      case E::array_start: open_.push_back(Frame{child_path(), event == E::array_start}); break;
+      case E::array_start: {
+        Frame frame;
+        frame.is_array = event == E::array_start;
+        frame.place = child_place();
+        open_.push_back(std::move(frame));
+        break;
+      }
       case E::object_end:
       case E::array_end:
         if (!open_.empty()) open_.pop_back();
@@ -369,36 +429,50 @@ class DuplicateKeys {
         if (!open_.empty()) {
           Frame& top = open_.back();
           top.last_key = parsed.get<std::string>();
-          if (!found_ && !top.keys.insert(top.last_key).second) {
-            found_ = Cursor{top.path}.key(top.last_key);
-          }
+          if (!found_ && !top.keys.insert(top.last_key).second) found_ = path_of_key(top.last_key);
         }
         break;
-      case E::value: child_path(); break;
+      case E::value:
+        if (!open_.empty() && open_.back().is_array) ++open_.back().count;
+        break;
     }
     return true;
   }
-  const std::optional<Cursor>& found() const { return found_; }
+  const std::optional<std::string>& found() const { return found_; }
 
  private:
+  // A value's place in its parent: the key it is under, or its index in an array.
+  struct Place {
+    std::optional<std::string> key;
+    std::size_t index = 0;
+  };
   struct Frame {
-    std::string path;
+    Place place;  // of the object or array itself; none for the document
     bool is_array = false;
     std::string last_key{};
     std::size_t count = 0;
     std::unordered_set<std::string> keys{};
   };
 
-  // The path of the value now starting; advances the parent array's index.
-  std::string child_path() {
-    if (open_.empty()) return "$";
+  // The place of the value now starting; advances the parent array's index.
+  Place child_place() {
+    if (open_.empty()) return {};
     Frame& parent = open_.back();
-    if (parent.is_array) return Cursor{parent.path}.at(parent.count++).path;
-    return Cursor{parent.path}.key(parent.last_key).path;
+    if (parent.is_array) return Place{std::nullopt, parent.count++};
+    return Place{parent.last_key, 0};
+  }
+
+  std::string path_of_key(std::string_view key) const {
+    std::string path = "$";
+    for (std::size_t i = 1; i < open_.size(); ++i) {
+      const Place& place = open_[i].place;
+      path += place.key ? key_segment(*place.key) : fmt::format("[{}]", place.index);
+    }
+    return path + key_segment(key);
   }
 
   std::vector<Frame> open_;
-  std::optional<Cursor> found_;
+  std::optional<std::string> found_;
 };
 
 // Scans brackets outside strings so that deep input is refused before a parser
@@ -475,7 +549,7 @@ Result<Json> parse_json(std::string_view text) {
         text.begin(), text.end(),
         [&duplicates](int, Json::parse_event_t event, Json& parsed) { return duplicates.on_event(event, parsed); });
     if (const auto& dup = duplicates.found()) {
-      return fail(*dup, "the key appears twice in one object; a JSON object must not repeat a key");
+      return fail(Cursor{*dup}, "the key appears twice in one object; a JSON object must not repeat a key");
     }
     return json;
   } catch (const Json::parse_error& e) {
@@ -541,14 +615,14 @@ Json encode_map(const Map& map, RankOrder order) {
     return entry->rank >= 0 && ids.insert(entry->rank).second;
   });
 
-  Json out = Json::object();
+  Json out = object_for(3);
   out["logical_shape"] = int_array(map.logical_shape);
-  Json body = object_form ? Json::object() : Json::array();
+  Json body = object_form ? object_for(ranks.size()) : array_for(ranks.size());
   for (const RankEntry* entry : ranks) {
     if (object_form) {
       body[std::to_string(entry->rank)] = encode_rank_body(*entry);
     } else {
-      Json item = Json::object();
+      Json item = object_for(3);
       item["rank"] = entry->rank;
       item.update(encode_rank_body(*entry));
       body.push_back(std::move(item));
