@@ -614,5 +614,21 @@ TEST(ReferenceConvert, RefusesWhatTheCheckRefuses) {
   EXPECT_EQ(rebuilt.error().kind, *kind);
 }
 
+
+// reference_check remembers its last verdicts by map: two maps that compare equal but
+// differ in a zero scale's sign must each get their own wording.
+TEST(ReferenceMemo, AZeroScaleKeepsItsSignInTheRefusal) {
+  const Map plus = M({4}, {R(0, {4}, {P1(4, 0, 0, {0}, 0.0)})});
+  const Map minus = M({4}, {R(0, {4}, {P1(4, 0, 0, {0}, -0.0)})});
+  ASSERT_TRUE(plus == minus);  // the map's own comparison cannot tell them apart
+  const ReferenceVerdict a = reference_check(plus);
+  const ReferenceVerdict b = reference_check(minus);
+  ASSERT_EQ(a.kind, ErrorKind::scale);
+  ASSERT_EQ(b.kind, ErrorKind::scale);
+  EXPECT_EQ(b.reason.find("-0") != std::string::npos, true) << b.reason;
+  EXPECT_EQ(a.reason.find("-0"), std::string::npos) << a.reason;
+  EXPECT_EQ(reference_check(plus).reason, a.reason);
+}
+
 }  // namespace
 }  // namespace shardcheck::oracles

@@ -630,23 +630,42 @@ std::uint64_t reference_scale(DType dtype, std::uint64_t bits, double scale, int
 namespace {
 ReferenceVerdict check_uncached(const Map& map, Index max_elements);
 
-// The oracles ask about the same two maps (the map under test and the truth map)
-// several times per case; the verdict is a pure function of the map, so the last two
-// are remembered, per thread, and compared by value.
+// The oracles ask about the same few maps (the map under test, the truth map, the maps
+// derived from them) several times per case; the verdict is a pure function of the map,
+// so the last few are remembered, per thread, and compared by value, scales bit for bit
+// (a scale of -0.0 is worded otherwise than one of 0.0, though the two compare equal).
 struct RememberedVerdict {
   Map map;
   Index max_elements = 0;
   ReferenceVerdict verdict;
 };
+
+bool same_scales(const Map& a, const Map& b) {
+  for (std::size_t r = 0; r < a.ranks.size(); ++r) {
+    const auto& x = a.ranks[r].pieces;
+    const auto& y = b.ranks[r].pieces;
+    for (std::size_t j = 0; j < x.size(); ++j) {
+      if (std::bit_cast<std::uint64_t>(x[j].scale) != std::bit_cast<std::uint64_t>(y[j].scale)) return false;
+    }
+  }
+  return true;
+}
 }  // namespace
 
 ReferenceVerdict reference_check(const Map& map, Index max_elements) {
-  thread_local std::array<std::optional<RememberedVerdict>, 2> remembered;
-  for (auto& entry : remembered) {
-    if (entry && entry->max_elements == max_elements && entry->map == map) return entry->verdict;
+  constexpr std::size_t kRemembered = 6;
+  thread_local std::array<std::optional<RememberedVerdict>, kRemembered> remembered;
+  for (std::size_t i = 0; i < kRemembered; ++i) {
+    auto& entry = remembered[i];
+    if (entry && entry->max_elements == max_elements && entry->map == map && same_scales(entry->map, map)) {
+      // The most recently asked first.
+      std::rotate(remembered.begin(), remembered.begin() + static_cast<std::ptrdiff_t>(i),
+                  remembered.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      return remembered[0]->verdict;
+    }
   }
   ReferenceVerdict verdict = check_uncached(map, max_elements);
-  remembered[1] = std::move(remembered[0]);
+  std::rotate(remembered.begin(), remembered.end() - 1, remembered.end());
   remembered[0] = RememberedVerdict{map, max_elements, verdict};
   return verdict;
 }
@@ -847,14 +866,19 @@ std::optional<Pairing> reference_pairing(const Map& map) {
 namespace {
 
 // Extract on a map whose conditions 1-6 passed.
-Result<Buffer> extract_checked(const Map& map, const Buffer& full, Rank rank, int scale_power) {
+// What refuses an extract before any rank is looked at: F's size and the scales.
+Status extract_refusal(const Map& map, const Buffer& full, int scale_power) {
   if (full.numel() != numel_of(map.logical_shape)) {
     return fault::full_numel(full.numel(), numel_of(map.logical_shape));
   }
+  return reference_scale_refusal(map, full.dtype(), scale_power);
+}
+
+// One rank's shard, once extract_refusal has passed.
+Result<Buffer> extract_rank(const Map& map, const Buffer& full, Rank rank, int scale_power) {
   const RankEntry* entry = map.find_rank(rank);
   if (!entry || !entry->shard_shape) return fault::no_shard_to_extract(rank);
   const DType dtype = full.dtype();
-  if (Status error = reference_scale_refusal(map, dtype, scale_power); !error.ok()) return error.error();
 
   const Index numel = shard_numel(*entry);
   Buffer shard(dtype, numel);
@@ -889,16 +913,27 @@ Result<Buffer> reference_extract(const Map& map, const Buffer& full, Rank rank,
                                  int scale_power) {
   const ReferenceVerdict verdict = reference_check(map);
   if (!verdict.valid()) return *verdict.error;
-  return extract_checked(map, full, rank, scale_power);
+  if (full.numel() != numel_of(map.logical_shape)) {
+    return fault::full_numel(full.numel(), numel_of(map.logical_shape));
+  }
+  const RankEntry* entry = map.find_rank(rank);
+  if (!entry || !entry->shard_shape) return fault::no_shard_to_extract(rank);
+  if (Status error = reference_scale_refusal(map, full.dtype(), scale_power); !error.ok()) return error.error();
+  return extract_rank(map, full, rank, scale_power);
 }
 
 Result<ShardSet> reference_extract_all(const Map& map, const Buffer& full, int scale_power) {
   const ReferenceVerdict verdict = reference_check(map);
   if (!verdict.valid()) return *verdict.error;
   ShardSet out;
-  for (const RankEntry* entry : ranks_by_id(map)) {
+  const auto ranks = ranks_by_id(map);
+  // Refused for every rank alike, so decided once (and only if some rank has a shard).
+  if (std::any_of(ranks.begin(), ranks.end(), [](const RankEntry* entry) { return entry->shard_shape.has_value(); })) {
+    if (Status error = extract_refusal(map, full, scale_power); !error.ok()) return error.error();
+  }
+  for (const RankEntry* entry : ranks) {
     if (!entry->shard_shape) continue;
-    auto shard = extract_checked(map, full, entry->rank, scale_power);
+    auto shard = extract_rank(map, full, entry->rank, scale_power);
     if (!shard) return shard.error();
     out.emplace(entry->rank, std::move(shard).value());
   }

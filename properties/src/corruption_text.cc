@@ -20,17 +20,42 @@ namespace shardcheck::gen::detail {
 namespace {
 
 // JSON pointers of the values a walk meets: integers (optionally only zeros), objects.
-void collect(const Json& value, const Json::json_pointer& at, std::vector<Json::json_pointer>& integers,
-             std::vector<Json::json_pointer>& zeros, std::vector<Json::json_pointer>& objects) {
+// Every value of the document in visiting order, each with the place it sits in, so that
+// a JSON pointer (a vector of strings) is built only for the one value an edit picks.
+struct Place {
+  std::int32_t parent;   // index into Places::all, -1 for the document
+  std::string_view key;  // in the parent object (the document's own key storage)
+  std::size_t index;     // in the parent array
+  bool keyed;
+};
+struct Places {
+  std::vector<Place> all;
+  std::vector<std::int32_t> integers, zeros, objects;  // -1: the document itself
+};
+
+void collect(const Json& value, std::int32_t self, Places& places) {
   if (value.is_number_integer()) {
-    integers.push_back(at);
-    if (value.get<Index>() == 0) zeros.push_back(at);
+    places.integers.push_back(self);
+    if (value.get<Index>() == 0) places.zeros.push_back(self);
   } else if (value.is_object()) {
-    if (!value.empty()) objects.push_back(at);
-    for (const auto& [key, item] : value.items()) collect(item, at / key, integers, zeros, objects);
+    if (!value.empty()) places.objects.push_back(self);
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      places.all.push_back(Place{self, it.key(), 0, true});
+      collect(it.value(), static_cast<std::int32_t>(places.all.size()) - 1, places);
+    }
   } else if (value.is_array()) {
-    for (std::size_t i = 0; i < value.size(); ++i) collect(value[i], at / i, integers, zeros, objects);
+    for (std::size_t i = 0; i < value.size(); ++i) {
+      places.all.push_back(Place{self, {}, i, false});
+      collect(value[i], static_cast<std::int32_t>(places.all.size()) - 1, places);
+    }
   }
+}
+
+Json::json_pointer pointer_of(const Places& places, std::int32_t at) {
+  if (at < 0) return Json::json_pointer();
+  const Place& place = places.all[static_cast<std::size_t>(at)];
+  const Json::json_pointer parent = pointer_of(places, place.parent);
+  return place.keyed ? parent / std::string(place.key) : parent / place.index;
 }
 
 // A placeholder string that the encoder writes quoted and that no map contains.
@@ -150,11 +175,14 @@ void text_edit(Edit& e, Op op) {
   // Half the edits are made on the object form as the encoder writes it, a quarter on
   // the array form, a quarter inside an envelope.
   Json json = in_form(encode_map(e.map, RankOrder::as_given), e.c.below(4));
-  std::vector<Json::json_pointer> integers, zeros, objects;
-  collect(json, Json::json_pointer(), integers, zeros, objects);
+  Places places;
+  collect(json, -1, places);
+  const auto& integers = places.integers;
+  const auto& zeros = places.zeros;
+  const auto& objects = places.objects;
   std::string text;
   e.out->text_neutral = false;
-  auto pick = [&](const std::vector<Json::json_pointer>& from) { return from[e.c.below(from.size())]; };
+  auto pick = [&](const std::vector<std::int32_t>& from) { return pointer_of(places, from[e.c.below(from.size())]); };
   switch (op) {
     case Op::text_fraction:
     case Op::text_quote:
