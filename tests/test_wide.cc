@@ -316,6 +316,13 @@ TEST(WideConversion, ReplicaEqualityIsBitwise) {
   expect_conversions_agree(bf, shards, DType::bfloat16, 1, "bf16");
 }
 
+// Row r to rank r % ranks: one piece per row.
+std::vector<std::vector<Index>> dealt_rows(Index rows, int ranks) {
+  std::vector<std::vector<Index>> ids(static_cast<std::size_t>(ranks));
+  for (Index r = 0; r < rows; ++r) ids[static_cast<std::size_t>(r % ranks)].push_back(r);
+  return ids;
+}
+
 // Large enough to split rows across threads, in every in-tree layout and dtype width.
 TEST(WideConversion, LayoutsAndDtypesWhateverTheThreads) {
   const std::vector<Map> maps = {
@@ -325,6 +332,9 @@ TEST(WideConversion, LayoutsAndDtypesWhateverTheThreads) {
       segmented_map({96, 64}, {{32, false}, {32, true}, {32, false}}, 0, 2, {{16, 16}, {8, 24}}).value(),
       block_gather_map({64, 128}, {{0, 3, 4}, {1, 2, 5, 6, 7}}, 16, 1).value(),
       expert_placement_map({6, 8, 8}, {{0, 1, 2}, {2, 3}, {4, 5, 0}}).value(),
+      // Extracts read these in bands of source rows, several bands per block.
+      block_gather_map({512, 256}, {{0, 3, 4}, {1, 2, 5, 6, 7}}, 32, 1).value(),
+      block_gather_map({300, 64}, dealt_rows(300, 3), 1, 0).value(),
   };
   for (std::size_t m = 0; m < maps.size(); ++m) {
     for (DType dtype : kAllDTypes) {

@@ -818,7 +818,7 @@ struct BoxSweep {
       if (lo(g, k) != 0 || hi(g, k) != (*extents)[k]) return false;
       if (!full_side) return true;
       const PieceInfo& p = s.pieces[g];
-      return p.own_ok && (!count_holders || p.piece->locations.size() == 1);
+      return p.own_ok && (!count_holders || p.one_location);
     }
     auto& ev = b.events[k];
     ev.clear();
@@ -1025,10 +1025,14 @@ struct TrimScratch {
     if (s.pieces.capacity() > kKeep) std::vector<PieceInfo>().swap(s.pieces);
     if (s.layouts.capacity() > kKeep) std::vector<PieceLayouts>().swap(s.layouts);
     if (s.keyed.capacity() > kKeep) std::vector<std::pair<Rank, std::int32_t>>().swap(s.keyed);
+    if (s.faults.capacity() > kKeep) std::vector<std::uint8_t>().swap(s.faults);
     if (s.heap.capacity() > kKeep) std::vector<std::pair<Index, std::int32_t>>().swap(s.heap);
     BoxScratch& b = box_scratch();
-    if (b.lo_hi.capacity() > kKeep || b.dst_lo_hi.capacity() > kKeep || b.counts.capacity() > kKeep ||
-        b.sorted.capacity() > kKeep) {
+    // The boxes are 4 values per piece and axis: kept up to a few MiB, so that a map of
+    // tens of thousands of pieces converted again and again is not re-faulted each time.
+    constexpr std::size_t kKeepBoxes = std::size_t{1} << 20;
+    if (b.lo_hi.capacity() > kKeepBoxes || b.dst_lo_hi.capacity() > kKeepBoxes || b.counts.capacity() > kKeepBoxes ||
+        b.sorted.capacity() > kKeepBoxes) {
       b = BoxScratch{};
     }
   }

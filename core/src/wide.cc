@@ -50,6 +50,7 @@ struct Chunk {
   std::int32_t plan;
   Index row_begin;
   Index row_end;
+  Index from_start = 0;  // the source address of its first row (by_source order)
 };
 
 struct Scratch {
@@ -302,8 +303,22 @@ int thread_count(const Threading& threading, Index bytes) {
 #endif
 }
 
-// Plans the blocks and cuts them into chunks of whole rows, in (block, row) order.
-Index plan_blocks(DType dtype, const std::vector<Block>& blocks, int threads, Scratch& s) {
+// The source address of row `row` of a plan.
+Index row_source(const Plan& p, const Axis* axes, Index row) {
+  Index from = p.from_offset;
+  for (std::int32_t k = p.axes_count; k-- > 0;) {
+    from += (row % axes[k].extent) * axes[k].from_stride;
+    row /= axes[k].extent;
+  }
+  return from;
+}
+
+// Plans the blocks and cuts them into chunks of whole rows, in (block, row) order; or,
+// `by_source`, in bands of at most 16 KiB visited in the order of their source addresses,
+// so that blocks gathered out of one buffer (an extract of narrow column blocks, or of
+// rows dealt to ranks in turn) read it front to back instead of in one strided pass per
+// block.
+Index plan_blocks(DType dtype, const std::vector<Block>& blocks, int threads, Scratch& s, bool by_source = false) {
   s.plans.clear();
   s.axes.clear();
   s.chunks.clear();
@@ -316,15 +331,21 @@ Index plan_blocks(DType dtype, const std::vector<Block>& blocks, int threads, Sc
     total += p.rows * p.len * size;
   }
   s.total_bytes = total;
-  const Index target = threads <= 1 ? std::numeric_limits<Index>::max()
-                                    : std::max<Index>(Index{1} << 16, total / (Index{8} * threads));
+  Index target = threads <= 1 ? std::numeric_limits<Index>::max()
+                              : std::max<Index>(Index{1} << 16, total / (Index{8} * threads));
+  if (by_source) target = std::min<Index>(target, Index{1} << 14);
   for (std::size_t i = 0; i < s.plans.size(); ++i) {
     const Plan& p = s.plans[i];
     const Index row_bytes = std::max<Index>(1, p.len * size);
     const Index per_chunk = std::max<Index>(1, target / row_bytes);
     for (Index r = 0; r < p.rows; r += per_chunk) {
-      s.chunks.push_back(Chunk{static_cast<std::int32_t>(i), r, std::min(p.rows, r + per_chunk)});
+      const Index start = by_source ? row_source(p, s.axes.data() + p.axes_begin, r) : 0;
+      s.chunks.push_back(Chunk{static_cast<std::int32_t>(i), r, std::min(p.rows, r + per_chunk), start});
     }
+  }
+  if (by_source) {
+    std::stable_sort(s.chunks.begin(), s.chunks.end(),
+                     [](const Chunk& a, const Chunk& b) { return a.from_start < b.from_start; });
   }
   return total;
 }
@@ -415,7 +436,12 @@ bool copy_blocks(DType dtype, const std::vector<Block>& blocks, const Threading&
                  std::uint64_t* digest_of_written) {
   Scratch& s = scratch();
   const int threads = thread_count(threading, moved_bytes(dtype, blocks));
-  plan_blocks(dtype, blocks, threads, s);
+  // Blocks write disjoint addresses, so their chunks may go in any order: several blocks
+  // out of one buffer go by source address.
+  const bool one_source = blocks.size() > 1 && std::all_of(blocks.begin(), blocks.end(), [&](const Block& b) {
+    return b.from == blocks.front().from;
+  });
+  plan_blocks(dtype, blocks, threads, s, one_source);
   if (digest_of_written != nullptr && !rows_contiguous_at_destination(s)) return false;
   const std::uint64_t terms = run_copies(dtype, blocks, threads, s, digest_of_written != nullptr);
   if (digest_of_written != nullptr) *digest_of_written = terms;
