@@ -4,6 +4,9 @@
 #                              dict or options (- when the row has none); fails for an
 #                              unknown target
 #   fuzz_seed_dirs NAME        NAME's seed folders as absolute paths, space-separated
+#   fuzz_flags NAME DIR        NAME's libFuzzer options file as flags (-key=value, one per
+#                              line), a dictionary named there looked up in DIR; the scripts
+#                              run a target as ClusterFuzzLite does, with these options
 fuzz_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 fuzz_targets_file=$fuzz_repo/fuzz/targets.txt
 
@@ -37,6 +40,19 @@ fuzz_seed_dirs() {
   IFS=, read -r -a dirs <<<"$seeds"
   for dir in "${dirs[@]}"; do out+=("$fuzz_repo/$dir"); done
   echo "${out[*]}"
+}
+
+fuzz_flags() {
+  local options key value
+  options=$(fuzz_column "$1" options) || return
+  [[ $options == - ]] && return 0
+  while IFS='=' read -r key value; do
+    key=${key//[[:space:]]/}
+    value=${value#"${value%%[![:space:]]*}"}
+    [[ -z $key || $key == \[* || $key == \#* ]] && continue
+    [[ $key == dict ]] && value=$2/$value
+    echo "-$key=$value"
+  done <"$fuzz_repo/fuzz/$options"
 }
 
 # Checked once when sourced, so a malformed row stops the script before it builds or

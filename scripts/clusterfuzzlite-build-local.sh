@@ -68,9 +68,7 @@ for target in "${targets[@]}"; do
   seeds=$tmp/seeds/$target
   mkdir -p "$seeds"
   unzip -q -o "$OUT/${target}_seed_corpus.zip" -d "$seeds"
-  options=()
-  dict=$(fuzz_column "$target" dict)
-  [[ $dict == - ]] || options+=("-dict=$OUT/$dict")
+  mapfile -t options < <(fuzz_flags "$target" "$OUT")
   if ! (cd "$OUT" && LLVM_PROFILE_FILE="$tmp/profiles/$target-%p.profraw" \
           "$bin" -runs=100 -seed=1 "${options[@]}" "$seeds" >"$tmp/$target.log" 2>&1); then
     echo "FAILED: $target -runs=100"; tail -30 "$tmp/$target.log"; status=1

@@ -17,10 +17,10 @@ for target in "${targets[@]}"; do
   corpus=$work/$target
   mkdir -p "$corpus" "$work/artifacts"
   unzip -qo "$out/${target}_seed_corpus.zip" -d "$corpus"
-  options=(-max_total_time="$seconds" -seed=1 -print_final_stats=1 -artifact_prefix="$work/artifacts/$target-"
-           -rss_limit_mb=2560 -timeout=25)
-  dict=$(fuzz_column "$target" dict)
-  [[ $dict == - ]] || options+=(-dict="$out/$dict")
+  # The target's options file first, as ClusterFuzzLite runs it (dictionary, max_len, ...).
+  mapfile -t options < <(fuzz_flags "$target" "$out")
+  options+=(-max_total_time="$seconds" -seed=1 -print_final_stats=1 -artifact_prefix="$work/artifacts/$target-"
+            -rss_limit_mb=2560 -timeout=25)
   if (cd "$out" && "./$target" "${options[@]}" "$corpus" >"$work/$target.log" 2>&1); then
     echo "fuzz $target: $(grep -oE 'Done [0-9]+ runs in [0-9]+ second' "$work/$target.log" | tail -1), no crash"
   else

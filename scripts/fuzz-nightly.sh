@@ -124,9 +124,7 @@ for target in "${targets[@]}"; do
   corpus="$state/$target"
   mkdir -p "$tdir/artifacts" "$corpus"
   corpus_before[$target]=$(find "$corpus" -type f | wc -l)
-  extra=()
-  dict=$(fuzz_column "$target" dict)
-  [[ $dict == - ]] || extra+=("-dict=$repo/fuzz/$dict")
+  mapfile -t extra < <(fuzz_flags "$target" "$repo/fuzz")  # its options file, as ClusterFuzzLite runs it
   read -r -a seeds <<<"$(fuzz_seed_dirs "$target")"
   echo "fuzz-nightly: $target for ${fuzz_seconds}s"
   "$bin" -fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 -max_total_time="$fuzz_seconds" \

@@ -301,6 +301,26 @@ TEST(Structure, OverflowIsFormatNeverUB) {
   EXPECT_TRUE(check_structure(M({4}, {R(0, Extents{4}, {P({1}, max - 1, {1}, 0, {1}, {0})})})).ok());
 }
 
+// An extent of 0 makes a buffer empty whatever its other extents, whose product may then
+// overflow: row-major strides of such a buffer must not (found by the map_json fuzzer,
+// UndefinedBehaviorSanitizer in row_major_strides, once check_map looked for boxes early).
+TEST(Structure, ZeroExtentBesideOverflowingExtentsNeverUB) {
+  const Index big = Index{1} << 32;
+  const Strides strides = row_major_strides(Extents{4, 1, 0, big, big});
+  EXPECT_EQ(strides[4], 1);
+  EXPECT_EQ(strides[3], big);
+  const Map empty_f = M({4, 1, 0, big, big}, {R(0, Extents{0}, {})});
+  const Map empty_shard = M({4}, {R(0, Extents{0, big, big}, {P({0}, 0, {1}, 0, {1}, {0})})});
+  for (const Map& map : {empty_f, empty_shard}) {
+    CheckOptions runs;
+    runs.box_proof = false;
+    const Status boxes = check_map(map);
+    const Status walked = check_map(map, runs);
+    ASSERT_EQ(boxes.ok(), walked.ok());
+    if (!boxes.ok()) EXPECT_EQ(boxes.error().to_string(), walked.error().to_string());
+  }
+}
+
 // ---- conditions 2 and 4 --------------------------------------------------------------
 
 TEST(Bounds, SourceAndDest) {

@@ -107,6 +107,7 @@ struct Scratch {
   std::vector<PieceLayouts> layouts;  // per piece, as `pieces`
   std::vector<std::pair<Rank, std::int32_t>> keyed;  // (location, piece)
   std::vector<std::uint8_t> faults;                  // per piece: its PieceFault or kNoFault
+  bool boxes_looked_for = false;                     // by the last prepare
   std::vector<Axis> axes;  // outer axes of every Layout
   std::vector<std::pair<Index, std::int32_t>> heap;  // (end, run) of active source runs
   std::vector<std::int32_t> piece_active;
@@ -229,7 +230,8 @@ Status prepare(const Map& map, Scratch& s, Index& numel_f, bool& logical_ok, boo
   s.pieces.reserve(piece_total);
   BoxScratch& b = box_scratch();
   const std::size_t dims = map.logical_shape.size();
-  boxes = boxes && logical_ok && dims > 0;
+  boxes = boxes && logical_ok && numel_f > 0 && dims > 0;
+  s.boxes_looked_for = boxes;
   if (boxes) {
     b.full_strides = row_major_strides(map.logical_shape);
     b.lo_hi.resize(piece_total * dims * 2);
@@ -300,7 +302,7 @@ Status prepare(const Map& map, Scratch& s, Index& numel_f, bool& logical_ok, boo
     info.last = static_cast<std::int32_t>(s.pieces.size());
 
     const std::size_t rd = entry.shard_shape ? entry.shard_shape->size() : 0;
-    if (boxes && info.shard_sound && rd > 0) {
+    if (boxes && info.shard_sound && info.shard_numel > 0 && rd > 0) {
       info.box_side = true;
       info.strides_base = b.shard_strides.size();
       const Strides strides = row_major_strides(*entry.shard_shape);
@@ -952,7 +954,7 @@ void grow_levels(BoxScratch& b, std::size_t dims, std::size_t pieces) {
 // decide conditions 4-6, and no piece overlaps itself (a box of a row-major buffer never
 // does, even by the conservative rule of condition 3), so no run layout is built at all.
 bool all_boxes(const Scratch& s, const Map& map) {
-  if (map.logical_shape.empty() || s.pieces.empty()) return false;
+  if (!s.boxes_looked_for || map.logical_shape.empty() || s.pieces.empty()) return false;
   for (const RankInfo& r : s.ranks) {
     if (r.first == r.last) continue;
     if (!r.shard_sound || !r.entry->shard_shape || r.entry->shard_shape->empty()) return false;

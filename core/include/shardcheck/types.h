@@ -37,7 +37,8 @@ std::optional<Index> checked_numel(std::span<const Index> extents);
 
 // Row-major strides of `extents` (mdspan's layout_right). Axes of extent 0 are
 // given the stride their extent-1 neighbour would need, so a (3,0) buffer has
-// strides (0,1); the caller must check numel first so this cannot overflow.
+// strides (0,1). The caller checks numel first; when it is 0, inner extents whose
+// product overflows leave the outer strides 0 (nothing is ever addressed).
 Strides row_major_strides(std::span<const Index> extents);
 
 }  // namespace shardcheck
