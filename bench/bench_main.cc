@@ -37,6 +37,23 @@ struct RebuildInputs {
   ShardSet shards;
 };
 
+double thread_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+template <class Fn>
+double best_of(int reps, Fn&& fn) {
+  double best = 1e300;
+  for (int i = 0; i < reps; ++i) {
+    const double start = thread_seconds();
+    fn();
+    best = std::min(best, thread_seconds() - start);
+  }
+  return best;
+}
+
 RebuildInputs rebuild_inputs(Index rows, Index cols) {
   RebuildInputs in;
   in.map = column_split(rows, cols);
@@ -55,12 +72,25 @@ void BM_MemcpyBaseline(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * n * 4);
 }
 
+// Strict rebuild against its oracle: `vs_reference` is its CPU time over the reference
+// model's rebuild of the same shards, timed in the same run (one thread each).
 void BM_StrictRebuild(benchmark::State& state) {
   const auto in = rebuild_inputs(state.range(0), state.range(0));
+  ConvertOptions options;
+  options.threads = 1;
+  const double reference = best_of(3, [&] {
+    auto out = oracles::reference_rebuild(in.map, in.shards, DType::float32);
+    if (!out) state.SkipWithError("the reference model refused");
+    benchmark::DoNotOptimize(out);
+  });
+  const double start = thread_seconds();
   for (auto _ : state) {
-    auto out = rebuild(in.map, in.shards, DType::float32);
+    auto out = rebuild(in.map, in.shards, DType::float32, options);
     benchmark::DoNotOptimize(out);
   }
+  const double per_iteration = (thread_seconds() - start) /
+                               static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
+  state.counters["vs_reference"] = per_iteration / reference;
   state.SetBytesProcessed(state.iterations() * in.full.numel() * 4);
 }
 
@@ -127,23 +157,6 @@ void BM_GenerateOnly(benchmark::State& state) {
 
 constexpr Index kDigestSide = 4096;
 constexpr int kDigestTp = 8;
-
-double thread_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-template <class Fn>
-double best_of(int reps, Fn&& fn) {
-  double best = 1e300;
-  for (int i = 0; i < reps; ++i) {
-    const double start = thread_seconds();
-    fn();
-    best = std::min(best, thread_seconds() - start);
-  }
-  return best;
-}
 
 struct DigestInputs {
   Map map;
