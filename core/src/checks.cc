@@ -964,7 +964,7 @@ bool all_boxes(const Scratch& s, const Map& map) {
   });
 }
 
-// True when conditions 4-6 are proven to hold on the boxes find_boxes found; false
+// True when conditions 4-6 are proven to hold on the boxes prepare found; false
 // leaves the decision to the runs.
 bool box_proof(Scratch& s, const Map& map, const PlantedBugs& bugs) {
   const std::size_t dims = map.logical_shape.size();
