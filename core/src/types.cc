@@ -3,18 +3,17 @@
 namespace shardcheck {
 
 std::optional<Index> checked_numel(std::span<const Index> extents) {
+  // One pass: a large map asks this of every piece, twice.
   Index n = 1;
   bool has_zero = false;
+  bool overflow = false;
   for (Index e : extents) {
-    if (e == 0) has_zero = true;
+    has_zero |= e == 0;
+    overflow |= __builtin_mul_overflow(n, e, &n);
   }
   // An extent of 0 makes the product 0 even if the others would overflow.
   if (has_zero) return 0;
-  for (Index e : extents) {
-    auto next = checked_mul(n, e);
-    if (!next) return std::nullopt;
-    n = *next;
-  }
+  if (overflow) return std::nullopt;
   return n;
 }
 
