@@ -3,6 +3,7 @@
 // compared bitwise, scale rules hold, order does not matter, and the runtime records
 // still refuse when a planted bug switches a map check off.
 #include "shardcheck/convert.h"
+#include "shardcheck/constructors.h"
 
 #include <gtest/gtest.h>
 
@@ -358,6 +359,49 @@ TEST(StrictOrder, ResultsDoNotDependOnRankOrPieceOrder) {
     // The same piece is blamed, wherever the shuffle put it.
     EXPECT_EQ(other.find_rank(*e.rank)->pieces[static_cast<std::size_t>(*e.piece)],
               repro4().find_rank(*reference.rank)->pieces[static_cast<std::size_t>(*reference.piece)]);
+  }
+}
+
+// Single holders only (the wide path converts them in any order): a scale refusal still
+// names the first scaled piece in visiting order, wherever the pieces are listed.
+TEST(StrictOrder, ScaleRefusalOfSingleHoldersDoesNotDependOnOrder) {
+  std::vector<std::vector<Index>> ids(2);
+  for (Index b = 0; b < 8; ++b) ids[static_cast<std::size_t>(b % 2)].push_back(b);
+  Map map = block_gather_map({8, 16}, ids, 1, 0).value();
+  for (auto& entry : map.ranks) {
+    for (std::size_t i = 1; i < entry.pieces.size(); ++i) entry.pieces[i].scale = 2.0;  // all but the first
+  }
+  const DType f = DType::float32;
+  const ShardSet shards = marker_shards(map, f);
+  const Buffer full = marker_buffer(f, 128);
+  ConvertOptions adam;
+  adam.scale_power = -1;
+  const Error want = refused(rebuild(map, shards, f, adam));
+  ASSERT_EQ(want.kind, ErrorKind::scale);
+  ASSERT_EQ(want.rank, 0);
+  ASSERT_EQ(want.piece, 1);
+  const Error want_extract = refused(extract(map, full, 1, adam));
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 20; ++trial) {
+    const Map other = shuffled(map, rng);
+    for (const Error& e : {refused(rebuild(other, shards, f, adam)), refused(extract(other, full, 1, adam))}) {
+      const Error& reference = e.rank == want.rank ? want : want_extract;
+      EXPECT_EQ(e.kind, ErrorKind::scale);
+      ASSERT_EQ(e.rank, reference.rank);
+      ASSERT_TRUE(e.piece.has_value());
+      EXPECT_EQ(other.find_rank(*e.rank)->pieces[static_cast<std::size_t>(*e.piece)],
+                map.find_rank(*reference.rank)->pieces[static_cast<std::size_t>(*reference.piece)]);
+    }
+  }
+  // Unscaled, the same shuffles convert to the same tensor.
+  for (auto& entry : map.ranks) {
+    for (auto& piece : entry.pieces) piece.scale = 1.0;
+  }
+  const ShardSet plain = extract_all(map, full).value();
+  for (int trial = 0; trial < 20; ++trial) {
+    const Map other = shuffled(map, rng);
+    EXPECT_EQ(rebuild(other, plain, f).value(), full);
+    EXPECT_EQ(extract_all(other, full).value(), plain);
   }
 }
 

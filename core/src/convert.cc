@@ -135,9 +135,16 @@ Status guard_piece(const Visit& v, Index numel_f, Index shard_numel, Index& nume
   return {};
 }
 
+// What the visiting order can change: which piece wrote an element first (replicas), and
+// which piece a scale refusal names.
+struct OrderFacts {
+  bool replicas = false;
+  bool scaled = false;
+};
+
 // Guards every visit and checks that each rank's pieces hold as many elements as its
-// shard, which also bounds the work of walking them.
-Status guard_visits(std::vector<Visit>& visits, Index numel_f) {
+// shard, which also bounds the work of walking them. Visits must be grouped by rank.
+Status guard_visits(std::vector<Visit>& visits, Index numel_f, OrderFacts& facts) {
   std::size_t begin = 0;
   while (begin < visits.size()) {
     std::size_t end = begin;
@@ -145,6 +152,8 @@ Status guard_visits(std::vector<Visit>& visits, Index numel_f) {
     for (; end < visits.size() && visits[end].rank == visits[begin].rank; ++end) {
       Visit& v = visits[end];
       if (Status e = guard_piece(v, numel_f, v.shard_numel, v.numel); !e.ok()) return e;
+      facts.replicas |= is_replica(*v.piece);
+      facts.scaled |= v.piece->scale != 1.0;
       auto sum = checked_add(total, v.numel);
       if (!sum) return fault::count(v.rank, std::nullopt, v.shard_numel);
       total = *sum;
@@ -164,6 +173,24 @@ Status check_scales(const std::vector<Visit>& visits, DType dtype, int scale_pow
     if (!is_floating(dtype)) return fault::scale_on_integer(at(v), dtype);
   }
   return {};
+}
+
+// Puts the visits (grouped by rank) in the strict visiting order, guards them and
+// refuses scales the conversion cannot apply. On the wide path check_map has proven
+// conditions 1-6, so the guards cannot fire and may run first; the order is then needed
+// only where it can show: replicas, or a scale to refuse. Sorting a map of many small
+// pieces by content costs more than copying them.
+Status order_and_guard(std::vector<Visit>& visits, Index numel_f, bool wide, DType dtype, int scale_power) {
+  OrderFacts facts;
+  if (wide) {
+    if (Status e = guard_visits(visits, numel_f, facts); !e.ok()) return e;
+    if (!facts.replicas && !facts.scaled) return {};
+    std::sort(visits.begin(), visits.end(), visit_less);
+  } else {
+    std::sort(visits.begin(), visits.end(), visit_less);
+    if (Status e = guard_visits(visits, numel_f, facts); !e.ok()) return e;
+  }
+  return facts.scaled ? check_scales(visits, dtype, scale_power) : Status{};
 }
 
 std::optional<Index> logical_numel(const Map& map) {
@@ -419,13 +446,12 @@ Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtyp
     s.spans.push_back(ShardSpan{entry->rank, read_total, shard_numel});
     read_total += shard_numel;  // real buffers: their total cannot overflow
   }
-  std::sort(s.visits.begin(), s.visits.end(), visit_less);
-  if (Status e = guard_visits(s.visits, *numel_f); !e.ok()) return e.error();
-  if (Status e = check_scales(s.visits, dtype, options.scale_power); !e.ok()) return e.error();
+  const bool wide = wide_allowed(options);
+  if (Status e = order_and_guard(s.visits, *numel_f, wide, dtype, options.scale_power); !e.ok()) return e.error();
   if (Status e = allocation_guard(*numel_f, read_total, options.checks.limits, "F"); !e.ok()) return e.error();
   if (s.visits.size() >= std::numeric_limits<std::uint32_t>::max()) return fault::too_many_pieces();
 
-  if (wide_allowed(options)) {
+  if (wide) {
     Buffer full = Buffer::uninitialized(dtype, *numel_f);
     if (Status e = wide_rebuild(s, full, dtype, options, fused_digest); !e.ok()) return e.error();
     return full;
@@ -463,15 +489,14 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
   for (std::size_t i = 0; i < entry->pieces.size(); ++i) {
     s.visits.push_back(Visit{rank, static_cast<Index>(i), &entry->pieces[i], nullptr, 0, *shard_numel, 0});
   }
-  std::sort(s.visits.begin(), s.visits.end(), visit_less);
   if (s.visits.empty() && *shard_numel != 0) return fault::shard_address_uncovered(rank, 0);
-  if (Status e = guard_visits(s.visits, numel_f); !e.ok()) return e.error();
-  if (Status e = check_scales(s.visits, dtype, options.scale_power); !e.ok()) return e.error();
+  const bool wide = wide_allowed(options);
+  if (Status e = order_and_guard(s.visits, numel_f, wide, dtype, options.scale_power); !e.ok()) return e.error();
   const Index backed =
       checked_mul(numel_f, static_cast<Index>(s.visits.size())).value_or(std::numeric_limits<Index>::max());
   if (Status e = allocation_guard(*shard_numel, backed, options.checks.limits, "a shard"); !e.ok()) return e.error();
 
-  if (wide_allowed(options)) {
+  if (wide) {
     // Condition 4, proven by check_map: the pieces write every shard address once.
     Buffer shard = Buffer::uninitialized(dtype, *shard_numel);
     std::vector<wide::Block>& blocks = deferred != nullptr ? *deferred : s.blocks;
