@@ -12,7 +12,10 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <optional>
+#include <thread>
 
+#include "heap_counter.h"
 #include "shardcheck/campaign.h"
 #include "shardcheck/checks.h"
 #include "shardcheck/constructors.h"
@@ -365,6 +368,32 @@ Best memcpy_best(const Buffer& full) {
   return best;
 }
 
+// The heap one conversion (one thread) holds at its peak beyond what it started with and
+// beyond its own output: scratch, records, plans. Run on a fresh thread, whose
+// thread-local scratch starts empty, so that what earlier calls left there is counted.
+std::optional<std::size_t> extra_heap_bytes(const WideInputs& in, DType dtype, bool rebuild_side) {
+  if (!bench::heap_counter_installed()) return std::nullopt;
+  std::optional<std::size_t> extra;
+  std::thread([&] {
+    ConvertOptions one;
+    one.threads = 1;
+    const std::size_t start = bench::heap_bytes_in_use();
+    bench::reset_heap_peak();
+    std::size_t with_output = 0;
+    {
+      auto out = rebuild_side ? std::optional<Result<Buffer>>(rebuild(in.map, in.shards, dtype, one)) : std::nullopt;
+      auto shards = rebuild_side ? std::nullopt : std::optional<Result<ShardSet>>(extract_all(in.map, in.full, one));
+      if ((out && !out->ok()) || (shards && !shards->ok())) return;
+      with_output = bench::heap_bytes_in_use();
+    }
+    // The part of the output the counter saw (buffers under the tensor allocator's
+    // threshold, the shard set's nodes): counted in with_output, gone now.
+    const std::size_t output = with_output - bench::heap_bytes_in_use();
+    extra = bench::heap_peak_bytes() - start - output;
+  }).join();
+  return extra;
+}
+
 void BM_WideConvert(benchmark::State& state, std::string layout, DType dtype, bool rebuild_side) {
   const WideInputs& in = wide_inputs(layout, dtype);
   ConvertOptions options;
@@ -390,6 +419,13 @@ void BM_WideConvert(benchmark::State& state, std::string layout, DType dtype, bo
   state.counters["cpu_vs_memcpy"] = best.cpu / baseline.cpu;
   state.counters["best_ms"] = best.wall * 1e3;
   state.counters["memcpy_ms"] = baseline.wall * 1e3;
+  if (const auto extra = extra_heap_bytes(in, dtype, rebuild_side)) {
+    state.counters["extra_bytes"] = static_cast<double>(*extra);
+    state.counters["extra_bytes_per_element"] = static_cast<double>(*extra) / static_cast<double>(in.full.numel());
+    std::size_t pieces = 0;
+    for (const auto& entry : in.map.ranks) pieces += entry.pieces.size();
+    state.counters["extra_bytes_per_piece"] = static_cast<double>(*extra) / static_cast<double>(pieces);
+  }
   state.SetBytesProcessed(state.iterations() * static_cast<Index>(in.full.size_bytes()));
 }
 
