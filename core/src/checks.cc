@@ -892,9 +892,37 @@ struct BoxSweep {
     return ok;
   }
 
+  // Whether the boxes in `present`, as listed, follow one another along axis k without
+  // overlapping there (each ends where or before the next starts): then every slab holds
+  // one box and no events need sorting. Pieces come in content order, which starts with
+  // the source offset, so the boxes of a row-major F (a block gather of rows, a row
+  // split) and often their shard boxes arrive so.
+  bool in_disjoint_order(std::size_t k, const std::vector<std::int32_t>& present) const {
+    for (std::size_t i = 1; i < present.size(); ++i) {
+      if (hi(present[i - 1], k) > lo(present[i], k)) return false;
+    }
+    return true;
+  }
+
+  // The sweep of `level` for boxes in disjoint order: the slabs are the boxes' own
+  // intervals, which must follow one another from 0 to the extent without a gap.
+  bool slabs_of_one(std::size_t k, const std::vector<std::int32_t>& present) {
+    auto& one = b.active[k];
+    Index pos = 0;
+    for (std::int32_t g : present) {
+      if (lo(g, k) != pos) return false;  // a gap
+      if (++work > budget) return false;
+      one.assign(1, g);
+      if (!level(k + 1, one)) return false;
+      pos = hi(g, k);
+    }
+    return pos == (*extents)[k];
+  }
+
   // Slabs of axis k: the boxes in `present`, cut at each of their boundaries.
   bool level(std::size_t k, const std::vector<std::int32_t>& present) {
     if (k + 1 == dims) return leaf(present);
+    if (in_disjoint_order(k, present)) return slabs_of_one(k, present);
     auto& ev = b.events[k];
     ev.clear();
     for (std::int32_t g : present) {
