@@ -321,8 +321,7 @@ Status prepare(const Map& map, Scratch& s, Index& numel_f, bool& logical_ok, boo
   // thread count.
   const auto total = static_cast<std::int64_t>(s.pieces.size());
   s.faults.assign(s.pieces.size(), kNoFault);
-#pragma omp parallel for schedule(static) if (total >= kParallelPieces && threads != 1) num_threads(thread_count(threads))
-  for (std::int64_t g = 0; g < total; ++g) {
+  auto read_piece = [&](std::int64_t g) {
     // The pieces' vectors lie anywhere in memory: ask for a later piece's early.
     constexpr std::int64_t kAhead = 8;
     if (g + kAhead < total) {
@@ -351,6 +350,14 @@ Status prepare(const Map& map, Scratch& s, Index& numel_f, bool& logical_ok, boo
               as_box(p.piece->shape, p.piece->dest, shard, b.shard_strides.data() + info.strides_base,
                      &b.dst_lo_hi[info.dst_base + static_cast<std::size_t>(g - info.first) * rd * 2]);
     }
+  };
+  // A parallel region costs thousands of instructions even on one thread: a small map,
+  // checked hundreds of thousands of times a second by a campaign, never enters one.
+  if (total >= kParallelPieces && threads != 1) {
+#pragma omp parallel for schedule(static) num_threads(thread_count(threads))
+    for (std::int64_t g = 0; g < total; ++g) read_piece(g);
+  } else {
+    for (std::int64_t g = 0; g < total; ++g) read_piece(g);
   }
   if (first.ok() || first_error_rank < rank_count) {
     for (std::size_t g = 0; g < s.pieces.size(); ++g) {
