@@ -7,9 +7,7 @@
 #include <cstdint>
 #include <limits>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "threads.h"
 
 namespace shardcheck {
 
@@ -19,14 +17,6 @@ constexpr Index kNoAddress = std::numeric_limits<Index>::max();
 constexpr std::uint8_t kNoFault = 0xff;
 // Below this many pieces prepare reads them on one thread.
 constexpr std::int64_t kParallelPieces = std::int64_t{1} << 15;
-
-int thread_count(int threads) {
-#ifdef _OPENMP
-  return threads > 0 ? threads : omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
 
 struct Axis {
   Index stride;
@@ -354,7 +344,7 @@ Status prepare(const Map& map, Scratch& s, Index& numel_f, bool& logical_ok, boo
   // A parallel region costs thousands of instructions even on one thread: a small map,
   // checked hundreds of thousands of times a second by a campaign, never enters one.
   if (total >= kParallelPieces && threads != 1) {
-#pragma omp parallel for schedule(static) num_threads(thread_count(threads))
+#pragma omp parallel for schedule(static) num_threads(available_threads(threads))
     for (std::int64_t g = 0; g < total; ++g) read_piece(g);
   } else {
     for (std::int64_t g = 0; g < total; ++g) read_piece(g);
@@ -691,7 +681,7 @@ Status check_full_side(Scratch& s, Index numel_f, const PlantedBugs& bugs) {
     if ((r == 0) != (r + d == 0)) cover.ranks += d;
     r += d;
     if (!p.own_ok) cover.bad_own += d;
-    if (p.piece->locations.size() == 1) cover.singles += d;
+    if (p.one_location) cover.singles += d;
   };
 
   Violation best;
@@ -759,7 +749,6 @@ Status check_full_side(Scratch& s, Index numel_f, const PlantedBugs& bugs) {
   return {};
 }
 
-
 // ---- conditions 4-6 for boxes ---------------------------------------------------------
 //
 // Every in-tree constructor emits pieces whose views are boxes: row-major sub-blocks of F
@@ -770,7 +759,6 @@ Status check_full_side(Scratch& s, Index numel_f, const PlantedBugs& bugs) {
 // not a box, a gap, an overlap, a cell whose holders are wrong, too much work) leaves the
 // map to the run sweeps, which find the exact error and so keep the reported error
 // where the contract puts it.
-
 
 using Events = std::vector<std::pair<Index, std::int32_t>>;
 

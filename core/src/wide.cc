@@ -9,15 +9,13 @@
 
 #include <Eigen/Core>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
 #include "element_types.h"
 #include "shardcheck/digest.h"
+#include "threads.h"
 
 namespace shardcheck::wide {
 
@@ -297,12 +295,7 @@ Index compare_row(const RowOp& op, const std::byte* from, Index fs, const std::b
 
 int thread_count(const Threading& threading, Index bytes) {
   if (bytes < threading.min_bytes) return 1;
-#ifdef _OPENMP
-  const int available = threading.threads > 0 ? threading.threads : omp_get_max_threads();
-  return std::max(1, available);
-#else
-  return 1;
-#endif
+  return std::max(1, available_threads(threading.threads));
 }
 
 // The source address of row `row` of a plan.
