@@ -321,6 +321,29 @@ TEST(Structure, ZeroExtentBesideOverflowingExtentsNeverUB) {
   }
 }
 
+// An extent of 0 wherever it stands makes a count of 0, however far the other extents
+// would overflow; without one, overflow is refused. Both counts (checked_numel for F and
+// shards, span_facts for a piece's views) keep the rule, and a piece with such a shape is
+// an empty piece, not an overflowing one.
+TEST(Structure, ZeroExtentCountsZeroBeforeOverflow) {
+  const Index big = Index{1} << 40;
+  for (const Extents& shape : {Extents{big, big, 0}, Extents{0, big, big}, Extents{big, 0, big}}) {
+    EXPECT_EQ(checked_numel(shape), Index{0});
+    const auto facts = span_facts(shape, StridedView{0, {big, big, 1}});
+    ASSERT_TRUE(facts.has_value());
+    EXPECT_TRUE(facts->empty);
+    EXPECT_EQ(facts->numel, 0);
+    EXPECT_EQ(facts->required_span_size, 0);
+  }
+  EXPECT_EQ(checked_numel(Extents{big, big, 1}), std::nullopt);
+  EXPECT_EQ(span_facts(Extents{big, big, 1}, StridedView{0, {1, 1, 1}}), std::nullopt);
+  EXPECT_EQ(span_facts(Extents{3, 2}, StridedView{0, {Index{1} << 62, 1}}), std::nullopt);  // an address past 2^63 - 1
+  EXPECT_EQ(span_facts(Extents{3, 4}, StridedView{5, {4, 1}})->max_address, 16);
+  EXPECT_EQ(check_map(M({big, big, 0}, {R(0, Extents{0}, {})})).ok(), true);
+  const Map empty_piece = M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0}), P({big, big, 0}, 0, {1, 1, 1}, 0, {1, 1, 1}, {0})})});
+  EXPECT_TRUE(check_map(empty_piece).ok()) << check_map(empty_piece).error().to_string();
+}
+
 // ---- conditions 2 and 4 --------------------------------------------------------------
 
 TEST(Bounds, SourceAndDest) {
