@@ -121,6 +121,7 @@ struct BoxScratch {
   std::vector<std::vector<std::pair<Index, std::int32_t>>> events;  // per level
   std::vector<std::vector<std::int32_t>> active;                    // per level
   std::vector<std::vector<std::int32_t>> slots;  // per level: a box's place in `active`
+  std::vector<std::vector<std::int32_t>> by_start;  // per level: boxes sorted by start
   Strides full_strides;
   Strides shard_strides;
   std::vector<std::uint32_t> counts;                  // sort_events
@@ -914,10 +915,34 @@ struct BoxSweep {
     return pos == (*extents)[k];
   }
 
+  // Whether the boxes' lengths along axis k fit in its extent: necessary for them to
+  // follow one another without overlap, and cheap to rule out (boxes in bands overlap).
+  bool lengths_fit(std::size_t k, const std::vector<std::int32_t>& present) const {
+    const Index extent = (*extents)[k];
+    Index total = 0;
+    for (std::int32_t g : present) {
+      if (__builtin_add_overflow(total, hi(g, k) - lo(g, k), &total) || total > extent) return false;
+    }
+    return true;
+  }
+
   // Slabs of axis k: the boxes in `present`, cut at each of their boundaries.
   bool level(std::size_t k, const std::vector<std::int32_t>& present) {
     if (k + 1 == dims) return leaf(present);
     if (in_disjoint_order(k, present)) return slabs_of_one(k, present);
+    if (present.size() > 2 && lengths_fit(k, present)) {
+      // Listed in another order (ranks first, say, as a gather of dealt rows is): sorted
+      // by start, one key per box, they may still follow one another.
+      auto& ev = b.events[k];
+      ev.clear();
+      for (std::int32_t g : present) ev.emplace_back(lo(g, k), g);
+      sort_events(b, ev, event_keys((*extents)[k], 1), [](const auto& e) { return e.first; },
+                  [](const auto& x, const auto& y) { return x < y; });
+      auto& by_start = b.by_start[k];
+      by_start.clear();
+      for (const auto& [start, g] : ev) by_start.push_back(g);
+      if (in_disjoint_order(k, by_start)) return slabs_of_one(k, by_start);
+    }
     auto& ev = b.events[k];
     ev.clear();
     for (std::int32_t g : present) {
@@ -968,6 +993,7 @@ void grow_levels(BoxScratch& b, std::size_t dims, std::size_t pieces) {
   if (b.events.size() < dims) b.events.resize(dims);
   if (b.active.size() < dims) b.active.resize(dims);
   if (b.slots.size() < dims) b.slots.resize(dims);
+  if (b.by_start.size() < dims) b.by_start.resize(dims);
   for (std::size_t k = 0; k < dims; ++k) {
     if (b.slots[k].size() < pieces) b.slots[k].resize(pieces);
   }
