@@ -353,6 +353,39 @@ TEST(WideConversion, LayoutsAndDtypesWhateverTheThreads) {
   }
 }
 
+// A gather of rows becomes one plan of many rows where one-row pieces continue each
+// other (same buffers, scale and row, offsets one step on). Runs here: single rows that
+// continue a 3-row block, a row that continues it in F but not in its shard, a scaled
+// row, rows going backwards in F, rows of another length. Every conversion agrees with
+// the recorded path and the reference model, scaled or not, fused digest included.
+TEST(WideConversion, RowsThatContinueEachOtherAreCopiedAsOne) {
+  const Index w = 16;
+  // F is 12 x 16; rank 0 holds rows 0-2 (one block), 3 (continuing it on both sides), 4
+  // (continuing it in F only: its shard row jumps), 5 (scaled), 6; rank 1 holds rows 11,
+  // 10, 9 (backwards), 7 (its columns split) and 8.
+  auto row = [&](Index f_row, Index shard_row, double scale = 1.0) {
+    return P({1, w}, f_row * w, {w, 1}, shard_row * w, {w, 1}, {static_cast<Rank>(f_row < 7 ? 0 : 1)}, scale);
+  };
+  for (double scale : {1.0, 2.0}) {
+    Piece block = P({3, w}, 0, {w, 1}, 0, {w, 1}, {0});
+    std::vector<Piece> rank0 = {block, row(3, 3), row(4, 6), row(5, 5, scale), row(6, 4)};
+    std::vector<Piece> rank1 = {row(11, 0), row(10, 1), row(9, 2),
+                                P({1, 8}, 7 * w, {w, 1}, 3 * w, {w, 1}, {1}),
+                                P({1, 8}, 7 * w + 8, {w, 1}, 3 * w + 8, {w, 1}, {1}), row(8, 4)};
+    const Map map = M({12, w}, {R(0, Extents{7, w}, rank0), R(1, Extents{5, w}, rank1)});
+    ASSERT_TRUE(check_map(map).ok()) << check_map(map).error().to_string();
+    for (DType dtype : {DType::float32, DType::bfloat16, DType::int8}) {
+      if (scale != 1.0 && !is_floating(dtype)) continue;
+      auto shards = shards_for(map, dtype);
+      ASSERT_TRUE(shards.has_value());
+      expect_conversions_agree(map, *shards, dtype, 1, "scale " + std::to_string(scale));
+      ConvertOptions with_digest = threaded(1);
+      with_digest.expected_digest = digest(rebuild(map, *shards, dtype, recorded()).value());
+      EXPECT_TRUE(rebuild(map, *shards, dtype, with_digest).ok());
+    }
+  }
+}
+
 TEST(WideConversion, DigestWhateverTheThreads) {
   const Map map = contiguous_split_map({128, 128}, {64, 64}, 1).value();
   const ShardSet shards = shards_for(map, DType::float32).value();

@@ -308,12 +308,32 @@ Index row_source(const Plan& p, const Axis* axes, Index row) {
   return from;
 }
 
+// Whether single-row plan `next` continues `last` (a single row, or rows it absorbed
+// before): same buffers and scaling, same row, and its offsets one step further on.
+bool continues(const std::vector<Block>& blocks, const std::vector<Axis>& axes, const Plan& last, const Plan& next) {
+  const Block& a = blocks[last.block];
+  const Block& b = blocks[next.block];
+  if (next.axes_count != 0 || last.axes_count > 1 || a.from != b.from || a.to != b.to || a.multiply != b.multiply ||
+      std::bit_cast<std::uint64_t>(a.scale) != std::bit_cast<std::uint64_t>(b.scale) || last.len != next.len ||
+      last.from_step != next.from_step || last.to_step != next.to_step) {
+    return false;
+  }
+  if (last.axes_count == 0) return next.from_offset > last.from_offset && next.to_offset > last.to_offset;
+  const Axis& rows = axes[static_cast<std::size_t>(last.axes_begin)];
+  return next.from_offset == last.from_offset + rows.extent * rows.from_stride &&
+         next.to_offset == last.to_offset + rows.extent * rows.to_stride;
+}
+
 // Plans the blocks and cuts them into chunks of whole rows, in (block, row) order; or,
 // `by_source`, in bands of at most 16 KiB visited in the order of their source addresses,
 // so that blocks gathered out of one buffer (an extract of narrow column blocks, or of
 // rows dealt to ranks in turn) read it front to back instead of in one strided pass per
-// block.
-Index plan_blocks(DType dtype, const std::vector<Block>& blocks, int threads, Scratch& s, bool by_source = false) {
+// block. With `merge_rows`, a run of one-row blocks whose offsets advance by the same
+// steps (a gather of rows) becomes one plan of many rows: the same rows in the same
+// order, without a plan and a chunk per row. A copy only: a comparison reports a
+// mismatch by block.
+Index plan_blocks(DType dtype, const std::vector<Block>& blocks, int threads, Scratch& s, bool by_source = false,
+                  bool merge_rows = false) {
   s.plans.clear();
   s.axes.clear();
   s.chunks.clear();
@@ -322,8 +342,20 @@ Index plan_blocks(DType dtype, const std::vector<Block>& blocks, int threads, Sc
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     Plan p;
     if (!make_plan(blocks[i], i, s.axes, p)) continue;
-    s.plans.push_back(p);
     total += p.rows * p.len * size;
+    if (merge_rows && !s.plans.empty() && continues(blocks, s.axes, s.plans.back(), p)) {
+      Plan& last = s.plans.back();
+      if (last.axes_count == 0) {
+        // Its axes would be the last in s.axes: a one-row plan added none, and neither did p.
+        last.axes_begin = static_cast<std::int32_t>(s.axes.size());
+        last.axes_count = 1;
+        s.axes.push_back(Axis{1, p.from_offset - last.from_offset, p.to_offset - last.to_offset});
+      }
+      ++s.axes[static_cast<std::size_t>(last.axes_begin)].extent;
+      ++last.rows;
+      continue;
+    }
+    s.plans.push_back(p);
   }
   s.total_bytes = total;
   Index target = threads <= 1 ? std::numeric_limits<Index>::max()
@@ -436,7 +468,7 @@ bool copy_blocks(DType dtype, const std::vector<Block>& blocks, const Threading&
   const bool one_source = blocks.size() > 1 && std::all_of(blocks.begin(), blocks.end(), [&](const Block& b) {
     return b.from == blocks.front().from;
   });
-  plan_blocks(dtype, blocks, threads, s, one_source);
+  plan_blocks(dtype, blocks, threads, s, one_source, /*merge_rows=*/true);
   if (digest_of_written != nullptr && !rows_contiguous_at_destination(s)) return false;
   const std::uint64_t terms = run_copies(dtype, blocks, threads, s, digest_of_written != nullptr);
   if (digest_of_written != nullptr) *digest_of_written = terms;
