@@ -11,33 +11,25 @@
 namespace shardcheck {
 
 std::optional<SpanFacts> span_facts(const std::vector<Index>& extents, const StridedView& view) {
-  // One pass over the axes for the count and the last address: check_map and every
-  // conversion ask this of each piece's two views.
-  Index numel = 1;
-  Index last = view.offset;
-  bool has_zero = false;
-  bool numel_overflow = false;
-  bool address_overflow = false;
-  const std::size_t axes = std::min(extents.size(), view.strides.size());
-  for (std::size_t k = 0; k < extents.size(); ++k) {
-    const Index e = extents[k];
-    has_zero |= e == 0;
-    numel_overflow |= __builtin_mul_overflow(numel, e, &numel);
-    if (k >= axes) continue;
-    Index step = 0;
-    address_overflow |= __builtin_mul_overflow(e - 1, view.strides[k], &step);
-    address_overflow |= __builtin_add_overflow(last, step, &last);
-  }
   SpanFacts facts;
-  if (has_zero) {
-    // Covers nothing, however far its other extents and strides would reach.
-    facts.numel = 0;
+  auto numel = checked_numel(extents);  // the one rule for counts: a zero extent wins
+  if (!numel) return std::nullopt;
+  facts.numel = *numel;
+  if (*numel == 0) {
     facts.empty = true;
     facts.required_span_size = 0;
     return facts;
   }
-  if (numel_overflow || address_overflow) return std::nullopt;
-  facts.numel = numel;
+  // One pass for the last address, overflow noted rather than tested per axis: check_map
+  // and every conversion ask this of each piece's two views.
+  Index last = view.offset;
+  bool overflow = false;
+  for (std::size_t k = 0; k < extents.size() && k < view.strides.size(); ++k) {
+    Index step = 0;
+    overflow |= __builtin_mul_overflow(extents[k] - 1, view.strides[k], &step);
+    overflow |= __builtin_add_overflow(last, step, &last);
+  }
+  if (overflow) return std::nullopt;
   facts.max_address = last;
   // The last address itself may be INT64_MAX without overflowing anything.
   facts.required_span_size = checked_add(last, 1).value_or(std::numeric_limits<Index>::max());

@@ -31,9 +31,22 @@ inline std::optional<Index> checked_mul(Index a, Index b) {
   return out;
 }
 
-// prod(extents); 1 for a 0-d shape. std::nullopt on overflow. Negative
-// extents are the caller's business (structure checks refuse them first).
-std::optional<Index> checked_numel(std::span<const Index> extents);
+// prod(extents); 1 for a 0-d shape. std::nullopt on overflow, unless an extent is 0:
+// the count is then 0, however far the others would overflow. Negative extents are the
+// caller's business (structure checks refuse them first). Inline, as above: span_facts
+// asks it of both views of every piece.
+inline std::optional<Index> checked_numel(std::span<const Index> extents) {
+  Index n = 1;
+  bool has_zero = false;
+  bool overflow = false;
+  for (Index e : extents) {
+    has_zero |= e == 0;
+    overflow |= __builtin_mul_overflow(n, e, &n);
+  }
+  if (has_zero) return 0;
+  if (overflow) return std::nullopt;
+  return n;
+}
 
 // Row-major strides of `extents` (mdspan's layout_right). Axes of extent 0 are
 // given the stride their extent-1 neighbour would need, so a (3,0) buffer has
