@@ -354,9 +354,35 @@ bool operator==(const Buffer& a, const Buffer& b) {
   return n == 0 || std::memcmp(a.data(), b.data(), n) == 0;
 }
 
+namespace {
+// An element's bytes are little-endian whatever the host (the tensors of a checkpoint
+// are); on a little-endian host that is one plain load or store of the element's width,
+// which the reference model and the recorded path make once per element.
+template <class Word>
+std::uint64_t load_word(const std::byte* p) {
+  Word w;
+  std::memcpy(&w, p, sizeof w);
+  return w;
+}
+template <class Word>
+void store_word(std::byte* p, std::uint64_t bits) {
+  const auto w = static_cast<Word>(bits);
+  std::memcpy(p, &w, sizeof w);
+}
+}  // namespace
+
 std::uint64_t Buffer::bits(Index i) const {
   const std::size_t size = element_size(dtype_);
   const std::byte* p = data() + static_cast<std::size_t>(i) * size;
+  if constexpr (std::endian::native == std::endian::little) {
+    switch (size) {
+      case 1: return load_word<std::uint8_t>(p);
+      case 2: return load_word<std::uint16_t>(p);
+      case 4: return load_word<std::uint32_t>(p);
+      case 8: return load_word<std::uint64_t>(p);
+      default: break;
+    }
+  }
   std::uint64_t out = 0;
   for (std::size_t b = 0; b < size; ++b) out |= std::to_integer<std::uint64_t>(p[b]) << (8 * b);
   return out;
@@ -365,6 +391,15 @@ std::uint64_t Buffer::bits(Index i) const {
 void Buffer::set_bits(Index i, std::uint64_t bits) {
   const std::size_t size = element_size(dtype_);
   std::byte* p = data() + static_cast<std::size_t>(i) * size;
+  if constexpr (std::endian::native == std::endian::little) {
+    switch (size) {
+      case 1: return store_word<std::uint8_t>(p, bits);
+      case 2: return store_word<std::uint16_t>(p, bits);
+      case 4: return store_word<std::uint32_t>(p, bits);
+      case 8: return store_word<std::uint64_t>(p, bits);
+      default: break;
+    }
+  }
   for (std::size_t b = 0; b < size; ++b) p[b] = static_cast<std::byte>((bits >> (8 * b)) & 0xff);
 }
 
