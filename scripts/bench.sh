@@ -17,7 +17,7 @@ out=${1:-bench-out}
 [[ $# -gt 0 ]] && shift
 [[ ${1:-} == -- ]] && shift
 build=${SHARDCHECK_BENCH_BUILD:-$root/build-bench}
-filter=${SHARDCHECK_BENCH_FILTER:-'wide/.*threads:1/|check_map/|BM_CampaignCase|BM_StrictRebuild/1024|BM_ReferenceRebuild/1024'}
+filter=${SHARDCHECK_BENCH_FILTER:-'wide/|check_map/|BM_CampaignCase|BM_StrictRebuild/1024|BM_ReferenceRebuild/1024'}
 mkdir -p "$out"
 cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSHARDCHECK_SANITIZE=OFF \
   -DSHARDCHECK_TESTS=OFF -DSHARDCHECK_BENCH=ON >/dev/null
@@ -29,12 +29,15 @@ import json, re, sys
 out = sys.argv[1]
 runs = json.load(open(f"{out}/bench.json"))["benchmarks"]
 rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(f"{out}/time.txt").read())
-# Issue 8's targets, by benchmark name.
+# Issue 8's targets, by benchmark name. A wide row runs on one thread (threads:1) and on
+# every core (threads:0, the default a converter gets); both are timed against the same
+# one-thread memcpy, as the issue puts it, and the one-thread row is the stricter test.
 def target(name):
     if name.startswith("wide/"):
-        if re.search(r"/(column|row)_", name): return "<= 1.3; no bytes per element"
-        if "fallback" in name: return "<= 5; <= 0.25 B/element"
-        return "<= 1.5; no bytes per element"
+        if re.search(r"/(column|row)_", name): bound = "<= 1.3; no bytes per element"
+        elif "fallback" in name: bound = "<= 5; <= 0.25 B/element"
+        else: bound = "<= 1.5; no bytes per element"
+        return bound if "threads:1" in name else bound.split(";")[0] + " (all cores)"
     if name.startswith("check_map/box_grid/per_side:100/"): return "< 5 ms"
     if name.startswith("check_map/box_grid/per_side:1000/"): return "< 500 ms"
     if name.startswith("BM_CampaignCase/256"): return ">= 250k/s"
