@@ -26,7 +26,9 @@ export CC=${CC:-clang} CXX=${CXX:-clang++}
 export SANITIZER=${SANITIZER:-address}
 case $SANITIZER in
   address)
-    export CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -fsanitize=fuzzer-no-link" ;;
+    # OSS-Fuzz's own defaults (base-clang: -O1 -fno-omit-frame-pointer -gline-tables-only
+    # -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION) plus its address and undefined flags.
+    export CFLAGS="-O1 -fno-omit-frame-pointer -gline-tables-only -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -fsanitize=address,undefined -fno-sanitize-recover=undefined -fsanitize=fuzzer-no-link" ;;
   coverage)
     # OSS-Fuzz's coverage flags (base-builder: SANITIZER_FLAGS_coverage).
     export CFLAGS="-O1 -fno-omit-frame-pointer -gline-tables-only -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -fprofile-instr-generate -fcoverage-mapping -pthread -Wl,--no-as-needed -Wl,-ldl -Wl,-lm -Wno-unused-command-line-argument -fsanitize=fuzzer-no-link" ;;
