@@ -295,7 +295,7 @@ Index compare_row(const RowOp& op, const std::byte* from, Index fs, const std::b
 
 int thread_count(const Threading& threading, Index bytes) {
   if (bytes < threading.min_bytes) return 1;
-  return std::max(1, available_threads(threading.threads));
+  return available_threads(threading.threads);  // at least 1 whatever is asked
 }
 
 // The source address of row `row` of a plan.
