@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "proven.h"
 #include "threads.h"
 
 namespace shardcheck {
@@ -1089,18 +1090,10 @@ struct TrimScratch {
   }
 };
 
-}  // namespace
-
-Status check_structure(const Map& map) {
-  Index numel_f = 0;
-  bool logical_ok = false;
-  return prepare(map, scratch(), numel_f, logical_ok);
-}
-
-Status check_map(const Map& map, const CheckOptions& options) {
+// Conditions 1-6 in s; on success with no check disabled, s.pieces holds every piece of
+// the map in check order.
+Status check_with(const Map& map, const CheckOptions& options, Scratch& s) {
   const PlantedBugs& bugs = options.bugs;
-  Scratch& s = scratch();
-  TrimScratch trim{s};
   Index numel_f = 0;
   bool logical_ok = false;
   const bool tiling = !bugs.skip_dest_tiling;
@@ -1134,5 +1127,36 @@ Status check_map(const Map& map, const CheckOptions& options) {
   if (bugs.skip_coverage && bugs.skip_homogeneity) return {};
   return check_full_side(s, numel_f, bugs);
 }
+
+}  // namespace
+
+Status check_structure(const Map& map) {
+  Index numel_f = 0;
+  bool logical_ok = false;
+  return prepare(map, scratch(), numel_f, logical_ok);
+}
+
+Status check_map(const Map& map, const CheckOptions& options) {
+  Scratch& s = scratch();
+  TrimScratch trim{s};
+  return check_with(map, options, s);
+}
+
+namespace detail {
+
+Status check_map_proving(const Map& map, const CheckOptions& options,
+                         const std::function<void(const ProvenPiece&)>& each) {
+  Scratch& s = scratch();
+  TrimScratch trim{s};
+  if (Status err = check_with(map, options, s); !err.ok()) return err;
+  // A valid map passed prepare whole: every piece is in s.pieces, sound, in check order.
+  for (const PieceInfo& p : s.pieces) {
+    each(ProvenPiece{p.piece, p.rank, p.written, p.numel, p.src_max, p.dst_max,
+                     s.ranks[static_cast<std::size_t>(p.owner)].shard_numel});
+  }
+  return {};
+}
+
+}  // namespace detail
 
 }  // namespace shardcheck

@@ -4,7 +4,9 @@
 #include <bit>
 #include <cstdint>
 #include <limits>
+#include <span>
 
+#include "proven.h"
 #include "shardcheck/digest.h"
 #include "wide.h"
 
@@ -166,7 +168,7 @@ Status guard_visits(std::vector<Visit>& visits, Index numel_f, OrderFacts& facts
 
 // Integers cannot be scaled exactly, and a scaled map says nothing about how to
 // rescale an optimizer state (spec 1.2).
-Status check_scales(const std::vector<Visit>& visits, DType dtype, int scale_power) {
+Status check_scales(std::span<const Visit> visits, DType dtype, int scale_power) {
   for (const Visit& v : visits) {
     if (v.piece->scale == 1.0) continue;
     if (scale_power != 1) return fault::scale_needs_power_one(at(v), scale_power);
@@ -176,20 +178,11 @@ Status check_scales(const std::vector<Visit>& visits, DType dtype, int scale_pow
 }
 
 // Puts the visits (grouped by rank) in the strict visiting order, guards them and
-// refuses scales the conversion cannot apply. On the wide path check_map has proven
-// conditions 1-6, so the guards cannot fire and may run first; the order is then needed
-// only where it can show: replicas, or a scale to refuse. Sorting a map of many small
-// pieces by content costs more than copying them.
-Status order_and_guard(std::vector<Visit>& visits, Index numel_f, bool wide, DType dtype, int scale_power) {
+// refuses scales the conversion cannot apply (the recorded path).
+Status order_and_guard(std::vector<Visit>& visits, Index numel_f, DType dtype, int scale_power) {
   OrderFacts facts;
-  if (wide) {
-    if (Status e = guard_visits(visits, numel_f, facts); !e.ok()) return e;
-    if (!facts.replicas && !facts.scaled) return {};
-    std::sort(visits.begin(), visits.end(), visit_less);
-  } else {
-    std::sort(visits.begin(), visits.end(), visit_less);
-    if (Status e = guard_visits(visits, numel_f, facts); !e.ok()) return e;
-  }
+  std::sort(visits.begin(), visits.end(), visit_less);
+  if (Status e = guard_visits(visits, numel_f, facts); !e.ok()) return e;
   return facts.scaled ? check_scales(visits, dtype, scale_power) : Status{};
 }
 
@@ -206,6 +199,55 @@ std::optional<Index> shard_numel_of(const RankEntry& entry) {
     if (e < 0) return std::nullopt;
   }
   return checked_numel(*entry.shard_shape);
+}
+
+// check_map on the wide path, whose visits come from the proof: in the strict visiting
+// order already, with their element counts (and, rebuilding, the rank's shard from
+// `shards`); with `only`, that rank's visits alone. `guard` gets the first visit that
+// guard_visits would refuse, judged on the proof's own facts (bounds, each rank's
+// count), so that a bug in check_map still cannot address outside a buffer.
+Status check_map_into(const Map& map, const ConvertOptions& options, const ShardSet* shards,
+                      std::optional<Rank> only, std::vector<Visit>& visits, OrderFacts& facts, Status& guard) {
+  visits.clear();
+  const Index numel_f = logical_numel(map).value_or(0);  // read only for a proven map
+  bool open = false;
+  Rank rank = 0;
+  Index shard_numel = 0;
+  Index total = 0;
+  const Buffer* shard = nullptr;
+  auto close_rank = [&] {
+    if (open && guard.ok() && total != shard_numel) guard = fault::count(rank, total, shard_numel);
+  };
+  Status proven = detail::check_map_proving(map, checks_of(options), [&](const detail::ProvenPiece& p) {
+    if (only && p.rank != *only) return;
+    if (!open || p.rank != rank) {
+      close_rank();
+      open = true;
+      rank = p.rank;
+      shard_numel = p.shard_numel;
+      total = 0;
+      shard = nullptr;
+      if (shards != nullptr) {
+        auto it = shards->find(rank);
+        if (it != shards->end()) shard = &it->second;
+      }
+    }
+    visits.push_back(Visit{p.rank, p.written, p.piece, shard, p.numel, p.shard_numel, 0});
+    facts.replicas |= is_replica(*p.piece);
+    facts.scaled |= p.piece->scale != 1.0;
+    if (!guard.ok() || p.numel == 0) return;
+    if (p.source_max >= numel_f) {
+      guard = fault::out_of_bounds(at(visits.back()), Side::full, p.source_max, numel_f);
+    } else if (p.dest_max >= shard_numel) {
+      guard = fault::out_of_bounds(at(visits.back()), Side::shard, p.dest_max, shard_numel);
+    } else if (auto sum = checked_add(total, p.numel)) {
+      total = *sum;
+    } else {
+      guard = fault::count(rank, std::nullopt, shard_numel);
+    }
+  });
+  if (proven.ok()) close_rank();
+  return proven;
 }
 
 BlockCopy rebuild_copy(const Visit& v, Buffer& full, int scale_power) {
@@ -425,29 +467,45 @@ Status wide_rebuild(Scratch& s, Buffer& full, DType dtype, const ConvertOptions&
 
 Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtype, const ConvertOptions& options,
                               std::optional<std::uint64_t>& fused_digest) {
-  if (Status e = check_map(map, checks_of(options)); !e.ok()) return e.error();
+  Scratch& s = scratch();
+  const bool wide = wide_allowed(options);
+  OrderFacts facts;
+  Status guard;
+  if (wide) {
+    if (Status e = check_map_into(map, options, &shards, std::nullopt, s.visits, facts, guard); !e.ok()) {
+      return e.error();
+    }
+  } else if (Status e = check_map(map, checks_of(options)); !e.ok()) {
+    return e.error();
+  }
   auto numel_f = logical_numel(map);
   if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
-  Scratch& s = scratch();
   sorted_ranks(map, s.ranks);
   if (Status e = check_shards(s.ranks, shards, dtype, options.checks.bugs); !e.ok()) return e.error();
 
-  s.visits.clear();
-  s.spans.clear();
-  Index read_total = 0;
-  for (const RankEntry* entry : s.ranks) {
-    auto it = shards.find(entry->rank);
-    if (it == shards.end()) continue;  // check_shards allowed it: the rank has no pieces
-    const Index shard_numel = it->second.numel();
-    for (std::size_t i = 0; i < entry->pieces.size(); ++i) {
-      s.visits.push_back(Visit{entry->rank, static_cast<Index>(i), &entry->pieces[i], &it->second, 0,
-                               shard_numel, read_total});
+  Index read_total = 0;  // real buffers: their total cannot overflow
+  if (wide) {
+    for (const auto& [rank, shard] : shards) read_total += shard.numel();
+    if (!guard.ok()) return guard.error();
+    if (facts.scaled) {
+      if (Status e = check_scales(s.visits, dtype, options.scale_power); !e.ok()) return e.error();
     }
-    s.spans.push_back(ShardSpan{entry->rank, read_total, shard_numel});
-    read_total += shard_numel;  // real buffers: their total cannot overflow
+  } else {
+    s.visits.clear();
+    s.spans.clear();
+    for (const RankEntry* entry : s.ranks) {
+      auto it = shards.find(entry->rank);
+      if (it == shards.end()) continue;  // check_shards allowed it: the rank has no pieces
+      const Index shard_numel = it->second.numel();
+      for (std::size_t i = 0; i < entry->pieces.size(); ++i) {
+        s.visits.push_back(Visit{entry->rank, static_cast<Index>(i), &entry->pieces[i], &it->second, 0,
+                                 shard_numel, read_total});
+      }
+      s.spans.push_back(ShardSpan{entry->rank, read_total, shard_numel});
+      read_total += shard_numel;
+    }
+    if (Status e = order_and_guard(s.visits, *numel_f, dtype, options.scale_power); !e.ok()) return e.error();
   }
-  const bool wide = wide_allowed(options);
-  if (Status e = order_and_guard(s.visits, *numel_f, wide, dtype, options.scale_power); !e.ok()) return e.error();
   if (Status e = allocation_guard(*numel_f, read_total, options.checks.limits, "F"); !e.ok()) return e.error();
   if (s.visits.size() >= std::numeric_limits<std::uint32_t>::max()) return fault::too_many_pieces();
 
@@ -473,11 +531,20 @@ Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtyp
   return full;
 }
 
-// Extract after check_map: fills every address of `rank`'s shard exactly once.
-// With `deferred`, a wide extract only plans its copies there: extract_all moves every
-// shard in one parallel pass.
+// One rank's part of a wide extract: its visits from the proof (check_map_into), and
+// what the proof's guards and scales said about the whole map.
+struct ProvenRank {
+  std::span<const Visit> visits;
+  const Status* guard = nullptr;
+  bool scaled = false;
+};
+
+// Extract after check_map: fills every address of `rank`'s shard exactly once. With
+// `proven`, the wide path; with `deferred` as well, it only plans its copies there:
+// extract_all moves every shard in one parallel pass.
 Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank rank, Index numel_f,
-                                      const ConvertOptions& options, std::vector<wide::Block>* deferred = nullptr) {
+                                      const ConvertOptions& options, const ProvenRank* proven,
+                                      std::vector<wide::Block>* deferred = nullptr) {
   const RankEntry* entry = map.find_rank(rank);
   if (entry == nullptr || !entry->shard_shape) return fault::no_shard_to_extract(rank);
   if (full.numel() != numel_f) return fault::full_numel(full.numel(), numel_f);
@@ -485,23 +552,30 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
   if (!shard_numel) return fault::bad_shard_shape(rank, *entry->shard_shape);
   const DType dtype = full.dtype();
   Scratch& s = scratch();
-  s.visits.clear();
-  for (std::size_t i = 0; i < entry->pieces.size(); ++i) {
-    s.visits.push_back(Visit{rank, static_cast<Index>(i), &entry->pieces[i], nullptr, 0, *shard_numel, 0});
+  const std::size_t piece_count = proven != nullptr ? proven->visits.size() : entry->pieces.size();
+  if (piece_count == 0 && *shard_numel != 0) return fault::shard_address_uncovered(rank, 0);
+  if (proven != nullptr) {
+    if (!proven->guard->ok()) return proven->guard->error();
+    if (proven->scaled) {
+      if (Status e = check_scales(proven->visits, dtype, options.scale_power); !e.ok()) return e.error();
+    }
+  } else {
+    s.visits.clear();
+    for (std::size_t i = 0; i < entry->pieces.size(); ++i) {
+      s.visits.push_back(Visit{rank, static_cast<Index>(i), &entry->pieces[i], nullptr, 0, *shard_numel, 0});
+    }
+    if (Status e = order_and_guard(s.visits, numel_f, dtype, options.scale_power); !e.ok()) return e.error();
   }
-  if (s.visits.empty() && *shard_numel != 0) return fault::shard_address_uncovered(rank, 0);
-  const bool wide = wide_allowed(options);
-  if (Status e = order_and_guard(s.visits, numel_f, wide, dtype, options.scale_power); !e.ok()) return e.error();
   const Index backed =
-      checked_mul(numel_f, static_cast<Index>(s.visits.size())).value_or(std::numeric_limits<Index>::max());
+      checked_mul(numel_f, static_cast<Index>(piece_count)).value_or(std::numeric_limits<Index>::max());
   if (Status e = allocation_guard(*shard_numel, backed, options.checks.limits, "a shard"); !e.ok()) return e.error();
 
-  if (wide) {
+  if (proven != nullptr) {
     // Condition 4, proven by check_map: the pieces write every shard address once.
     Buffer shard = Buffer::uninitialized(dtype, *shard_numel);
     std::vector<wide::Block>& blocks = deferred != nullptr ? *deferred : s.blocks;
     if (deferred == nullptr) s.blocks.clear();
-    for (const Visit& v : s.visits) {
+    for (const Visit& v : proven->visits) {
       if (v.numel == 0) continue;
       blocks.push_back(
           wide::Block{&v.piece->shape, full.data(), &v.piece->source, shard.data(), &v.piece->dest, v.piece->scale, true});
@@ -582,16 +656,37 @@ Result<Buffer> rebuild(const Map& map, const ShardSet& shards, DType dtype, cons
 
 Result<Buffer> extract(const Map& map, const Buffer& full, Rank rank, const ConvertOptions& options) {
   if (options.policy == Policy::legacy) return legacy_extract(map, full, rank, options.scale_power);
-  if (Status e = check_map(map, checks_of(options)); !e.ok()) return e.error();
+  if (!wide_allowed(options)) {
+    if (Status e = check_map(map, checks_of(options)); !e.ok()) return e.error();
+    auto numel_f = logical_numel(map);
+    if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
+    return strict_extract_checked(map, full, rank, *numel_f, options, nullptr);
+  }
+  Scratch& s = scratch();
+  OrderFacts facts;
+  Status guard;
+  if (Status e = check_map_into(map, options, nullptr, rank, s.visits, facts, guard); !e.ok()) return e.error();
   auto numel_f = logical_numel(map);
   if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
-  return strict_extract_checked(map, full, rank, *numel_f, options);
+  const ProvenRank proven{s.visits, &guard, facts.scaled};
+  return strict_extract_checked(map, full, rank, *numel_f, options, &proven);
 }
 
 Result<ShardSet> extract_all(const Map& map, const Buffer& full, const ConvertOptions& options) {
+  const bool strict = options.policy == Policy::strict;
+  const bool wide = strict && wide_allowed(options);
+  Scratch& s = scratch();
+  OrderFacts facts;
+  Status guard;
   std::optional<Index> numel_f;
-  if (options.policy == Policy::strict) {
-    if (Status e = check_map(map, checks_of(options)); !e.ok()) return e.error();
+  if (strict) {
+    if (wide) {
+      if (Status e = check_map_into(map, options, nullptr, std::nullopt, s.visits, facts, guard); !e.ok()) {
+        return e.error();
+      }
+    } else if (Status e = check_map(map, checks_of(options)); !e.ok()) {
+      return e.error();
+    }
     numel_f = logical_numel(map);
     if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
   }
@@ -603,11 +698,18 @@ Result<ShardSet> extract_all(const Map& map, const Buffer& full, const ConvertOp
   ShardSet out;
   // A shard's storage keeps its address when the buffer moves into `out`.
   std::vector<wide::Block> deferred;
-  const bool wide = options.policy == Policy::strict && wide_allowed(options);
+  if (wide) deferred.reserve(s.visits.size());
+  // The proof lists visits by rank id, as `ranks` goes.
+  std::size_t next = 0;
   for (Rank rank : ranks) {
-    auto shard = options.policy == Policy::legacy
-                     ? legacy_extract(map, full, rank, options.scale_power)
-                     : strict_extract_checked(map, full, rank, *numel_f, options, wide ? &deferred : nullptr);
+    auto shard = [&]() -> Result<Buffer> {
+      if (!strict) return legacy_extract(map, full, rank, options.scale_power);
+      if (!wide) return strict_extract_checked(map, full, rank, *numel_f, options, nullptr);
+      const std::size_t first = next;
+      while (next < s.visits.size() && s.visits[next].rank == rank) ++next;
+      const ProvenRank proven{std::span<const Visit>(s.visits).subspan(first, next - first), &guard, facts.scaled};
+      return strict_extract_checked(map, full, rank, *numel_f, options, &proven, &deferred);
+    }();
     if (!shard) return shard.error();
     out.insert_or_assign(rank, std::move(shard).value());
   }
