@@ -63,50 +63,49 @@ Scratch& scratch() {
   return s;
 }
 
-// False for an empty block (nothing to move).
+// False for an empty block (nothing to move). Axes are reduced on the stack and only
+// the outer axes left over go to `axes`: a one-row block (a gather's piece) adds none.
 bool make_plan(const Block& b, std::size_t index, std::vector<Axis>& axes, Plan& out) {
   const Extents& shape = *b.shape;
-  for (Index e : shape) {
-    if (e == 0) return false;
+  // At most 63 axes have extent > 1: the block's numel fits 64 bits.
+  std::array<Axis, 64> kept;
+  std::size_t n = 0;
+  for (std::size_t k = 0; k < shape.size(); ++k) {
+    if (shape[k] == 0) return false;
+    if (shape[k] == 1) continue;
+    kept[n++] = Axis{shape[k], b.from_view->strides[k], b.to_view->strides[k]};
   }
   out = Plan{};
   out.block = index;
   out.from_offset = b.from_view->offset;
   out.to_offset = b.to_view->offset;
-  const auto begin = axes.size();
-  for (std::size_t k = 0; k < shape.size(); ++k) {
-    if (shape[k] == 1) continue;
-    axes.push_back(Axis{shape[k], b.from_view->strides[k], b.to_view->strides[k]});
-  }
   // Merge from the innermost axis outwards: an outer axis whose strides equal the
-  // inner axis's span in both views continues it.
-  std::size_t n = axes.size() - begin;
-  if (n > 1) {
-    std::size_t write = axes.size() - 1;  // the innermost merged axis
-    for (std::size_t k = axes.size() - 1; k-- > begin;) {
-      Axis& inner = axes[write];
-      const Axis outer = axes[k];
+  // inner axis's span in both views continues it. kept[write..n) are the merged axes.
+  std::size_t write = n;
+  for (std::size_t k = n; k-- > 0;) {
+    if (write < n) {
+      Axis& inner = kept[write];
+      const Axis& outer = kept[k];
       if (outer.from_stride == inner.from_stride * inner.extent && outer.to_stride == inner.to_stride * inner.extent) {
         inner.extent *= outer.extent;  // bounded by the block's numel
-      } else {
-        axes[--write] = outer;
+        continue;
       }
     }
-    axes.erase(axes.begin() + static_cast<std::ptrdiff_t>(begin),
-               axes.begin() + static_cast<std::ptrdiff_t>(write));
-    n = axes.size() - begin;
+    kept[--write] = kept[k];
   }
-  if (n > 0) {
-    const Axis inner = axes.back();
-    axes.pop_back();
+  if (write < n) {
+    const Axis& inner = kept[n - 1];
     out.len = inner.extent;
     out.from_step = inner.from_stride;
     out.to_step = inner.to_stride;
     --n;
   }
-  out.axes_begin = static_cast<std::int32_t>(begin);
-  out.axes_count = static_cast<std::int32_t>(n);
-  for (std::size_t k = begin; k < axes.size(); ++k) out.rows *= axes[k].extent;
+  out.axes_begin = static_cast<std::int32_t>(axes.size());
+  out.axes_count = static_cast<std::int32_t>(n - write);
+  for (std::size_t k = write; k < n; ++k) {
+    axes.push_back(kept[k]);
+    out.rows *= kept[k].extent;
+  }
   return true;
 }
 
