@@ -227,8 +227,9 @@ ConvertOptions recorded() {
   return options;
 }
 
-// Rebuild, and extract of every rank, through the wide path with 1, 2 and 8 threads,
-// against the recorded path; rebuild also against the reference model.
+// Rebuild, and extract of every rank (all at once and one by one), through the wide path
+// with 1, 2 and 8 threads, against the recorded path; rebuild also against the reference
+// model.
 void expect_conversions_agree(const Map& map, const ShardSet& shards, DType dtype, int scale_power,
                               const std::string& context) {
   ConvertOptions oracle = recorded();
@@ -256,6 +257,14 @@ void expect_conversions_agree(const Map& map, const ShardSet& shards, DType dtyp
     ConvertOptions options = threaded(threads);
     options.scale_power = scale_power;
     expect_same(extract_all(map, want.value(), options), extracted, context + " extract, threads " + std::to_string(threads));
+  }
+  // One rank at a time: the wide path takes only that rank's part of the proof.
+  for (const auto& entry : map.ranks) {
+    const auto one = extract(map, want.value(), entry.rank, oracle);
+    ConvertOptions options = threaded(2);
+    options.scale_power = scale_power;
+    expect_same(extract(map, want.value(), entry.rank, options), one,
+                context + " extract of rank " + std::to_string(entry.rank));
   }
 }
 
