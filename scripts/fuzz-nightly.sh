@@ -4,7 +4,8 @@
 #   scripts/fuzz-nightly.sh [TOTAL_SECONDS]
 #
 # Builds the clang fuzz build (ASan + UBSan, libraries instrumented with
-# -fsanitize=fuzzer-no-link), splits the time budget evenly across the targets, runs
+# -fsanitize=fuzzer-no-link, coverage feedback without fuzz/coverage-ignorelist.txt's
+# JSON, fmt and standard library functions, as in the ClusterFuzzLite build), splits the time budget evenly across the targets, runs
 # each with -fork on every core, merges and prunes its corpus, replays every crash to
 # read its `SHARDCHECK-FINDING:` signature (or the sanitizer's summary), keeps the
 # smallest input per signature, minimises it within a time bound, and turns it into a
@@ -49,7 +50,8 @@ if [[ ${FUZZ_SKIP_BUILD:-0} != 1 ]]; then
   echo "fuzz-nightly: building $build"
   CC=clang CXX=clang++ cmake -G Ninja -S "$repo" -B "$build" -DSHARDCHECK_FUZZ=ON -DSHARDCHECK_SANITIZE=ON \
     -DSHARDCHECK_CUDA=OFF -DSHARDCHECK_TESTS=OFF -DSHARDCHECK_BENCH=OFF \
-    -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link >"$work/build.log" 2>&1 ||
+    -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link -fsanitize-coverage-ignorelist=$repo/fuzz/coverage-ignorelist.txt" \
+    >"$work/build.log" 2>&1 ||
     { tail -30 "$work/build.log"; exit 2; }
   ninja -C "$build" "${targets[@]}" >>"$work/build.log" 2>&1 || { tail -30 "$work/build.log"; exit 2; }
 fi
