@@ -66,6 +66,7 @@ void run_policy(const Case& c, Policy policy) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const fuzz::InputScope scope;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   auto decoded = decode_case_text(text);
   fuzz::count_input(decoded.ok());

@@ -46,6 +46,7 @@ props::EvalOptions eval_options() {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const fuzz::InputScope scope;
   static const gen::CaseOptions options = case_options();
   static const props::EvalOptions eval = eval_options();
   fuzz::ByteProvider bytes(data, size);

@@ -137,6 +137,7 @@ void remember_usable(std::string_view text) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const fuzz::InputScope scope;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   auto json = parse_json(text);
   if (!json) {

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "shardcheck/case.h"
+#include "shardcheck/oracles/reference.h"
 
 namespace shardcheck::fuzz {
 
@@ -60,6 +61,8 @@ bool replay_strict() {
   static const bool strict = env_flag("SHARDCHECK_REPLAY_STRICT");
   return strict;
 }
+
+InputScope::~InputScope() { oracles::forget_reference_verdicts(); }
 
 void count_input(bool usable) {
   static const bool enabled = [] {

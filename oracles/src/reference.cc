@@ -650,11 +650,18 @@ bool same_scales(const Map& a, const Map& b) {
   }
   return true;
 }
+
+constexpr std::size_t kRemembered = 6;
+using Remembered = std::array<std::optional<RememberedVerdict>, kRemembered>;
+
+Remembered& remembered_verdicts() {
+  thread_local Remembered remembered;
+  return remembered;
+}
 }  // namespace
 
 ReferenceVerdict reference_check(const Map& map, Index max_elements) {
-  constexpr std::size_t kRemembered = 6;
-  thread_local std::array<std::optional<RememberedVerdict>, kRemembered> remembered;
+  Remembered& remembered = remembered_verdicts();
   for (std::size_t i = 0; i < kRemembered; ++i) {
     auto& entry = remembered[i];
     if (entry && entry->max_elements == max_elements && entry->map == map && same_scales(entry->map, map)) {
@@ -668,6 +675,10 @@ ReferenceVerdict reference_check(const Map& map, Index max_elements) {
   std::rotate(remembered.begin(), remembered.end() - 1, remembered.end());
   remembered[0] = RememberedVerdict{map, max_elements, verdict};
   return verdict;
+}
+
+void forget_reference_verdicts() {
+  for (auto& entry : remembered_verdicts()) entry.reset();
 }
 
 namespace {

@@ -35,6 +35,13 @@ struct ReferenceVerdict {
 // (kind format) so fuzzers cannot make it allocate without bound.
 ReferenceVerdict reference_check(const Map& map, Index max_elements = Index{1} << 22);
 
+// reference_check remembers its last few verdicts on each thread, with a copy of each map
+// (the oracles ask about the same maps several times per case). This forgets them. A fuzz
+// target does after each input: libFuzzer runs an input again, looking for a leak,
+// whenever it leaves more allocations behind than it freed, and remembered maps are such
+// allocations.
+void forget_reference_verdicts();
+
 // Element-by-element strict rebuild / extract (spec 4) including condition 7.
 Result<Buffer> reference_rebuild(const Map& map, const ShardSet& shards, DType dtype,
                                  int scale_power = 1);
