@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <span>
 
@@ -218,7 +219,7 @@ Status check_map_into(const Map& map, const ConvertOptions& options, const Shard
   auto close_rank = [&] {
     if (open && guard.ok() && total != shard_numel) guard = fault::count(rank, total, shard_numel);
   };
-  Status proven = detail::check_map_proving(map, checks_of(options), [&](const detail::ProvenPiece& p) {
+  auto each = [&](const detail::ProvenPiece& p) {
     if (only && p.rank != *only) return;
     if (!open || p.rank != rank) {
       close_rank();
@@ -245,7 +246,9 @@ Status check_map_into(const Map& map, const ConvertOptions& options, const Shard
     } else {
       guard = fault::count(rank, std::nullopt, shard_numel);
     }
-  });
+  };
+  // By reference: a std::function holding the closure itself would allocate it.
+  Status proven = detail::check_map_proving(map, checks_of(options), std::ref(each));
   if (proven.ok()) close_rank();
   return proven;
 }
