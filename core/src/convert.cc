@@ -138,30 +138,33 @@ Status guard_piece(const Visit& v, Index numel_f, Index shard_numel, Index& nume
   return {};
 }
 
-// What the visiting order can change: which piece wrote an element first (replicas), and
-// which piece a scale refusal names.
-struct OrderFacts {
-  bool replicas = false;
-  bool scaled = false;
+// One rank's pieces must hold as many elements as its shard, which also bounds the work
+// of walking them: pieces are added one by one, then the rank is closed.
+struct RankCount {
+  Rank rank = 0;
+  Index shard_numel = 0;
+  Index total = 0;
+  // False when the total overflows: refuse with overflowed(). A bool, because the
+  // proof's guards add every piece of a large map.
+  bool add(Index numel) { return !__builtin_add_overflow(total, numel, &total); }
+  Status overflowed() const { return fault::count(rank, std::nullopt, shard_numel); }
+  Status close() const { return total == shard_numel ? Status{} : fault::count(rank, total, shard_numel); }
 };
 
-// Guards every visit and checks that each rank's pieces hold as many elements as its
-// shard, which also bounds the work of walking them. Visits must be grouped by rank.
-Status guard_visits(std::vector<Visit>& visits, Index numel_f, OrderFacts& facts) {
+// Guards every visit and counts each rank's pieces (RankCount); `scaled` tells whether
+// any piece has a scale. Visits must be grouped by rank.
+Status guard_visits(std::vector<Visit>& visits, Index numel_f, bool& scaled) {
   std::size_t begin = 0;
   while (begin < visits.size()) {
     std::size_t end = begin;
-    Index total = 0;
-    for (; end < visits.size() && visits[end].rank == visits[begin].rank; ++end) {
+    RankCount count{visits[begin].rank, visits[begin].shard_numel};
+    for (; end < visits.size() && visits[end].rank == count.rank; ++end) {
       Visit& v = visits[end];
       if (Status e = guard_piece(v, numel_f, v.shard_numel, v.numel); !e.ok()) return e;
-      facts.replicas |= is_replica(*v.piece);
-      facts.scaled |= v.piece->scale != 1.0;
-      auto sum = checked_add(total, v.numel);
-      if (!sum) return fault::count(v.rank, std::nullopt, v.shard_numel);
-      total = *sum;
+      scaled |= v.piece->scale != 1.0;
+      if (!count.add(v.numel)) return count.overflowed();
     }
-    if (total != visits[begin].shard_numel) return fault::count(visits[begin].rank, total, visits[begin].shard_numel);
+    if (Status e = count.close(); !e.ok()) return e;
     begin = end;
   }
   return {};
@@ -181,10 +184,10 @@ Status check_scales(std::span<const Visit> visits, DType dtype, int scale_power)
 // Puts the visits (grouped by rank) in the strict visiting order, guards them and
 // refuses scales the conversion cannot apply (the recorded path).
 Status order_and_guard(std::vector<Visit>& visits, Index numel_f, DType dtype, int scale_power) {
-  OrderFacts facts;
+  bool scaled = false;
   std::sort(visits.begin(), visits.end(), visit_less);
-  if (Status e = guard_visits(visits, numel_f, facts); !e.ok()) return e;
-  return facts.scaled ? check_scales(visits, dtype, scale_power) : Status{};
+  if (Status e = guard_visits(visits, numel_f, scaled); !e.ok()) return e;
+  return scaled ? check_scales(visits, dtype, scale_power) : Status{};
 }
 
 std::optional<Index> logical_numel(const Map& map) {
@@ -200,57 +203,6 @@ std::optional<Index> shard_numel_of(const RankEntry& entry) {
     if (e < 0) return std::nullopt;
   }
   return checked_numel(*entry.shard_shape);
-}
-
-// check_map on the wide path, whose visits come from the proof: in the strict visiting
-// order already, with their element counts (and, rebuilding, the rank's shard from
-// `shards`); with `only`, that rank's visits alone. `guard` gets the first visit that
-// guard_visits would refuse, judged on the proof's own facts (bounds, each rank's
-// count), so that a bug in check_map still cannot address outside a buffer.
-Status check_map_into(const Map& map, const ConvertOptions& options, const ShardSet* shards,
-                      std::optional<Rank> only, std::vector<Visit>& visits, OrderFacts& facts, Status& guard) {
-  visits.clear();
-  const Index numel_f = logical_numel(map).value_or(0);  // read only for a proven map
-  bool open = false;
-  Rank rank = 0;
-  Index shard_numel = 0;
-  Index total = 0;
-  const Buffer* shard = nullptr;
-  auto close_rank = [&] {
-    if (open && guard.ok() && total != shard_numel) guard = fault::count(rank, total, shard_numel);
-  };
-  auto each = [&](const detail::ProvenPiece& p) {
-    if (only && p.rank != *only) return;
-    if (!open || p.rank != rank) {
-      close_rank();
-      open = true;
-      rank = p.rank;
-      shard_numel = p.shard_numel;
-      total = 0;
-      shard = nullptr;
-      if (shards != nullptr) {
-        auto it = shards->find(rank);
-        if (it != shards->end()) shard = &it->second;
-      }
-    }
-    visits.push_back(Visit{p.rank, p.written, p.piece, shard, p.numel, p.shard_numel, 0});
-    facts.replicas |= is_replica(*p.piece);
-    facts.scaled |= p.piece->scale != 1.0;
-    if (!guard.ok() || p.numel == 0) return;
-    if (p.source_max >= numel_f) {
-      guard = fault::out_of_bounds(at(visits.back()), Side::full, p.source_max, numel_f);
-    } else if (p.dest_max >= shard_numel) {
-      guard = fault::out_of_bounds(at(visits.back()), Side::shard, p.dest_max, shard_numel);
-    } else if (auto sum = checked_add(total, p.numel)) {
-      total = *sum;
-    } else {
-      guard = fault::count(rank, std::nullopt, shard_numel);
-    }
-  };
-  // By reference: a std::function holding the closure itself would allocate it.
-  Status proven = detail::check_map_proving(map, checks_of(options), std::ref(each));
-  if (proven.ok()) close_rank();
-  return proven;
 }
 
 BlockCopy rebuild_copy(const Visit& v, Buffer& full, int scale_power) {
@@ -404,6 +356,58 @@ bool wide_allowed(const ConvertOptions& options) {
   return options.backend == nullptr || options.backend->name() == "cpu";
 }
 
+// What check_map leaves a conversion. On the wide path (`wide`): the visits, from the
+// proof, in the strict visiting order already with their element counts (and, rebuilding,
+// the rank's shard from `shards`; with `only`, that rank's visits alone); `scaled`,
+// whether any has a scale; `guard`, the first visit guard_visits would refuse, judged on
+// the proof's own facts (bounds, each rank's count), so that a bug in check_map still
+// cannot address outside a buffer. Otherwise only check_map's verdict.
+struct Checked {
+  bool wide = false;
+  bool scaled = false;
+  Status guard;
+};
+
+Status check_for_conversion(const Map& map, const ConvertOptions& options, const ShardSet* shards,
+                            std::optional<Rank> only, std::vector<Visit>& visits, Checked& checked) {
+  checked.wide = wide_allowed(options);
+  if (!checked.wide) return check_map(map, checks_of(options));
+  visits.clear();
+  const Index numel_f = logical_numel(map).value_or(0);  // read only for a proven map
+  std::optional<RankCount> count;
+  const Buffer* shard = nullptr;
+  Status& guard = checked.guard;
+  auto close_rank = [&] {
+    if (count && guard.ok()) guard = count->close();
+  };
+  auto each = [&](const detail::ProvenPiece& p) {
+    if (only && p.rank != *only) return;
+    if (!count || p.rank != count->rank) {
+      close_rank();
+      count = RankCount{p.rank, p.shard_numel};
+      shard = nullptr;
+      if (shards != nullptr) {
+        auto it = shards->find(p.rank);
+        if (it != shards->end()) shard = &it->second;
+      }
+    }
+    visits.push_back(Visit{p.rank, p.written, p.piece, shard, p.numel, p.shard_numel, 0});
+    checked.scaled |= p.piece->scale != 1.0;
+    if (!guard.ok() || p.numel == 0) return;
+    if (p.source_max >= numel_f) {
+      guard = fault::out_of_bounds(at(visits.back()), Side::full, p.source_max, numel_f);
+    } else if (p.dest_max >= p.shard_numel) {
+      guard = fault::out_of_bounds(at(visits.back()), Side::shard, p.dest_max, p.shard_numel);
+    } else if (!count->add(p.numel)) {
+      guard = count->overflowed();
+    }
+  };
+  // By reference: a std::function holding the closure itself would allocate it.
+  Status proven = detail::check_map_proving(map, checks_of(options), std::ref(each));
+  if (proven.ok()) close_rank();
+  return proven;
+}
+
 wide::Threading threading_of(const ConvertOptions& options) {
   return wide::Threading{options.threads, options.parallel_min_bytes};
 }
@@ -471,16 +475,11 @@ Status wide_rebuild(Scratch& s, Buffer& full, DType dtype, const ConvertOptions&
 Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtype, const ConvertOptions& options,
                               std::optional<std::uint64_t>& fused_digest) {
   Scratch& s = scratch();
-  const bool wide = wide_allowed(options);
-  OrderFacts facts;
-  Status guard;
-  if (wide) {
-    if (Status e = check_map_into(map, options, &shards, std::nullopt, s.visits, facts, guard); !e.ok()) {
-      return e.error();
-    }
-  } else if (Status e = check_map(map, checks_of(options)); !e.ok()) {
+  Checked checked;
+  if (Status e = check_for_conversion(map, options, &shards, std::nullopt, s.visits, checked); !e.ok()) {
     return e.error();
   }
+  const bool wide = checked.wide;
   auto numel_f = logical_numel(map);
   if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
   sorted_ranks(map, s.ranks);
@@ -489,8 +488,8 @@ Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtyp
   Index read_total = 0;  // real buffers: their total cannot overflow
   if (wide) {
     for (const auto& [rank, shard] : shards) read_total += shard.numel();
-    if (!guard.ok()) return guard.error();
-    if (facts.scaled) {
+    if (!checked.guard.ok()) return checked.guard.error();
+    if (checked.scaled) {
       if (Status e = check_scales(s.visits, dtype, options.scale_power); !e.ok()) return e.error();
     }
   } else {
@@ -534,12 +533,11 @@ Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtyp
   return full;
 }
 
-// One rank's part of a wide extract: its visits from the proof (check_map_into), and
-// what the proof's guards and scales said about the whole map.
+// One rank's part of a wide extract: its visits from the proof (check_for_conversion),
+// and what the proof's guards and scales said about the whole map.
 struct ProvenRank {
   std::span<const Visit> visits;
-  const Status* guard = nullptr;
-  bool scaled = false;
+  const Checked* checked = nullptr;
 };
 
 // Extract after check_map: fills every address of `rank`'s shard exactly once. With
@@ -558,8 +556,8 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
   const std::size_t piece_count = proven != nullptr ? proven->visits.size() : entry->pieces.size();
   if (piece_count == 0 && *shard_numel != 0) return fault::shard_address_uncovered(rank, 0);
   if (proven != nullptr) {
-    if (!proven->guard->ok()) return proven->guard->error();
-    if (proven->scaled) {
+    if (!proven->checked->guard.ok()) return proven->checked->guard.error();
+    if (proven->checked->scaled) {
       if (Status e = check_scales(proven->visits, dtype, options.scale_power); !e.ok()) return e.error();
     }
   } else {
@@ -659,35 +657,23 @@ Result<Buffer> rebuild(const Map& map, const ShardSet& shards, DType dtype, cons
 
 Result<Buffer> extract(const Map& map, const Buffer& full, Rank rank, const ConvertOptions& options) {
   if (options.policy == Policy::legacy) return legacy_extract(map, full, rank, options.scale_power);
-  if (!wide_allowed(options)) {
-    if (Status e = check_map(map, checks_of(options)); !e.ok()) return e.error();
-    auto numel_f = logical_numel(map);
-    if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
-    return strict_extract_checked(map, full, rank, *numel_f, options, nullptr);
-  }
   Scratch& s = scratch();
-  OrderFacts facts;
-  Status guard;
-  if (Status e = check_map_into(map, options, nullptr, rank, s.visits, facts, guard); !e.ok()) return e.error();
+  Checked checked;
+  if (Status e = check_for_conversion(map, options, nullptr, rank, s.visits, checked); !e.ok()) return e.error();
   auto numel_f = logical_numel(map);
   if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
-  const ProvenRank proven{s.visits, &guard, facts.scaled};
+  if (!checked.wide) return strict_extract_checked(map, full, rank, *numel_f, options, nullptr);
+  const ProvenRank proven{s.visits, &checked};
   return strict_extract_checked(map, full, rank, *numel_f, options, &proven);
 }
 
 Result<ShardSet> extract_all(const Map& map, const Buffer& full, const ConvertOptions& options) {
   const bool strict = options.policy == Policy::strict;
-  const bool wide = strict && wide_allowed(options);
   Scratch& s = scratch();
-  OrderFacts facts;
-  Status guard;
+  Checked checked;
   std::optional<Index> numel_f;
   if (strict) {
-    if (wide) {
-      if (Status e = check_map_into(map, options, nullptr, std::nullopt, s.visits, facts, guard); !e.ok()) {
-        return e.error();
-      }
-    } else if (Status e = check_map(map, checks_of(options)); !e.ok()) {
+    if (Status e = check_for_conversion(map, options, nullptr, std::nullopt, s.visits, checked); !e.ok()) {
       return e.error();
     }
     numel_f = logical_numel(map);
@@ -701,6 +687,7 @@ Result<ShardSet> extract_all(const Map& map, const Buffer& full, const ConvertOp
   ShardSet out;
   // A shard's storage keeps its address when the buffer moves into `out`.
   std::vector<wide::Block> deferred;
+  const bool wide = checked.wide;  // strict only: legacy leaves it false
   if (wide) deferred.reserve(s.visits.size());
   // The proof lists visits by rank id, as `ranks` goes.
   std::size_t next = 0;
@@ -710,7 +697,7 @@ Result<ShardSet> extract_all(const Map& map, const Buffer& full, const ConvertOp
       if (!wide) return strict_extract_checked(map, full, rank, *numel_f, options, nullptr);
       const std::size_t first = next;
       while (next < s.visits.size() && s.visits[next].rank == rank) ++next;
-      const ProvenRank proven{std::span<const Visit>(s.visits).subspan(first, next - first), &guard, facts.scaled};
+      const ProvenRank proven{std::span<const Visit>(s.visits).subspan(first, next - first), &checked};
       return strict_extract_checked(map, full, rank, *numel_f, options, &proven, &deferred);
     }();
     if (!shard) return shard.error();
