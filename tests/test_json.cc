@@ -6,14 +6,19 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
+#include "shardcheck/campaign.h"
 #include "shardcheck/json.h"
 
 namespace shardcheck {
@@ -50,6 +55,39 @@ Map decode_ok(const std::string& text) {
   auto map = decode_map(parse_ok(text));
   EXPECT_TRUE(map.ok()) << map.error().to_string();
   return map.ok() ? map.value() : Map{};
+}
+
+// What reading text answered, spelled out in full: each map's canonical text, or the
+// error with every field it carries.
+std::string answer(const Result<Map>& map) {
+  if (map) return "map " + encode_map_text(map.value(), RankOrder::as_given);
+  const Error& e = map.error();
+  return fmt::format("error {} rank={} piece={} address={} path={} | {}", kind_name(e.kind), e.rank.value_or(-1),
+                     e.piece.value_or(-1), e.address.value_or(-1), e.path, e.to_string());
+}
+std::string answer(const Result<std::vector<NamedMap>>& document) {
+  if (!document) return answer(Result<Map>(document.error()));
+  std::string out = "document";
+  for (const NamedMap& named : document.value()) out += "\n" + named.name + ": " + answer(named.map);
+  return out;
+}
+
+// Text read straight into maps (parse_map, parse_document, the tape) must answer as the
+// text read into a Json value and decoded from it does, errors word for word.
+void expect_same_reading(const std::string& text) {
+  auto json = parse_json(text);
+  const Result<std::vector<NamedMap>> through_json =
+      json ? decode_document(json.value()) : Result<std::vector<NamedMap>>(json.error());
+  EXPECT_EQ(answer(parse_document(text)), answer(through_json)) << text.substr(0, 400);
+  const Result<Map> map_through_json = json ? decode_map(json.value(), "$.m") : Result<Map>(json.error());
+  EXPECT_EQ(answer(parse_map(text, "$.m")), answer(map_through_json)) << text.substr(0, 400);
+}
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
 }
 
 // The first error anywhere on the way from text to maps, or nullopt if all decode.
@@ -485,6 +523,90 @@ TEST(JsonEncode, UnrepresentableRankIdsAreNotDroppedSilently) {
   auto refused = decode_map(encode_map(negative));
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().path, "$.ranks[0].rank");
+}
+
+TEST(JsonText, ReadingTextAnswersAsReadingItsJsonValue) {
+  namespace fs = std::filesystem;
+  std::size_t files = 0;
+  for (const char* dir : {"map_json", "regressions", "case_file"}) {
+    for (const auto& entry : fs::directory_iterator(fs::path(SHARDCHECK_SOURCE_DIR) / "corpus" / dir)) {
+      const std::string text = read_text(entry.path());
+      ++files;
+      expect_same_reading(text);
+      // Every cut of the text, and every byte of it turned into each of the structural
+      // characters: syntax errors at every place, wrong kinds of values, repeated keys.
+      for (std::size_t cut = 0; cut < text.size(); cut += 11) expect_same_reading(text.substr(0, cut));
+      for (std::size_t at = 0; at < text.size(); at += 13) {
+        for (const char byte : std::string_view("{}[]\",:0-.e\\")) {
+          std::string damaged = text;
+          damaged[at] = byte;
+          expect_same_reading(damaged);
+        }
+      }
+    }
+  }
+  EXPECT_GE(files, 40u);
+  for (const char* text : {R"({"a":1,"b":{"c":1,"c":2},"a":3})", R"([{"x":1},{"y":[{"x":1,"x":2}]}])",
+                           R"({"logical_shape":[1e400]})", R"({"logical_shape":[18446744073709551616]})",
+                           R"({"version":1,"params":{"a":{"logical_shape":[2],"ranks":{}},"b":[]}})"}) {
+    expect_same_reading(text);
+  }
+  // Every kind of value where each kind of value is expected.
+  const std::string places[] = {
+      R"({"logical_shape":@,"ranks":{}})",
+      R"({"logical_shape":[@],"ranks":{}})",
+      R"({"logical_shape":[2],"ranks":@})",
+      R"({"logical_shape":[2],"ranks":{"0":@}})",
+      R"({"logical_shape":[2],"ranks":[{"rank":@,"pieces":[]}]})",
+      R"({"logical_shape":[2],"ranks":{"0":{"shard_shape":[2],"pieces":[{"shape":[2],"source":[0,[1]],"dest":[@,[1]],"locations":[0],"scale":@}]}}})",
+      R"({"logical_shape":[2],"ranks":{},"content_digests":{"param":@}})",
+      R"({"version":@,"params":{}})",
+      R"({"version":1,"params":{"w":@}})"};
+  for (const std::string& place : places) {
+    for (const char* value : {"5", "-5", "0", "-0", "1.5", "-2.0", "-0.0", "1e300", "1E5", "0.1e+2", "2e-1", "1e-400",
+                              "1e400", "01", "-", "1.", ".5", "9223372036854775807", "9223372036854775808",
+                              "-9223372036854775808", "-9223372036854775809", "18446744073709551615",
+                              "18446744073709551616", "true", "tru", "null", "\"s\"", "\"\\u0041\"", "\"\xc3\xa9\"",
+                              "\"\xff\"", "[1,2]", "[1,]", "[]", "{}", "{\"a\":1}", "\xef\xbb\xbf1"}) {
+      std::string text = place;
+      for (auto at = text.find('@'); at != std::string::npos; at = text.find('@')) text.replace(at, 1, value);
+      expect_same_reading(text);
+    }
+  }
+  // Nesting at the limit and past it, closed and not.
+  for (const std::size_t depth : {255, 256, 257}) {
+    expect_same_reading(std::string(depth, '[') + std::string(depth, ']'));
+    expect_same_reading(std::string(depth, '[') + "1" + std::string(depth, ']'));
+    expect_same_reading(std::string(depth, '['));
+  }
+  // An object large enough that repeated keys are looked up by hash.
+  std::string wide = "{";
+  for (int i = 0; i < 40; ++i) wide += fmt::format("\"k{}\":{},", i, i);
+  expect_same_reading(wide + "\"k3\":0}");
+  expect_same_reading(wide + "\"k40\":0}");
+}
+
+// The maps a campaign generates, corrupted and not: the text the encoder writes is
+// already in the form Json writes (dumping it again changes nothing), and reading it back
+// gives the map.
+TEST(JsonText, GeneratedMapsWriteAndReadBack) {
+  campaign::Options options;
+  options.seed = 11;
+  for (Index index = 0; index < 3000; ++index) {
+    const Case c = campaign::generate_indexed_case(options, index);
+    for (const Map* map : {&c.map, c.truth ? &*c.truth : nullptr}) {
+      if (map == nullptr) continue;
+      for (const RankOrder order : {RankOrder::sorted, RankOrder::as_given}) {
+        const std::string text = encode_map_text(*map, order);
+        ASSERT_EQ(encode_map(*map, order).dump(), text);
+        expect_same_reading(text);
+      }
+      auto back = parse_map(encode_map_text(*map, RankOrder::as_given));
+      ASSERT_TRUE(back.ok()) << index << " " << back.error().to_string();
+      EXPECT_EQ(back.value(), *map) << index;
+    }
+    if (c.map_text) expect_same_reading(*c.map_text);
+  }
 }
 
 // Random numbers that stress the codec: small ones, the int64 extremes, anything.

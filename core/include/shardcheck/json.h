@@ -22,7 +22,8 @@ using Json = nlohmann::ordered_json;
 
 inline constexpr int kFormatVersion = 1;
 
-// Parses text to JSON; a syntax error is a `format` error with the byte offset.
+// Parses text to JSON; a syntax error is a `format` error with the byte offset. A key
+// repeated in one object is a `format` error too (a Json object would keep one of them).
 Result<Json> parse_json(std::string_view text);
 
 // One map. `path` prefixes error paths ("$" at top level).
@@ -40,6 +41,17 @@ struct NamedMap {
   Result<Map> map;
 };
 Result<std::vector<NamedMap>> decode_document(const Json& json);
+
+// The same from text, with parse_json's errors first: decode_map(parse_json(text)) and
+// decode_document(parse_json(text)), answer for answer, without building a Json value
+// (a few allocations per document where a Json value makes one per array and object).
+Result<Map> parse_map(std::string_view text, const std::string& path = "$");
+Result<std::vector<NamedMap>> parse_document(std::string_view text);
+
+// One map from text that holds a bare map or an envelope of exactly one parameter, as a
+// reported map arrives (contract section 9): an object without "version" is read as a map
+// at `path`, anything else as a document.
+Result<Map> parse_one_map(std::string_view text, const std::string& path);
 
 // Writes what DeepSpeed writes: ranks sorted by id as string keys, "scale" omitted
 // at 1.0, pieces in the order given.
