@@ -349,20 +349,7 @@ Result<Case> decode_case(const Json& json) {
   return c;
 }
 
-Result<Map> decode_map_text(std::string_view text) {
-  auto parsed = parse_json(text);
-  if (!parsed) return parsed.error();
-  const Json& json = parsed.value();
-  if (!json.is_object() || !json.contains("version")) return decode_map(json, "$.map_text");
-  auto params = decode_document(json);
-  if (!params) return params.error();
-  if (params.value().size() != 1) {
-    return format_error("$.map_text.params", fmt::format("a map text holds one parameter's map, but this "
-                                                         "envelope holds {}",
-                                                         params.value().size()));
-  }
-  return std::move(params.value().front().map);
-}
+Result<Map> decode_map_text(std::string_view text) { return parse_one_map(text, "$.map_text"); }
 
 Status undecoded_map_error(const Case& c) {
   if (c.map_text) {

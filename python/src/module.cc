@@ -130,9 +130,7 @@ Buffer borrow(const Array& a, const std::string& what, bool as_bool = false) {
 }
 
 Map decode(const std::string& text) {
-  auto json = parse_json(text);
-  if (!json) throw MapFailure{json.error()};
-  auto map = decode_map(json.value());
+  auto map = parse_map(text);
   if (!map) throw MapFailure{map.error()};
   return std::move(map).value();
 }
