@@ -276,8 +276,8 @@ TEST(DataAndTextRows, CaseFilesCarryTheMapText) {
   auto enveloped = decode_map_text(R"({"version":1,"params":{"w":)" + map_json + "}}");
   ASSERT_TRUE(enveloped) << enveloped.error().to_string();
   EXPECT_EQ(enveloped.value(), decoded.value().map);
-  for (const std::string bad : {R"({"version":0,"params":{"w":)" + map_json + "}}",
-                                R"({"version":1,"params":{"w":)" + map_json + R"(,"v":)" + map_json + "}}"}) {
+  for (const std::string& bad : {R"({"version":0,"params":{"w":)" + map_json + "}}",
+                                 R"({"version":1,"params":{"w":)" + map_json + R"(,"v":)" + map_json + "}}"}) {
     auto refused = decode_map_text(bad);
     ASSERT_FALSE(refused) << bad;
     EXPECT_EQ(refused.error().kind, ErrorKind::format);

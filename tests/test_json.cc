@@ -536,7 +536,7 @@ TEST(JsonText, ReadingTextAnswersAsReadingItsJsonValue) {
       // Every cut of the text, and every byte of it turned into each of the structural
       // characters: syntax errors at every place, wrong kinds of values, repeated keys.
       for (std::size_t cut = 0; cut < text.size(); cut += 11) expect_same_reading(text.substr(0, cut));
-      for (std::size_t at = 0; at < text.size(); at += 13) {
+      for (std::size_t at = 0; at < text.size(); at += 19) {
         for (const char byte : std::string_view("{}[]\",:0-.e\\")) {
           std::string damaged = text;
           damaged[at] = byte;
@@ -548,6 +548,7 @@ TEST(JsonText, ReadingTextAnswersAsReadingItsJsonValue) {
   EXPECT_GE(files, 40u);
   for (const char* text : {R"({"a":1,"b":{"c":1,"c":2},"a":3})", R"([{"x":1},{"y":[{"x":1,"x":2}]}])",
                            R"({"logical_shape":[1e400]})", R"({"logical_shape":[18446744073709551616]})",
+                           "\xef\xbb\xbf" R"({"logical_shape":[2],"ranks":{}})",
                            R"({"version":1,"params":{"a":{"logical_shape":[2],"ranks":{}},"b":[]}})"}) {
     expect_same_reading(text);
   }
@@ -567,7 +568,7 @@ TEST(JsonText, ReadingTextAnswersAsReadingItsJsonValue) {
                               "1e400", "01", "-", "1.", ".5", "9223372036854775807", "9223372036854775808",
                               "-9223372036854775808", "-9223372036854775809", "18446744073709551615",
                               "18446744073709551616", "true", "tru", "null", "\"s\"", "\"\\u0041\"", "\"\xc3\xa9\"",
-                              "\"\xff\"", "[1,2]", "[1,]", "[]", "{}", "{\"a\":1}", "\xef\xbb\xbf1"}) {
+                              "\"\xff\"", "[1,2]", "[1,]", "[]", "{}", "{\"a\":1}", "\xef\xbb\xbf" "1"}) {
       std::string text = place;
       for (auto at = text.find('@'); at != std::string::npos; at = text.find('@')) text.replace(at, 1, value);
       expect_same_reading(text);
@@ -586,13 +587,13 @@ TEST(JsonText, ReadingTextAnswersAsReadingItsJsonValue) {
   expect_same_reading(wide + "\"k40\":0}");
 }
 
-// The maps a campaign generates, corrupted and not: the text the encoder writes is
+// The maps of a thousand campaign cases, corrupted and not: the text the encoder writes is
 // already in the form Json writes (dumping it again changes nothing), and reading it back
 // gives the map.
 TEST(JsonText, GeneratedMapsWriteAndReadBack) {
   campaign::Options options;
   options.seed = 11;
-  for (Index index = 0; index < 3000; ++index) {
+  for (Index index = 0; index < 1000; ++index) {
     const Case c = campaign::generate_indexed_case(options, index);
     for (const Map* map : {&c.map, c.truth ? &*c.truth : nullptr}) {
       if (map == nullptr) continue;

@@ -56,7 +56,9 @@ void expect_proof_of_valid_map(const Map& map, const std::string& context) {
     ASSERT_LE(q.rank, p.rank) << context;
     if (q.rank == p.rank) {
       EXPECT_FALSE(content_less(*p.piece, *q.piece)) << context << " piece " << i;
-      if (!content_less(*q.piece, *p.piece)) EXPECT_LT(q.written, p.written) << context;
+      if (!content_less(*q.piece, *p.piece)) {
+        EXPECT_LT(q.written, p.written) << context;
+      }
     }
   }
   const Map other = reversed(map);
