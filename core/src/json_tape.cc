@@ -356,58 +356,48 @@ class PlainReader {
     if (ec != std::errc() || ptr != p_ || !std::isfinite(value)) return false;
     return out_.number_float(value, scratch_);
   }
+  // The members or elements of a container, each read by `item`, up to `close`.
+  template <class Item>
+  bool items(char close, Item&& item) {
+    skip_space();
+    if (p_ != end_ && *p_ == close) {
+      ++p_;
+      return true;
+    }
+    while (true) {
+      if (!item()) return false;
+      skip_space();
+      if (p_ == end_) return false;
+      if (*p_ == close) {
+        ++p_;
+        return true;
+      }
+      if (*p_ != ',') return false;
+      ++p_;
+    }
+  }
   // Past kMaxDepth the text is nlohmann's to refuse (with too_deep_at's error).
   bool value(int depth) {
     if (depth >= kMaxDepth) return false;
     skip_space();
     if (p_ == end_) return false;
     switch (*p_) {
-      case '{': {
+      case '{':
         ++p_;
         out_.start_object(0);
-        skip_space();
-        if (p_ != end_ && *p_ == '}') {
-          ++p_;
-          return out_.end_object();
-        }
-        while (true) {
+        return items('}', [&] {
           skip_space();
           if (p_ == end_ || *p_ != '"' || !plain_string(scratch_)) return false;
           out_.key(scratch_);
           skip_space();
           if (p_ == end_ || *p_ != ':') return false;
           ++p_;
-          if (!value(depth + 1)) return false;
-          skip_space();
-          if (p_ == end_) return false;
-          if (*p_ == '}') {
-            ++p_;
-            return out_.end_object();
-          }
-          if (*p_ != ',') return false;
-          ++p_;
-        }
-      }
-      case '[': {
+          return value(depth + 1);
+        }) && out_.end_object();
+      case '[':
         ++p_;
         out_.start_array(0);
-        skip_space();
-        if (p_ != end_ && *p_ == ']') {
-          ++p_;
-          return out_.end_array();
-        }
-        while (true) {
-          if (!value(depth + 1)) return false;
-          skip_space();
-          if (p_ == end_) return false;
-          if (*p_ == ']') {
-            ++p_;
-            return out_.end_array();
-          }
-          if (*p_ != ',') return false;
-          ++p_;
-        }
-      }
+        return items(']', [&] { return value(depth + 1); }) && out_.end_array();
       case '"':
         if (!plain_string(scratch_)) return false;
         return out_.string(scratch_);
