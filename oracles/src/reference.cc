@@ -15,6 +15,7 @@
 #include <limits>
 #include <tuple>
 #include <set>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -38,42 +39,56 @@ struct PieceRef {
 PieceAt at(const PieceRef& ref) { return PieceAt{ref.rank, ref.index, ref.piece}; }
 
 // Ranks in id order, so that no verdict depends on the order they were written in.
+// Equal ids (a map condition 1 refuses) keep the order they were written in: the
+// entries' addresses are that order. An explicit tie-break instead of stable_sort,
+// whose temporary buffer is an allocation per call.
 std::vector<const RankEntry*> ranks_by_id(const Map& map) {
   std::vector<const RankEntry*> out;
+  out.reserve(map.ranks.size());
   for (const auto& entry : map.ranks) out.push_back(&entry);
-  std::stable_sort(out.begin(), out.end(),
-                   [](const RankEntry* a, const RankEntry* b) { return a->rank < b->rank; });
+  std::sort(out.begin(), out.end(), [](const RankEntry* a, const RankEntry* b) {
+    return a->rank != b->rank ? a->rank < b->rank : a < b;
+  });
   return out;
 }
 
 // "The lowest piece" of spec 3 needs an order that ignores how pieces were written:
 // their content. strong_order keeps a NaN scale from breaking the sort.
-bool naive_content_less(const Piece& a, const Piece& b) {
+std::strong_ordering naive_content_order(const Piece& a, const Piece& b) {
   auto key = [](const Piece& p) {
     return std::tie(p.source.offset, p.source.strides, p.shape, p.dest.offset, p.dest.strides,
                     p.locations);
   };
-  if (key(a) != key(b)) return key(a) < key(b);
-  return std::strong_order(a.scale, b.scale) < 0;
+  if (const auto order = key(a) <=> key(b); order != 0) return order;
+  return std::strong_order(a.scale, b.scale);
+}
+
+// One rank's pieces by content; equal pieces in the order they were written.
+void append_pieces_of(const RankEntry& entry, std::vector<PieceRef>& out) {
+  const std::size_t begin = out.size();
+  for (std::size_t j = 0; j < entry.pieces.size(); ++j) {
+    out.push_back(PieceRef{entry.rank, static_cast<Index>(j), &entry.pieces[j]});
+  }
+  std::sort(out.begin() + static_cast<std::ptrdiff_t>(begin), out.end(), [](const PieceRef& a, const PieceRef& b) {
+    const auto order = naive_content_order(*a.piece, *b.piece);
+    return order != 0 ? order < 0 : a.index < b.index;
+  });
 }
 
 std::vector<PieceRef> pieces_of(const RankEntry& entry) {
   std::vector<PieceRef> out;
-  for (std::size_t j = 0; j < entry.pieces.size(); ++j) {
-    out.push_back(PieceRef{entry.rank, static_cast<Index>(j), &entry.pieces[j]});
-  }
-  std::stable_sort(out.begin(), out.end(), [](const PieceRef& a, const PieceRef& b) {
-    return naive_content_less(*a.piece, *b.piece);
-  });
+  out.reserve(entry.pieces.size());
+  append_pieces_of(entry, out);
   return out;
 }
 
 // Every piece, lowest first: ranks by id, then pieces by content.
 std::vector<PieceRef> all_pieces(const Map& map) {
+  std::size_t count = 0;
+  for (const auto& entry : map.ranks) count += entry.pieces.size();
   std::vector<PieceRef> out;
-  for (const RankEntry* entry : ranks_by_id(map)) {
-    for (const PieceRef& ref : pieces_of(*entry)) out.push_back(ref);
-  }
+  out.reserve(count);
+  for (const RankEntry* entry : ranks_by_id(map)) append_pieces_of(*entry, out);
   return out;
 }
 
@@ -84,14 +99,22 @@ bool names_itself(const PieceRef& ref) {
 
 // Calls visit(index) for every multi-index of `shape` in row-major order, until
 // visit returns false. A 0-d shape has exactly one (empty) index.
+// The index lives on the stack for up to kStackAxes axes (every map the generators
+// make), so that a walk allocates nothing.
+constexpr std::size_t kStackAxes = 8;
+
 template <class Visit>
 bool for_each_index(const Extents& shape, Visit&& visit) {
   for (Index extent : shape) {
     if (extent <= 0) return true;
   }
-  std::vector<Index> index(shape.size(), 0);
+  std::array<Index, kStackAxes> on_stack{};
+  std::vector<Index> on_heap;
+  if (shape.size() > kStackAxes) on_heap.assign(shape.size(), 0);
+  const std::span<Index> index = shape.size() > kStackAxes ? std::span<Index>(on_heap)
+                                                           : std::span<Index>(on_stack.data(), shape.size());
   while (true) {
-    if (!visit(index)) return false;
+    if (!visit(std::span<const Index>(index))) return false;
     std::size_t k = shape.size();
     while (true) {
       if (k == 0) return true;
@@ -105,7 +128,7 @@ bool for_each_index(const Extents& shape, Visit&& visit) {
 // Only called once structure() has shown that the view's last address fits in 64 bits
 // (offsets and strides non-negative), so no address of it can overflow; the arithmetic
 // is unsigned all the same, so that even a misuse could not be undefined behaviour.
-std::optional<Index> address_of(const StridedView& view, const std::vector<Index>& index) {
+std::optional<Index> address_of(const StridedView& view, std::span<const Index> index) {
   auto address = static_cast<std::uint64_t>(view.offset);
   for (std::size_t k = 0; k < index.size(); ++k) {
     address += static_cast<std::uint64_t>(index[k]) * static_cast<std::uint64_t>(view.strides[k]);
@@ -205,11 +228,11 @@ Finding structure(const Map& map) {
 }
 
 // Run after structure, so every count below is known not to overflow.
-Finding too_large(const Map& map, Index max_elements) {
+Finding too_large(const Map& map, const std::vector<PieceRef>& pieces, Index max_elements) {
   bool large = numel_of(map.logical_shape) > max_elements;
   for (const auto& entry : map.ranks) large = large || shard_numel(entry) > max_elements;
   Index total = 0;
-  for (const PieceRef& ref : all_pieces(map)) {
+  for (const PieceRef& ref : pieces) {
     auto next = checked_add(total, numel_of(ref.piece->shape));
     if (!next || *next > max_elements) {
       large = true;
@@ -226,16 +249,16 @@ Finding too_large(const Map& map, Index max_elements) {
 // The largest address a view really reaches, found by walking it.
 Index walked_max(const Extents& shape, const StridedView& view) {
   Index most = -1;
-  for_each_index(shape, [&](const std::vector<Index>& index) {
+  for_each_index(shape, [&](std::span<const Index> index) {
     most = std::max(most, *address_of(view, index));
     return true;
   });
   return most;
 }
 
-Finding bounds(const Map& map) {
+Finding bounds(const Map& map, const std::vector<PieceRef>& pieces) {
   const Index full = numel_of(map.logical_shape);
-  for (const PieceRef& ref : all_pieces(map)) {
+  for (const PieceRef& ref : pieces) {
     const Index shard = shard_numel(*map.find_rank(ref.rank));
     const Index src = walked_max(ref.piece->shape, ref.piece->source);
     if (src >= full) return fault::out_of_bounds(at(ref), Side::full, src, full);
@@ -269,7 +292,8 @@ bool stride_rule_accepts(const Extents& shape, const Strides& strides) {
 // The truth the rule approximates: no address is visited twice.
 bool walks_injectively(const Extents& shape, const StridedView& view) {
   std::vector<Index> addresses;
-  for_each_index(shape, [&](const std::vector<Index>& index) {
+  addresses.reserve(static_cast<std::size_t>(numel_of(shape)));
+  for_each_index(shape, [&](std::span<const Index> index) {
     addresses.push_back(*address_of(view, index));
     return true;
   });
@@ -282,9 +306,9 @@ struct SelfOverlap {
   bool all_really_unique = true;   // every refused view is injective when walked
 };
 
-SelfOverlap self_overlap(const Map& map) {
+SelfOverlap self_overlap(const std::vector<PieceRef>& pieces) {
   SelfOverlap out;
-  for (const PieceRef& ref : all_pieces(map)) {
+  for (const PieceRef& ref : pieces) {
     const Piece& p = *ref.piece;
     for (const auto& [view, side] : {std::pair{&p.source, Side::full}, std::pair{&p.dest, Side::shard}}) {
       if (stride_rule_accepts(p.shape, view->strides)) continue;
@@ -305,7 +329,7 @@ Finding dest_tiling(const Map& map) {
     if (written != shard) return fault::count(entry->rank, written, shard);
     std::vector<Index> hits(static_cast<std::size_t>(shard), 0);
     for (const Piece& p : entry->pieces) {
-      for_each_index(p.shape, [&](const std::vector<Index>& index) {
+      for_each_index(p.shape, [&](std::span<const Index> index) {
         ++hits[static_cast<std::size_t>(*address_of(p.dest, index))];
         return true;
       });
@@ -316,7 +340,7 @@ Finding dest_tiling(const Map& map) {
         // The two lowest pieces writing it; one piece alone only when its view overlaps itself.
         std::vector<PieceRef> writers;
         for (const PieceRef& ref : pieces_of(*entry)) {
-          for_each_index(ref.piece->shape, [&](const std::vector<Index>& index) {
+          for_each_index(ref.piece->shape, [&](std::span<const Index> index) {
             if (*address_of(ref.piece->dest, index) != a) return true;
             writers.push_back(ref);
             return false;
@@ -345,8 +369,11 @@ struct Cover {
 
 std::vector<Cover> covers_of(const std::vector<PieceRef>& pieces) {
   std::vector<Cover> covers;
+  Index count = 0;
+  for (const PieceRef& ref : pieces) count += numel_of(ref.piece->shape);
+  covers.reserve(static_cast<std::size_t>(count));
   for (std::size_t i = 0; i < pieces.size(); ++i) {
-    for_each_index(pieces[i].piece->shape, [&](const std::vector<Index>& index) {
+    for_each_index(pieces[i].piece->shape, [&](std::span<const Index> index) {
       covers.push_back(Cover{*address_of(pieces[i].piece->source, index), i});
       return true;
     });
@@ -446,9 +473,8 @@ Finding homogeneity(const std::vector<Cover>& covers, const std::vector<PieceRef
 }
 
 // Conditions 4-6, evaluated by walking whatever the views really address.
-Finding walked_conditions(const Map& map) {
+Finding walked_conditions(const Map& map, const std::vector<PieceRef>& pieces) {
   if (auto found = dest_tiling(map)) return found;
-  const std::vector<PieceRef> pieces = all_pieces(map);
   const std::vector<Cover> covers = covers_of(pieces);
   if (auto found = coverage(map, covers)) return found;
   return homogeneity(covers, pieces);
@@ -672,8 +698,13 @@ ReferenceVerdict reference_check(const Map& map, Index max_elements) {
     }
   }
   ReferenceVerdict verdict = check_uncached(map, max_elements);
+  // The oldest slot becomes the newest. Assigning into it, rather than constructing a
+  // new entry, reuses the vectors of the map it held: maps of one campaign are alike.
   std::rotate(remembered.begin(), remembered.end() - 1, remembered.end());
-  remembered[0] = RememberedVerdict{map, max_elements, verdict};
+  if (!remembered[0]) remembered[0].emplace();
+  remembered[0]->map = map;
+  remembered[0]->max_elements = max_elements;
+  remembered[0]->verdict = verdict;
   return verdict;
 }
 
@@ -691,16 +722,18 @@ ReferenceVerdict check_uncached(const Map& map, Index max_elements) {
     return verdict;
   };
   if (auto found = structure(map)) return refuse(*found);
-  if (auto found = too_large(map, max_elements)) {
+  // Every piece, lowest first, for the conditions that go piece by piece.
+  const std::vector<PieceRef> pieces = all_pieces(map);
+  if (auto found = too_large(map, pieces, max_elements)) {
     ReferenceVerdict verdict = refuse(*found);
     verdict.too_large = true;
     return verdict;
   }
-  if (auto found = bounds(map)) return refuse(*found);
+  if (auto found = bounds(map, pieces)) return refuse(*found);
   // Conditions 4-6 are walked even when the rule refuses a view, to tell a map the
   // conservative rule alone refuses from one that is broken in fact.
-  const SelfOverlap overlap = self_overlap(map);
-  const Finding walked = walked_conditions(map);
+  const SelfOverlap overlap = self_overlap(pieces);
+  const Finding walked = walked_conditions(map, pieces);
   if (overlap.first) {
     ReferenceVerdict verdict = refuse(*overlap.first);
     verdict.refused_only_by_stride_rule = overlap.all_really_unique && !walked;
@@ -726,7 +759,7 @@ Result<Buffer> rebuild_checked(const Map& map, const ShardSet& shards, DType dty
     const Buffer& shard = shards.at(ref.rank);
     const bool replica = p.locations.size() >= 2;
     Finding error;
-    for_each_index(p.shape, [&](const std::vector<Index>& index) {
+    for_each_index(p.shape, [&](std::span<const Index> index) {
       const Index src = *address_of(p.source, index);
       const Index dst = *address_of(p.dest, index);
       std::uint64_t value = shard.bits(dst);
@@ -782,7 +815,7 @@ std::optional<Error> reference_replicas_differ(const Map& map, const ShardSet& s
     if (p.locations.size() < 2) continue;
     const Buffer& shard = shards.at(ref.rank);
     Finding error;
-    for_each_index(p.shape, [&](const std::vector<Index>& index) {
+    for_each_index(p.shape, [&](std::span<const Index> index) {
       const Index src = *address_of(p.source, index);
       const Index dst = *address_of(p.dest, index);
       std::uint64_t value = shard.bits(dst);
@@ -808,7 +841,7 @@ std::vector<std::uint64_t> reference_copies(const Map& map, const ShardSet& shar
   for (const PieceRef& ref : all_pieces(map)) {
     const Piece& p = *ref.piece;
     const auto shard = shards.find(ref.rank);
-    for_each_index(p.shape, [&](const std::vector<Index>& index) {
+    for_each_index(p.shape, [&](std::span<const Index> index) {
       if (*address_of(p.source, index) != element) return true;
       const Index dst = *address_of(p.dest, index);
       if (shard == shards.end() || shard->second.dtype() != dtype || dst >= shard->second.numel()) {
@@ -843,7 +876,7 @@ std::optional<std::map<Rank, std::uint64_t>> reference_digest_shares(const Map& 
     std::vector<bool>& seen = counted[ref.rank];
     seen.resize(numel, false);
     const Buffer& shard = shards.at(ref.rank);
-    for_each_index(p.shape, [&](const std::vector<Index>& index) {
+    for_each_index(p.shape, [&](std::span<const Index> index) {
       const Index src = *address_of(p.source, index);
       if (seen[static_cast<std::size_t>(src)]) return true;
       seen[static_cast<std::size_t>(src)] = true;
@@ -863,7 +896,7 @@ std::optional<Pairing> reference_pairing(const Map& map) {
   for (const RankEntry* entry : ranks_by_id(map)) {
     if (entry->shard_shape) out.shards.emplace_back(entry->rank, shard_numel(*entry));
     for (const Piece& p : entry->pieces) {
-      for_each_index(p.shape, [&](const std::vector<Index>& index) {
+      for_each_index(p.shape, [&](std::span<const Index> index) {
         out.pairs.push_back(Pairing::Pair{*address_of(p.source, index), entry->rank,
                                           *address_of(p.dest, index), p.scale});
         return true;
@@ -897,7 +930,7 @@ Result<Buffer> extract_rank(const Map& map, const Buffer& full, Rank rank, int s
   for (std::size_t j = 0; j < entry->pieces.size(); ++j) {
     const Piece& p = entry->pieces[j];
     Finding error;
-    for_each_index(p.shape, [&](const std::vector<Index>& index) {
+    for_each_index(p.shape, [&](std::span<const Index> index) {
       const Index src = *address_of(p.source, index);
       const Index dst = *address_of(p.dest, index);
       if (written[static_cast<std::size_t>(dst)]) {
