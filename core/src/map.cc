@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <tuple>
 
@@ -74,17 +75,37 @@ namespace {
 std::string join(const std::vector<Index>& values) {
   return fmt::format("{}", fmt::join(values, ","));
 }
-std::string strides_text(const Strides& strides) {
-  // Spec notation writes a 1-d stride as "(1)", not "(1,)".
-  return "(" + join(strides) + ")";
+
+void append_int(std::string& out, Index value) {
+  const fmt::format_int digits(value);
+  out.append(digits.data(), digits.size());
+}
+
+void append_ints(std::string& out, const std::vector<Index>& values) {
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) out += ',';
+    append_int(out, values[i]);
+  }
 }
 }  // namespace
 
+// Every refusal names its piece this way, so it is written straight into one string,
+// with no formatting pass per field. Spec notation writes a 1-d stride as "(1)", not "(1,)".
 std::string describe(const Piece& piece) {
-  std::string out = fmt::format("P({}) src({},{}) dst({},{}) loc{{{}}}", join(piece.shape),
-                                piece.source.offset, strides_text(piece.source.strides),
-                                piece.dest.offset, strides_text(piece.dest.strides),
-                                join(piece.locations));
+  std::string out = "P(";
+  out.reserve(64);
+  append_ints(out, piece.shape);
+  out += ") src(";
+  append_int(out, piece.source.offset);
+  out += ",(";
+  append_ints(out, piece.source.strides);
+  out += ")) dst(";
+  append_int(out, piece.dest.offset);
+  out += ",(";
+  append_ints(out, piece.dest.strides);
+  out += ")) loc{";
+  append_ints(out, piece.locations);
+  out += '}';
   if (piece.scale != 1.0) out += fmt::format(" scale {}", piece.scale);
   return out;
 }
