@@ -837,6 +837,19 @@ struct BoxSweep {
       }
       return cursor == end;
     }
+    // Boxes that follow one another from 0 to the end, none empty, leave one piece per
+    // segment, and the sweep below would ask of each what the single-box case above
+    // asks. A grid's slabs are all so; anything else goes to the sweep.
+    Index cursor = 0;
+    for (const auto& [start, g] : ev) {
+      const PieceInfo& p = s.pieces[g];
+      if (start != cursor || hi(g, k) <= start || !p.own_ok || (count_holders && !p.one_location)) {
+        cursor = -1;
+        break;
+      }
+      cursor = hi(g, k);
+    }
+    if (cursor == end) return true;
     // Conditions 5 and 6 per segment, with the counters of check_full_side.
     std::vector<std::pair<Index, std::int32_t>>& heap = s.heap;
     heap.clear();
