@@ -134,6 +134,39 @@ TEST(BoxProof, ZeroSizeBoxes) {
   EXPECT_EQ(check_map(map).error().kind, ErrorKind::holders);
 }
 
+// The two shortcuts of the full side: a slab holding one box (every slab of a block
+// gather) and a slab whose boxes, sorted, tile the innermost axis (every slab of a grid).
+// Each is right only when it checks what the sweep would; what breaks them goes to the
+// sweeps, which report the same error as the runs.
+TEST(BoxProof, SlabShortcutsDecideOnlyWhatTheSweepWould) {
+  const std::vector<std::vector<Index>> rows{{0, 2}, {1, 3}};
+  const Map gather = block_gather_map({4, 6}, rows, 1, 0).value();
+  expect_same_check(gather);
+  EXPECT_TRUE(proven_by_boxes(gather));
+  // Row 3 one column short, alone in its slab; rank 1's shard (1, 11) is still tiled.
+  const Map short_row = M({4, 6}, {gather.ranks[0],
+                                   R(1, Extents{1, 11}, {P({1, 6}, 6, {6, 1}, 0, {11, 1}, {1}),
+                                                         P({1, 5}, 18, {6, 1}, 6, {11, 1}, {1})})});
+  expect_same_check(short_row);
+  EXPECT_EQ(check_map(short_row).error().kind, ErrorKind::uncovered);
+  EXPECT_EQ(check_map(short_row).error().address, 23);
+
+  expect_same_check(grid_2x2());
+  EXPECT_TRUE(proven_by_boxes(grid_2x2()));
+  // A one-column gap inside the top slab: box 0 covers columns 0-1, box 1 starts at 3.
+  Map gap = grid_2x2();
+  gap.ranks[0].shard_shape = Extents{2, 2};
+  gap.ranks[0].pieces[0] = P({2, 2}, 0, {6, 1}, 0, {2, 1}, {0});
+  expect_same_check(gap);
+  EXPECT_EQ(check_map(gap).error().kind, ErrorKind::uncovered);
+  EXPECT_EQ(check_map(gap).error().address, 2);
+  // The boxes tile the slab, but one names another rank than its own.
+  Map foreign = grid_2x2();
+  foreign.ranks[1].pieces[0].locations = {0};
+  expect_same_check(foreign);
+  EXPECT_EQ(check_map(foreign).error().kind, ErrorKind::holders);
+}
+
 TEST(BoxProof, HoldersAreCountedPerCell) {
   expect_same_check(build::repro3());
   expect_same_check(build::repro8());

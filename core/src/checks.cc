@@ -143,7 +143,8 @@ bool as_box(const Extents& shape, const StridedView& view, const Extents& extent
   Index rest = view.offset;
   for (std::size_t k = 0; k < extents.size(); ++k) {
     if (shape[k] > 1 && view.strides[k] != strides[k]) return false;
-    const Index start = strides[k] > 0 ? rest / strides[k] : 0;
+    // The innermost stride is 1: no division there (a division is most of this loop).
+    const Index start = strides[k] == 1 ? rest : strides[k] > 0 ? rest / strides[k] : 0;
     rest -= start * strides[k];
     if (start >= extents[k] || shape[k] > extents[k] - start) return false;
     out[2 * k] = start;
@@ -914,16 +915,29 @@ struct BoxSweep {
     return true;
   }
 
+  // What level(k, {g}) decides, without building the one-box lists and calls: a box
+  // alone in its slab must span every axis from k on, and on the full side hold it as a
+  // single holder on its own rank (leaf's one-box case). A block gather's slabs are all
+  // one box.
+  bool alone_in_slab(std::size_t k, std::int32_t g) {
+    for (std::size_t j = k; j < dims; ++j) {
+      if (lo(g, j) != 0 || hi(g, j) != (*extents)[j]) return false;
+      ++work;
+    }
+    if (work > budget) return false;
+    if (!full_side) return true;
+    const PieceInfo& p = s.pieces[g];
+    return p.own_ok && (!count_holders || p.one_location);
+  }
+
   // The sweep of `level` for boxes in disjoint order: the slabs are the boxes' own
   // intervals, which must follow one another from 0 to the extent without a gap.
   bool slabs_of_one(std::size_t k, const std::vector<std::int32_t>& present) {
-    auto& one = b.active[k];
     Index pos = 0;
     for (std::int32_t g : present) {
       if (lo(g, k) != pos) return false;  // a gap
       if (++work > budget) return false;
-      one.assign(1, g);
-      if (!level(k + 1, one)) return false;
+      if (!alone_in_slab(k + 1, g)) return false;
       pos = hi(g, k);
     }
     return pos == (*extents)[k];
