@@ -810,16 +810,7 @@ struct BoxSweep {
   // The innermost axis of one slab, its boxes in `present`.
   bool leaf(const std::vector<std::int32_t>& present) {
     const std::size_t k = dims - 1;
-    if (present.size() == 1) {
-      // One box must span the axis alone; on the full side it must be a single holder
-      // on its own rank (the counters below, for one piece).
-      const std::int32_t g = present[0];
-      ++work;
-      if (lo(g, k) != 0 || hi(g, k) != (*extents)[k]) return false;
-      if (!full_side) return true;
-      const PieceInfo& p = s.pieces[g];
-      return p.own_ok && (!count_holders || p.one_location);
-    }
+    if (present.size() == 1) return alone_in_slab(k, present[0]);
     auto& ev = b.events[k];
     ev.clear();
     for (std::int32_t g : present) {
@@ -829,28 +820,23 @@ struct BoxSweep {
                 [](const auto& x, const auto& y) { return x < y; });
     work += static_cast<Index>(ev.size());
     const Index end = (*extents)[k];
-    if (!full_side) {
-      // Sorted by start, boxes tile [0, end) exactly when each starts where the last ended.
-      Index cursor = 0;
-      for (const auto& [start, g] : ev) {
-        if (start != cursor) return false;
-        cursor = hi(g, k);
-      }
-      return cursor == end;
-    }
-    // Boxes that follow one another from 0 to the end, none empty, leave one piece per
-    // segment, and the sweep below would ask of each what the single-box case above
-    // asks. A grid's slabs are all so; anything else goes to the sweep.
+    // Sorted by start, boxes (never empty: empty pieces are left out of every slab) tile
+    // [0, end) exactly when each starts where the last ended. On a rank's side that is
+    // condition 4. On the full side each segment then holds one box, and when every box
+    // may hold its segment alone the sweep below would find nothing: a grid's slabs are
+    // all so. Anything else goes to the sweep.
     Index cursor = 0;
+    bool each_alone = true;
     for (const auto& [start, g] : ev) {
-      const PieceInfo& p = s.pieces[g];
-      if (start != cursor || hi(g, k) <= start || !p.own_ok || (count_holders && !p.one_location)) {
+      if (start != cursor) {
         cursor = -1;
         break;
       }
+      each_alone = each_alone && holds_alone(g);
       cursor = hi(g, k);
     }
-    if (cursor == end) return true;
+    if (!full_side) return cursor == end;
+    if (cursor == end && each_alone) return true;
     // Conditions 5 and 6 per segment, with the counters of check_full_side.
     std::vector<std::pair<Index, std::int32_t>>& heap = s.heap;
     heap.clear();
@@ -915,19 +901,25 @@ struct BoxSweep {
     return true;
   }
 
-  // What level(k, {g}) decides, without building the one-box lists and calls: a box
-  // alone in its slab must span every axis from k on, and on the full side hold it as a
-  // single holder on its own rank (leaf's one-box case). A block gather's slabs are all
-  // one box.
+  // Whether box g may hold a segment of F by itself: on the full side, a single holder
+  // on its own rank (what the sweep's counters ask of one piece); on a rank's side,
+  // always.
+  bool holds_alone(std::int32_t g) const {
+    if (!full_side) return true;
+    const PieceInfo& p = s.pieces[g];
+    return p.own_ok && (!count_holders || p.one_location);
+  }
+
+  // What level(k, {g}) decides, without building one-box lists and recursing: a box
+  // alone in its slab must span every axis from k on, and hold it alone. A block
+  // gather's slabs are all one box.
   bool alone_in_slab(std::size_t k, std::int32_t g) {
     for (std::size_t j = k; j < dims; ++j) {
       if (lo(g, j) != 0 || hi(g, j) != (*extents)[j]) return false;
       ++work;
     }
     if (work > budget) return false;
-    if (!full_side) return true;
-    const PieceInfo& p = s.pieces[g];
-    return p.own_ok && (!count_holders || p.one_location);
+    return holds_alone(g);
   }
 
   // The sweep of `level` for boxes in disjoint order: the slabs are the boxes' own
