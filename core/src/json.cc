@@ -696,13 +696,11 @@ std::string encode_map_text(const Map& map, RankOrder order) {
   return out.take();
 }
 
-// The text is this program's own, so it is read back without parse_json's limits on
-// untrusted input.
+// The writer's text read back through a tape: the plain reader reads all of it (the
+// writer writes plain JSON) without nlohmann's allocation per value, and the value is
+// built by appending members. The tape keeps parse_json's limits on untrusted input (64
+// MiB); the text is this program's own, so past them Json::parse reads it, as before.
 Json encode_map(const Map& map, RankOrder order) {
-  // The writer's text read back through a tape: the plain reader reads all of it (the
-  // writer writes plain JSON) without nlohmann's allocation per value, and the value is
-  // built by appending members. The text is valid JSON by construction; were it not,
-  // Json::parse throws as it always did.
   const std::string text = encode_map_text(map, order);
   detail::JsonTape tape;
   if (!tape.parse(text).ok()) return Json::parse(text);

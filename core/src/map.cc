@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
-#include <iterator>
 #include <limits>
 #include <tuple>
 
@@ -72,10 +71,6 @@ RankEntry* Map::find_rank(Rank r) {
 }
 
 namespace {
-std::string join(const std::vector<Index>& values) {
-  return fmt::format("{}", fmt::join(values, ","));
-}
-
 void append_int(std::string& out, Index value) {
   const fmt::format_int digits(value);
   out.append(digits.data(), digits.size());
@@ -86,6 +81,12 @@ void append_ints(std::string& out, const std::vector<Index>& values) {
     if (i > 0) out += ',';
     append_int(out, values[i]);
   }
+}
+
+std::string join(const std::vector<Index>& values) {
+  std::string out;
+  append_ints(out, values);
+  return out;
 }
 }  // namespace
 

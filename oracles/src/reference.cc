@@ -97,12 +97,12 @@ bool names_itself(const PieceRef& ref) {
   return std::find(locs.begin(), locs.end(), ref.rank) != locs.end();
 }
 
-// Calls visit(index) for every multi-index of `shape` in row-major order, until
-// visit returns false. A 0-d shape has exactly one (empty) index.
-// The index lives on the stack for up to kStackAxes axes (every map the generators
+// A walk's index lives on the stack for up to this many axes (every map the generators
 // make), so that a walk allocates nothing.
 constexpr std::size_t kStackAxes = 8;
 
+// Calls visit(index) for every multi-index of `shape` in row-major order, until
+// visit returns false. A 0-d shape has exactly one (empty) index.
 template <class Visit>
 bool for_each_index(const Extents& shape, Visit&& visit) {
   for (Index extent : shape) {
