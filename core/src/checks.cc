@@ -155,7 +155,7 @@ bool as_box(const Extents& shape, const StridedView& view, const Extents& extent
 
 // ---- condition 1 -----------------------------------------------------------------
 
-bool all_non_negative(const std::vector<Index>& values) {
+bool all_non_negative(std::span<const Index> values) {
   return std::all_of(values.begin(), values.end(), [](Index v) { return v >= 0; });
 }
 
@@ -315,7 +315,8 @@ Status prepare(const Map& map, Scratch& s, Index& numel_f, bool& logical_ok, boo
   const auto total = static_cast<std::int64_t>(s.pieces.size());
   s.faults.assign(s.pieces.size(), kNoFault);
   auto read_piece = [&](std::int64_t g) {
-    // The pieces' vectors lie anywhere in memory: ask for a later piece's early.
+    // Content order need not be the order pieces lie in memory (nor, past four axes, are
+    // their fields in the piece): ask for a later piece's fields early.
     constexpr std::int64_t kAhead = 8;
     if (g + kAhead < total) {
       const Piece& later = *s.pieces[static_cast<std::size_t>(g + kAhead)].piece;
@@ -592,7 +593,7 @@ void assign_classes(Scratch& s) {
     std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
       return s.pieces[a].piece->locations < s.pieces[b].piece->locations;
     });
-    const std::vector<Rank>* previous = nullptr;
+    const RankList* previous = nullptr;
     for (std::int32_t g : order) {
       const auto& loc = s.pieces[g].piece->locations;
       if (!previous || *previous != loc) {

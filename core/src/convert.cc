@@ -117,7 +117,7 @@ CheckOptions checks_of(const ConvertOptions& options) {
 Status guard_piece(const Visit& v, Index numel_f, Index shard_numel, Index& numel) {
   const Piece& p = *v.piece;
   const std::size_t n = p.shape.size();
-  auto negative = [](const std::vector<Index>& xs) {
+  auto negative = [](std::span<const Index> xs) {
     return std::any_of(xs.begin(), xs.end(), [](Index x) { return x < 0; });
   };
   if (p.source.strides.size() != n || p.dest.strides.size() != n) return fault::piece(PieceFault::axes, at(v));

@@ -123,9 +123,9 @@ Error reworded(const Error& error, std::string sentence) {
 namespace fault {
 namespace {
 
-std::string list_text(const std::vector<Index>& values) { return fmt::format("{}", fmt::join(values, ",")); }
+std::string list_text(std::span<const Index> values) { return fmt::format("{}", fmt::join(values, ",")); }
 std::string shape_text(const Extents& shape) { return "(" + list_text(shape) + ")"; }
-std::string ranks_text(const std::vector<Rank>& ranks) { return "{" + list_text(ranks) + "}"; }
+std::string ranks_text(std::span<const Rank> ranks) { return "{" + list_text(ranks) + "}"; }
 
 Where where_of(const PieceAt& at) { return Where::in_piece(at.rank, at.written, *at.piece); }
 
@@ -283,7 +283,7 @@ Error not_own_rank(const PieceAt& at) {
                     where_of(at));
 }
 
-Error holders(const PieceAt& at, Index element, const std::vector<Rank>& holder_ranks) {
+Error holders(const PieceAt& at, Index element, std::span<const Rank> holder_ranks) {
   return make_error(ErrorKind::holders,
                     fmt::format("the locations {} disagree with the ranks {} that list pieces covering this element",
                                 ranks_text(at.piece->locations), ranks_text(holder_ranks)),

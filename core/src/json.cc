@@ -206,11 +206,11 @@ Result<Index> read_int(const V& value, const Cursor& where) {
 }
 
 template <class V>
-Result<std::vector<Index>> read_ints(const V& value, const Cursor& where) {
+Result<Extents> read_ints(const V& value, const Cursor& where) {
   if (kind_of(value) != JsonKind::array) {
     return fail(where, fmt::format("expected an array of integers, got {}", show(value)));
   }
-  std::vector<Index> out;
+  Extents out;
   out.reserve(value.size());  // bounded by the input's length, not by a number in it
   std::optional<Error> error;
   for_each_element(value, [&](std::size_t i, const auto& item) {
@@ -229,7 +229,7 @@ Result<StridedView> read_view(const V& value, const Cursor& where) {
     return fail(where, fmt::format("expected [offset, [strides...]], got {}", show(value)));
   }
   std::optional<Result<Index>> offset;
-  std::optional<Result<std::vector<Index>>> strides;
+  std::optional<Result<Extents>> strides;
   for_each_element(value, [&](std::size_t i, const auto& item) {
     if (i == 0) offset = read_int(item, where.at(0));
     else strides = read_ints(item, where.at(1));
@@ -597,7 +597,7 @@ class MapWriter {
     const fmt::format_int digits(value);
     out_.append(digits.data(), digits.data() + digits.size());
   }
-  void ints(const std::vector<Index>& values) {
+  void ints(std::span<const Index> values) {
     out_.push_back('[');
     for (std::size_t i = 0; i < values.size(); ++i) {
       if (i > 0) out_.push_back(',');

@@ -48,7 +48,7 @@ Status check_piece(const Piece& piece, Rank rank, Index index, Index numel_f, In
   const PieceAt at{rank, index, &piece};
   const std::size_t n = piece.shape.size();
   if (piece.source.strides.size() != n || piece.dest.strides.size() != n) return fault::piece(PieceFault::axes, at);
-  auto negative = [](const std::vector<Index>& xs) {
+  auto negative = [](std::span<const Index> xs) {
     return std::any_of(xs.begin(), xs.end(), [](Index x) { return x < 0; });
   };
   if (negative(piece.shape)) return fault::piece(PieceFault::negative_extent, at);

@@ -10,7 +10,7 @@
 
 namespace shardcheck {
 
-std::optional<SpanFacts> span_facts(const std::vector<Index>& extents, const StridedView& view) {
+std::optional<SpanFacts> span_facts(const Extents& extents, const StridedView& view) {
   SpanFacts facts;
   auto numel = checked_numel(extents);  // the one rule for counts: a zero extent wins
   if (!numel) return std::nullopt;
@@ -36,7 +36,7 @@ std::optional<SpanFacts> span_facts(const std::vector<Index>& extents, const Str
   return facts;
 }
 
-bool is_unique(const std::vector<Index>& extents, const Strides& strides) {
+bool is_unique(const Extents& extents, const Strides& strides) {
   std::vector<std::pair<Index, Index>> axes;  // (stride, extent) of axes with extent > 1
   for (std::size_t k = 0; k < extents.size() && k < strides.size(); ++k) {
     if (extents[k] == 0) return true;  // covers nothing
@@ -76,14 +76,14 @@ void append_int(std::string& out, Index value) {
   out.append(digits.data(), digits.size());
 }
 
-void append_ints(std::string& out, const std::vector<Index>& values) {
+void append_ints(std::string& out, std::span<const Index> values) {
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (i > 0) out += ',';
     append_int(out, values[i]);
   }
 }
 
-std::string join(const std::vector<Index>& values) {
+std::string join(std::span<const Index> values) {
   std::string out;
   append_ints(out, values);
   return out;

@@ -149,7 +149,7 @@ std::optional<Index> last_address(const Extents& shape, const StridedView& view)
   return address;
 }
 
-bool any_negative(const std::vector<Index>& values) {
+bool any_negative(std::span<const Index> values) {
   return std::any_of(values.begin(), values.end(), [](Index v) { return v < 0; });
 }
 

@@ -68,7 +68,7 @@ bool is_source(Field field) {
 // The field a row edits, on a piece: its axes for shape and strides, else nullptr.
 template <class P>
 auto* axes_of(P& piece, Field field) {
-  using V = std::conditional_t<std::is_const_v<P>, const std::vector<Index>, std::vector<Index>>;
+  using V = std::conditional_t<std::is_const_v<P>, const Extents, Extents>;
   V* out = nullptr;
   switch (field) {
     case Field::shape:
@@ -130,7 +130,7 @@ std::string_view record_name(Field field) {
 // Whether the row can edit this piece and change something. well_formed() has made
 // sure that a row only names a predicate its field has.
 bool piece_fits(const Row& row, const Piece& p, const MapFacts& f) {
-  const std::vector<Index>* axes = axes_of(p, row.field);
+  const Extents* axes = axes_of(p, row.field);
   const bool source = is_source(row.field);
   switch (row.fits) {
     case Fits::always:
@@ -230,7 +230,7 @@ bool applicable(const Row& row, const Map& map, const MapFacts& f) {
 }
 
 // The vector an axis edit changes: a piece's shape or strides, or a shard shape.
-std::vector<Index>& edited_axes(Map& map, Field field, Site site) {
+Extents& edited_axes(Map& map, Field field, Site site) {
   if (field == Field::shard_shape) return *map.ranks[site.rank].shard_shape;
   return *axes_of(map.ranks[site.rank].pieces[site.piece], field);
 }
@@ -239,7 +239,7 @@ void apply_edit(detail::Edit& e, const Row& row, Site site) {
   using namespace detail;
   const bool source = is_source(row.field);
   const std::string_view name = record_name(row.field);
-  auto axes = [&]() -> std::vector<Index>& { return edited_axes(e.map, row.field, site); };
+  auto axes = [&]() -> Extents& { return edited_axes(e.map, row.field, site); };
   switch (row.op) {
     case Op::add_at_axis:
       return axis_add(e, axes(), name, row.param.n);

@@ -299,16 +299,16 @@ struct Edit {
 
 // Edits of one axis (or two) of a shape, a stride vector or a shard shape; `name` is
 // the field as the record writes it ("shape", "source.strides", ...).
-void axis_add(Edit& e, std::vector<Index>& v, std::string_view name, Index delta);
-void axis_set(Edit& e, std::vector<Index>& v, std::string_view name, Index value);
+void axis_add(Edit& e, Extents& v, std::string_view name, Index delta);
+void axis_set(Edit& e, Extents& v, std::string_view name, Index value);
 // shape_zero, 1 in 4: an extent set to 0 and two axes of 2^62 put in front (strides 1), an
 // empty piece whose other extents alone overflow a product.
 void axis_zero_beside_huge(Edit& e, Piece& piece);
 // The same among the axes the piece's `shape` spans (extent >= 2), where a stride counts.
 void spanned_axis_set(Edit& e, const Extents& shape, Strides& v, std::string_view name,
                       Index value);
-void axes_swap(Edit& e, std::vector<Index>& v, std::string_view name);
-void axis_copy(Edit& e, std::vector<Index>& v, std::string_view name);
+void axes_swap(Edit& e, Extents& v, std::string_view name);
+void axis_copy(Edit& e, Extents& v, std::string_view name);
 
 // Edits of one offset; `source` picks the view.
 void offset_add(Edit& e, Site site, bool source, Index delta);
@@ -346,13 +346,13 @@ void text_edit(Edit& e, Op op);
 
 // Predicates that keep an edit from being a no-op; the edits choose axes by the same
 // rules, so a piece that fits always has an axis to edit.
-inline bool has_nonzero(const std::vector<Index>& v) {
+inline bool has_nonzero(std::span<const Index> v) {
   for (Index x : v) {
     if (x != 0) return true;
   }
   return false;
 }
-inline bool has_other_than(const std::vector<Index>& v, Index value) {
+inline bool has_other_than(std::span<const Index> v, Index value) {
   for (Index x : v) {
     if (x != value) return true;
   }
@@ -369,13 +369,13 @@ inline bool has_spanned_axis_other_than(const Extents& shape, const Strides& v, 
   }
   return false;
 }
-inline bool has_two_distinct(const std::vector<Index>& v) {
+inline bool has_two_distinct(std::span<const Index> v) {
   return !v.empty() && has_other_than(v, v.front());
 }
 
 // Addition that saturates at the Index limits instead of overflowing.
 Index saturating_add(Index a, Index b);
-std::string list_text(const std::vector<Index>& values);                      // "[0,1]"
+std::string list_text(std::span<const Index> values);                      // "[0,1]"
 std::string field_at(std::string_view name, std::size_t k);                   // "shape[1]"
 std::string field_swap(std::string_view name, std::size_t a, std::size_t b);  // "shape[0<->1]"
 

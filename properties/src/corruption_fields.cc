@@ -14,7 +14,7 @@ Index saturating_add(Index a, Index b) {
 }
 
 // Record text is built on every corrupted case, so it avoids fmt's parsing.
-std::string list_text(const std::vector<Index>& values) {
+std::string list_text(std::span<const Index> values) {
   std::string out = "[";
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (i > 0) out += ',';
@@ -40,7 +40,7 @@ namespace {
 
 // An axis k of v with keep(v[k]), chosen uniformly; callers know one exists.
 template <class Keep>
-std::size_t axis_where(ChoiceSource& c, const std::vector<Index>& v, Keep keep) {
+std::size_t axis_where(ChoiceSource& c, std::span<const Index> v, Keep keep) {
   std::size_t count = 0;
   for (Index x : v) count += keep(x);
   std::size_t want = c.below(count);
@@ -50,7 +50,7 @@ std::size_t axis_where(ChoiceSource& c, const std::vector<Index>& v, Keep keep) 
   return 0;
 }
 
-std::size_t nonzero_axis(ChoiceSource& c, const std::vector<Index>& v) {
+std::size_t nonzero_axis(ChoiceSource& c, std::span<const Index> v) {
   return axis_where(c, v, [](Index x) { return x != 0; });
 }
 
@@ -59,7 +59,7 @@ std::size_t nonzero_axis(ChoiceSource& c, const std::vector<Index>& v) {
 struct TwoAxes {
   std::size_t a, b;
 };
-TwoAxes two_axes(ChoiceSource& c, const std::vector<Index>& v) {
+TwoAxes two_axes(ChoiceSource& c, std::span<const Index> v) {
   std::size_t a = c.below(v.size());
   std::size_t b = axis_where(c, v, [&](Index x) { return x != v[a]; });
   return {a, b};
@@ -81,7 +81,7 @@ Index buffer_end(const Extents* shape) {
 
 // A rank that is not in `locations`: an existing rank when there is one (and usually),
 // otherwise a fresh id past every rank of the map, a phantom holder.
-Rank outside_rank(const Map& map, const std::vector<Rank>& locations, ChoiceSource& c) {
+Rank outside_rank(const Map& map, std::span<const Rank> locations, ChoiceSource& c) {
   auto absent = [&](Rank r) {
     return std::find(locations.begin(), locations.end(), r) == locations.end();
   };
@@ -111,7 +111,7 @@ std::string_view offset_name(bool source) { return source ? "source.offset" : "d
 // Locations are written sorted; a corruption changes the set, not the encoding.
 template <class Change>
 void edit_locations(Edit& e, Site site, Change change) {
-  std::vector<Rank>& loc = e.map.ranks[site.rank].pieces[site.piece].locations;
+  RankList& loc = e.map.ranks[site.rank].pieces[site.piece].locations;
   e.record.field = "locations";
   e.record.old_value = list_text(loc);
   change(loc);
@@ -121,12 +121,12 @@ void edit_locations(Edit& e, Site site, Change change) {
 
 }  // namespace
 
-void axis_add(Edit& e, std::vector<Index>& v, std::string_view name, Index delta) {
+void axis_add(Edit& e, Extents& v, std::string_view name, Index delta) {
   std::size_t k = e.c.below(v.size());
   set_index(e.record, field_at(name, k), v[k], saturating_add(v[k], delta));
 }
 
-void axis_set(Edit& e, std::vector<Index>& v, std::string_view name, Index value) {
+void axis_set(Edit& e, Extents& v, std::string_view name, Index value) {
   std::size_t k = axis_where(e.c, v, [value](Index x) { return x != value; });
   set_index(e.record, field_at(name, k), v[k], value);
 }
@@ -157,7 +157,7 @@ void spanned_axis_set(Edit& e, const Extents& shape, Strides& v, std::string_vie
   set_index(e.record, field_at(name, k), v[k], value);
 }
 
-void axes_swap(Edit& e, std::vector<Index>& v, std::string_view name) {
+void axes_swap(Edit& e, Extents& v, std::string_view name) {
   auto [a, b] = two_axes(e.c, v);
   e.record.field = field_swap(name, a, b);
   e.record.old_value = list_text(v);
@@ -165,7 +165,7 @@ void axes_swap(Edit& e, std::vector<Index>& v, std::string_view name) {
   e.record.new_value = list_text(v);
 }
 
-void axis_copy(Edit& e, std::vector<Index>& v, std::string_view name) {
+void axis_copy(Edit& e, Extents& v, std::string_view name) {
   auto [a, b] = two_axes(e.c, v);
   set_index(e.record, field_at(name, a), v[a], v[b]);
 }
@@ -225,27 +225,27 @@ void scale_set(Edit& e, Site site, double value) {
 }
 
 void location_drop(Edit& e, Site site) {
-  edit_locations(e, site, [&](std::vector<Rank>& loc) {
+  edit_locations(e, site, [&](RankList& loc) {
     loc.erase(loc.begin() + static_cast<std::ptrdiff_t>(e.c.below(loc.size())));
   });
 }
 
 void location_add(Edit& e, Site site) {
   // Now and then the rank added is one already listed: locations must not repeat a rank.
-  edit_locations(e, site, [&](std::vector<Rank>& loc) {
+  edit_locations(e, site, [&](RankList& loc) {
     loc.push_back(!loc.empty() && e.c.chance(1, 8) ? loc[e.c.below(loc.size())] : outside_rank(e.map, loc, e.c));
   });
 }
 
 void location_replace(Edit& e, Site site) {
-  edit_locations(e, site, [&](std::vector<Rank>& loc) {
+  edit_locations(e, site, [&](RankList& loc) {
     std::size_t i = e.c.below(loc.size());
     loc[i] = outside_rank(e.map, loc, e.c);
   });
 }
 
 void locations_clear(Edit& e, Site site) {
-  edit_locations(e, site, [](std::vector<Rank>& loc) { loc.clear(); });
+  edit_locations(e, site, [](RankList& loc) { loc.clear(); });
 }
 
 }  // namespace shardcheck::gen::detail

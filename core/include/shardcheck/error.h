@@ -202,7 +202,7 @@ Error element_uncovered(Index element);
 
 // Condition 6.
 Error not_own_rank(const PieceAt& at);
-Error holders(const PieceAt& at, Index element, const std::vector<Rank>& holder_ranks);
+Error holders(const PieceAt& at, Index element, std::span<const Rank> holder_ranks);
 Error claimed_twice(const PieceAt& at, Index element, const PieceAt& other);
 
 // Condition 7 and the writer record of rebuild.

@@ -29,19 +29,19 @@ struct SpanFacts {
   Index required_span_size = 0;
 };
 // std::nullopt on 64-bit overflow of an address. Requires extents, strides, offset >= 0.
-std::optional<SpanFacts> span_facts(const std::vector<Index>& extents, const StridedView& view);
+std::optional<SpanFacts> span_facts(const Extents& extents, const StridedView& view);
 
 // The conservative uniqueness rule of spec 3.3: axes with extent > 1, a zero stride
 // refuses, sorted by stride each stride must be >= 1 + sum (extent-1)*stride of the
 // smaller axes. (3,2) with strides (2,3) is unique but refused: documented as conservative.
 // Requires non-negative extents and strides.
-bool is_unique(const std::vector<Index>& extents, const Strides& strides);
+bool is_unique(const Extents& extents, const Strides& strides);
 
 struct Piece {
   Extents shape;
   StridedView source;  // into flat F
   StridedView dest;    // into the flat shard of the rank that lists it
-  std::vector<Rank> locations;  // ranks holding identical data; sorted as written
+  RankList locations;  // ranks holding identical data; sorted as written
   double scale = 1.0;
   friend bool operator==(const Piece&, const Piece&) = default;
 };

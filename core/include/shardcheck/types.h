@@ -10,12 +10,16 @@
 #include <span>
 #include <vector>
 
+#include "shardcheck/small_vector.h"
+
 namespace shardcheck {
 
 using Index = std::int64_t;  // element counts, offsets, strides, addresses
 using Rank = std::int64_t;   // rank ids: arbitrary non-negative integers
-using Extents = std::vector<Index>;
-using Strides = std::vector<Index>;
+// Axes and replica lists are short: up to four are kept in place (small_vector.h).
+using Extents = SmallVector<Index, 4>;
+using Strides = SmallVector<Index, 4>;
+using RankList = SmallVector<Rank, 4>;
 
 // Checked arithmetic: std::nullopt on signed 64-bit overflow. Inline: every map
 // check calls them per piece and axis, and an out-of-line call cost a tenth of
