@@ -61,6 +61,7 @@ struct PieceInfo {
   Index numel = 0;
   Index src_max = -1;  // the last address each view touches
   Index dst_max = -1;
+  double scale = 1.0;
 };
 
 // The run layouts of one piece, built only when the run sweeps or condition 3 need them.
@@ -189,6 +190,7 @@ std::optional<PieceFault> piece_structure(PieceInfo& p) {
     if (loc[k] < 0) return PieceFault::negative_location;
     if (k > 0 && loc[k] <= loc[k - 1]) return PieceFault::unsorted_locations;
   }
+  p.scale = piece.scale;
   if (!std::isfinite(piece.scale) || piece.scale == 0.0) return PieceFault::bad_scale;
   return std::nullopt;
 }
@@ -1172,7 +1174,7 @@ Status check_map_proving(const Map& map, const CheckOptions& options,
   // A valid map passed prepare whole: every piece is in s.pieces, sound, in check order.
   for (const PieceInfo& p : s.pieces) {
     each(ProvenPiece{p.piece, p.rank, p.written, p.numel, p.src_max, p.dst_max,
-                     s.ranks[static_cast<std::size_t>(p.owner)].shard_numel});
+                     s.ranks[static_cast<std::size_t>(p.owner)].shard_numel, p.scale, !p.one_location});
   }
   return {};
 }

@@ -25,6 +25,11 @@ struct Visit {
   Index numel = 0;
   Index shard_numel = 0;
   Index read_base = 0;  // rebuild: where the rank's shard starts in the read record
+  // The piece's scale and whether other ranks hold it too, copied when the visit is
+  // made: a wide conversion's passes over thousands of visits then never reach back into
+  // the pieces, whose memory the proof has long left.
+  double scale = 1.0;
+  bool replica = false;
 };
 
 struct ShardSpan {
@@ -161,7 +166,7 @@ Status guard_visits(std::vector<Visit>& visits, Index numel_f, bool& scaled) {
     for (; end < visits.size() && visits[end].rank == count.rank; ++end) {
       Visit& v = visits[end];
       if (Status e = guard_piece(v, numel_f, v.shard_numel, v.numel); !e.ok()) return e;
-      scaled |= v.piece->scale != 1.0;
+      scaled |= v.scale != 1.0;
       if (!count.add(v.numel)) return count.overflowed();
     }
     if (Status e = count.close(); !e.ok()) return e;
@@ -174,7 +179,7 @@ Status guard_visits(std::vector<Visit>& visits, Index numel_f, bool& scaled) {
 // rescale an optimizer state (spec 1.2).
 Status check_scales(std::span<const Visit> visits, DType dtype, int scale_power) {
   for (const Visit& v : visits) {
-    if (v.piece->scale == 1.0) continue;
+    if (v.scale == 1.0) continue;
     if (scale_power != 1) return fault::scale_needs_power_one(at(v), scale_power);
     if (!is_floating(dtype)) return fault::scale_on_integer(at(v), dtype);
   }
@@ -222,7 +227,7 @@ Error replica_mismatch(const Visit& first, const Visit& v, const Buffer& full, D
                        Index shard_address, int scale_power) {
   const std::uint64_t held = full.bits(element);
   const std::uint64_t theirs =
-      apply_scale(dtype, v.shard->bits(shard_address), v.piece->scale, scale_power, false);
+      apply_scale(dtype, v.shard->bits(shard_address), v.scale, scale_power, false);
   const PieceAt earlier = at(first);
   return fault::replicas_differ(at(v), element, shard_address, dtype, theirs, held, &earlier);
 }
@@ -319,7 +324,7 @@ Status record_piece(Scratch& s, std::size_t vi, Index& fresh) {
       return false;
     }
     const Visit& prior = s.visits[writer - 1];
-    if (writer == mine || !is_replica(*prior.piece) || !is_replica(*v.piece)) {
+    if (writer == mine || !prior.replica || !v.replica) {
       const PieceAt earlier = at(prior);
       result = fault::written_twice(at(v), element, &earlier);
       return true;
@@ -391,8 +396,8 @@ Status check_for_conversion(const Map& map, const ConvertOptions& options, const
         if (it != shards->end()) shard = &it->second;
       }
     }
-    visits.push_back(Visit{p.rank, p.written, p.piece, shard, p.numel, p.shard_numel, 0});
-    checked.scaled |= p.piece->scale != 1.0;
+    visits.push_back(Visit{p.rank, p.written, p.piece, shard, p.numel, p.shard_numel, 0, p.scale, p.replica});
+    checked.scaled |= p.scale != 1.0;
     if (!guard.ok() || p.numel == 0) return;
     if (p.source_max >= numel_f) {
       guard = fault::out_of_bounds(at(visits.back()), Side::full, p.source_max, numel_f);
@@ -438,8 +443,8 @@ Status wide_rebuild(Scratch& s, Buffer& full, DType dtype, const ConvertOptions&
     const Visit& v = s.visits[vi];
     if (v.numel == 0) continue;
     const wide::Block block{&v.piece->shape, v.shard->data(), &v.piece->dest, full.data(), &v.piece->source,
-                            v.piece->scale, false};
-    if (is_replica(*v.piece)) {
+                            v.scale, false, v.numel};
+    if (v.replica) {
       s.replica_blocks.push_back(block);
       s.replica_visits.push_back(vi);
     } else {
@@ -500,8 +505,9 @@ Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtyp
       if (it == shards.end()) continue;  // check_shards allowed it: the rank has no pieces
       const Index shard_numel = it->second.numel();
       for (std::size_t i = 0; i < entry->pieces.size(); ++i) {
-        s.visits.push_back(Visit{entry->rank, static_cast<Index>(i), &entry->pieces[i], &it->second, 0,
-                                 shard_numel, read_total});
+        const Piece& piece = entry->pieces[i];
+        s.visits.push_back(Visit{entry->rank, static_cast<Index>(i), &piece, &it->second, 0, shard_numel,
+                                 read_total, piece.scale, is_replica(piece)});
       }
       s.spans.push_back(ShardSpan{entry->rank, read_total, shard_numel});
       read_total += shard_numel;
@@ -563,7 +569,9 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
   } else {
     s.visits.clear();
     for (std::size_t i = 0; i < entry->pieces.size(); ++i) {
-      s.visits.push_back(Visit{rank, static_cast<Index>(i), &entry->pieces[i], nullptr, 0, *shard_numel, 0});
+      const Piece& piece = entry->pieces[i];
+      s.visits.push_back(Visit{rank, static_cast<Index>(i), &piece, nullptr, 0, *shard_numel, 0, piece.scale,
+                               is_replica(piece)});
     }
     if (Status e = order_and_guard(s.visits, numel_f, dtype, options.scale_power); !e.ok()) return e.error();
   }
@@ -579,7 +587,7 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
     for (const Visit& v : proven->visits) {
       if (v.numel == 0) continue;
       blocks.push_back(
-          wide::Block{&v.piece->shape, full.data(), &v.piece->source, shard.data(), &v.piece->dest, v.piece->scale, true});
+          wide::Block{&v.piece->shape, full.data(), &v.piece->source, shard.data(), &v.piece->dest, v.scale, true, v.numel});
     }
     if (deferred == nullptr) wide::copy_blocks(dtype, s.blocks, threading_of(options));
     return shard;

@@ -19,6 +19,8 @@ struct ProvenPiece {
   Index source_max = -1;  // its last address in F, -1 when empty
   Index dest_max = -1;    // its last address in its rank's shard, -1 when empty
   Index shard_numel = 0;  // its rank's shard, from the map's shard shape
+  double scale = 1.0;
+  bool replica = false;   // more than one rank holds it
 };
 
 // check_map with `options` (no planted bugs: a disabled check proves nothing); when the

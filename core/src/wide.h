@@ -29,6 +29,7 @@ struct Block {
   const StridedView* to_view = nullptr;
   double scale = 1.0;   // applied as to = from * scale (multiply) or from / scale
   bool multiply = true;
+  Index numel = 0;      // elements it moves (the proof counted them)
 };
 
 // Copies every block; blocks must write disjoint addresses (so order is free). With
