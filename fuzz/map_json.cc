@@ -1,7 +1,8 @@
 // Fuzz target map_json: untrusted bytes through the JSON codec and the map checks.
 //
 // Properties: reading the text straight into maps answers as reading it into a Json
-// value first does, errors word for word; for every map a document decodes to: the codec
+// value first does, errors word for word (props::check_text_readings, which the JSON
+// tests ask of their corpus too); for every map a document decodes to: the codec
 // never crashes and re-encoding (as given and through text) decodes to the same map; the check verdict
 // does not depend on rank or piece order; the fast checks agree with the reference
 // model (props::check_reference_agreement) on maps of at most 4,096 elements and 256
@@ -68,41 +69,6 @@ void check_codec_roundtrip(const Map& map) {
   auto from_text = parse_map(encode_map_text(map, RankOrder::as_given));
   if (!from_text || !(from_text.value() == map)) {
     fail(map, "map_json:text-differs", "parse_map(encode_map_text(map)) != map");
-  }
-}
-
-// What a reading answered, spelled out: each map's text, or the error in full.
-std::string answer(const Result<Map>& map) {
-  if (map) return encode_map_text(map.value(), RankOrder::as_given);
-  const Error& e = map.error();
-  return fmt::format("{} r{} p{} a{} {}", kind_name(e.kind), e.rank.value_or(-1), e.piece.value_or(-1),
-                     e.address.value_or(-1), e.to_string());
-}
-std::string answer(const Result<std::vector<NamedMap>>& document) {
-  if (!document) return answer(Result<Map>(document.error()));
-  std::string out;
-  for (const NamedMap& named : document.value()) out += named.name + "=" + answer(named.map) + "\n";
-  return out;
-}
-
-// Text read straight into maps and text read into a Json value first (as case files
-// are) must answer alike, errors word for word: one decoder reads both (json.cc).
-void check_same_reading(std::string_view text, const Result<std::vector<NamedMap>>& document) {
-  auto json = parse_json(text);
-  const auto through_json = json ? decode_document(json.value()) : Result<std::vector<NamedMap>>(json.error());
-  const std::string direct = answer(document);
-  const std::string via_json = answer(through_json);
-  if (direct != via_json) {
-    Case c;
-    c.name = "fuzz-map_json";
-    c.constructor = "json";
-    c.map_text = std::string(text);
-    fuzz::report_finding(props::Finding{"map_json:readings-differ",
-                                        fmt::format("parse_document and decode_document(parse_json) answer "
-                                                    "differently: '{}' vs '{}'",
-                                                    direct.substr(0, 300), via_json.substr(0, 300)),
-                                        std::move(c)},
-                         kTarget);
   }
 }
 
@@ -174,7 +140,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const fuzz::InputScope scope;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   auto document = parse_document(text);
-  check_same_reading(text, document);
+  if (auto finding = props::check_text_readings(text, &document)) fuzz::report_finding(*finding, kTarget);
   bool usable = false;
   if (document) {
     for (const NamedMap& named : document.value()) usable = usable || named.map.ok();

@@ -20,6 +20,7 @@
 
 #include "shardcheck/campaign.h"
 #include "shardcheck/json.h"
+#include "shardcheck/properties.h"
 
 namespace shardcheck {
 namespace {
@@ -57,30 +58,10 @@ Map decode_ok(const std::string& text) {
   return map.ok() ? map.value() : Map{};
 }
 
-// What reading text answered, spelled out in full: each map's canonical text, or the
-// error with every field it carries.
-std::string answer(const Result<Map>& map) {
-  if (map) return "map " + encode_map_text(map.value(), RankOrder::as_given);
-  const Error& e = map.error();
-  return fmt::format("error {} rank={} piece={} address={} path={} | {}", kind_name(e.kind), e.rank.value_or(-1),
-                     e.piece.value_or(-1), e.address.value_or(-1), e.path, e.to_string());
-}
-std::string answer(const Result<std::vector<NamedMap>>& document) {
-  if (!document) return answer(Result<Map>(document.error()));
-  std::string out = "document";
-  for (const NamedMap& named : document.value()) out += "\n" + named.name + ": " + answer(named.map);
-  return out;
-}
-
 // Text read straight into maps (parse_map, parse_document, the tape) must answer as the
 // text read into a Json value and decoded from it does, errors word for word.
 void expect_same_reading(const std::string& text) {
-  auto json = parse_json(text);
-  const Result<std::vector<NamedMap>> through_json =
-      json ? decode_document(json.value()) : Result<std::vector<NamedMap>>(json.error());
-  EXPECT_EQ(answer(parse_document(text)), answer(through_json)) << text.substr(0, 400);
-  const Result<Map> map_through_json = json ? decode_map(json.value(), "$.m") : Result<Map>(json.error());
-  EXPECT_EQ(answer(parse_map(text, "$.m")), answer(map_through_json)) << text.substr(0, 400);
+  if (auto finding = props::check_text_readings(text)) ADD_FAILURE() << finding->message << "\n" << text.substr(0, 400);
 }
 
 std::string read_text(const std::filesystem::path& path) {

@@ -692,6 +692,49 @@ std::optional<Finding> check_json_roundtrip(const Case& c) {
   return std::nullopt;
 }
 
+namespace {
+
+// What a reading answered, spelled out in full: each map's canonical text, or the error
+// with every field it carries.
+std::string reading(const Result<Map>& map) {
+  if (map) return "map " + encode_map_text(map.value(), RankOrder::as_given);
+  const Error& e = map.error();
+  return fmt::format("error {} rank={} piece={} address={} path={} | {}", kind_name(e.kind), e.rank.value_or(-1),
+                     e.piece.value_or(-1), e.address.value_or(-1), e.path, e.to_string());
+}
+
+std::string reading(const Result<std::vector<NamedMap>>& document) {
+  if (!document) return reading(Result<Map>(document.error()));
+  std::string out = "document";
+  for (const NamedMap& named : document.value()) out += "\n" + named.name + ": " + reading(named.map);
+  return out;
+}
+
+}  // namespace
+
+std::optional<Finding> check_text_readings(std::string_view text, const Result<std::vector<NamedMap>>* document) {
+  auto json = parse_json(text);
+  std::optional<Result<std::vector<NamedMap>>> parsed;
+  if (document == nullptr) document = &parsed.emplace(parse_document(text));
+  const auto through_json = json ? decode_document(json.value()) : Result<std::vector<NamedMap>>(json.error());
+  std::string direct = reading(*document);
+  std::string via_json = reading(through_json);
+  std::string_view what = "parse_document and decode_document(parse_json)";
+  if (direct == via_json) {
+    direct = reading(parse_map(text, "$.m"));
+    via_json = reading(json ? decode_map(json.value(), "$.m") : Result<Map>(json.error()));
+    what = "parse_map and decode_map(parse_json)";
+  }
+  if (direct == via_json) return std::nullopt;
+  Case c;
+  c.name = "json-text";
+  c.constructor = "json";
+  c.map_text = std::string(text);
+  return Finding{"json:readings-differ", fmt::format("{} answer differently: '{}' vs '{}'", what,
+                                                     direct.substr(0, 300), via_json.substr(0, 300)),
+                 std::move(c)};
+}
+
 std::span<const PlantedScenario> planted_scenarios() {
   static const std::vector<PlantedScenario> scenarios = [] {
     std::vector<PlantedScenario> s;
