@@ -137,6 +137,27 @@ TEST(StrictPlantedBugs, RuntimeRecordsStillRefuseWhenAMapCheckIsOff) {
   EXPECT_TRUE(rebuild(repro1(), marker_shards(repro1(), f), f, no_coverage).ok());
 }
 
+// Conversion counts each rank's elements again behind check_map (RankCount in
+// convert.cc): a shortfall is otherwise reported later, as an unwritten shard address.
+// With condition 4 off, that count is what refuses a rank whose pieces fill half its shard.
+TEST(StrictPlantedBugs, TheConversionsOwnCountRefusesAShortRankWhenConditionFourIsOff) {
+  const DType f = DType::float32;
+  const Map short_rank = M({2, 4}, {R(0, Extents{1, 4}, {P({1, 4}, 0, {4, 1}, 0, {4, 1}, {0})}),
+                                    R(1, Extents{2, 4}, {P({1, 4}, 4, {4, 1}, 0, {4, 1}, {1})})});
+  const Status whole = check_map(short_rank);
+  ASSERT_FALSE(whole.ok());
+  EXPECT_EQ(whole.error().kind, ErrorKind::count);
+  ConvertOptions no_tiling;
+  no_tiling.checks.bugs.skip_dest_tiling = true;
+  EXPECT_TRUE(check_map(short_rank, no_tiling.checks).ok());
+  for (const Error& e : {refused(rebuild(short_rank, marker_shards(short_rank, f), f, no_tiling)),
+                         refused(extract(short_rank, marker_buffer(f, 8), 1, no_tiling))}) {
+    EXPECT_EQ(e.kind, ErrorKind::count) << e.to_string();
+    EXPECT_EQ(e.rank, 1) << e.to_string();
+    EXPECT_NE(e.message.find("hold 4 elements but the shard holds 8"), std::string::npos) << e.message;
+  }
+}
+
 // ---- valid layouts round-trip ------------------------------------------------------
 
 // (4,6) split along columns 4 | 2 | 0 over ranks 3, 9, 5: the zero-width rank has no pieces.
