@@ -45,17 +45,20 @@ struct Plan {
 };
 
 struct Chunk {
-  std::int32_t plan;
+  std::int32_t plan;  // kEveryPlan: row_begin..row_end of every plan, row by row
   Index row_begin;
   Index row_end;
   Index from_start = 0;  // the source address of its first row (by_source order)
 };
+
+constexpr std::int32_t kEveryPlan = -1;
 
 struct Scratch {
   Index total_bytes = 0;  // moved by the planned blocks
   std::vector<Plan> plans;
   std::vector<Axis> axes;
   std::vector<Chunk> chunks;
+  std::vector<std::int32_t> side_by_side;  // plans in row order of the shared buffer (interleave)
 };
 
 Scratch& scratch() {
@@ -443,18 +446,115 @@ std::optional<Index> compare_chunk(DType dtype, const std::vector<Block>& blocks
   return found;
 }
 
+// Whether the plans lie side by side in the rows of the one buffer they share (the
+// destination of a rebuild, the source of an extract): each has one outer axis, all have
+// as many rows and the same outer stride there, their runs there are contiguous and sit
+// one after another within one stride. Then copying row r of each plan in turn, then row
+// r + 1, crosses that buffer once, front to back, where copying one plan after another
+// crosses it once per plan in short runs far apart: rebuilding 4096 x 4096 from 64 column
+// blocks of 256-byte rows took 1.2x a memcpy of the same bytes plan by plan and 0.5x row
+// by row, and extracting them 1.2x and 0.7x (a stand-alone loop of the same copies).
+// Fills s.side_by_side with the plans in that order. Blocks write disjoint addresses, so
+// the order changes nothing but the speed.
+bool side_by_side(Scratch& s, bool shared_source) {
+  if (s.plans.size() < 2) return false;
+  const Plan& first = s.plans.front();
+  auto stride = [&](const Plan& p) {
+    const Axis& a = s.axes[static_cast<std::size_t>(p.axes_begin)];
+    return shared_source ? a.from_stride : a.to_stride;
+  };
+  auto offset = [&](const Plan& p) { return shared_source ? p.from_offset : p.to_offset; };
+  if (first.axes_count != 1) return false;
+  for (const Plan& p : s.plans) {
+    if (p.axes_count != 1 || p.rows != first.rows || stride(p) != stride(first) ||
+        (shared_source ? p.from_step : p.to_step) != 1) {
+      return false;
+    }
+  }
+  s.side_by_side.resize(s.plans.size());
+  for (std::size_t i = 0; i < s.plans.size(); ++i) s.side_by_side[i] = static_cast<std::int32_t>(i);
+  std::sort(s.side_by_side.begin(), s.side_by_side.end(), [&](std::int32_t a, std::int32_t b) {
+    return offset(s.plans[static_cast<std::size_t>(a)]) < offset(s.plans[static_cast<std::size_t>(b)]);
+  });
+  const Index start = offset(s.plans[static_cast<std::size_t>(s.side_by_side.front())]);
+  Index end = start;
+  for (std::int32_t i : s.side_by_side) {
+    const Plan& p = s.plans[static_cast<std::size_t>(i)];
+    if (offset(p) < end) return false;
+    end = offset(p) + p.len;
+  }
+  return end - start <= stride(first);
+}
+
+// Chunks of whole rows of every plan (kEveryPlan), for side_by_side plans.
+void chunk_side_by_side(DType dtype, int threads, Scratch& s) {
+  const auto size = static_cast<Index>(element_size(dtype));
+  Index row_bytes = 0;
+  for (const Plan& p : s.plans) row_bytes += p.len * size;
+  const Index target = threads <= 1 ? std::numeric_limits<Index>::max()
+                                    : std::max<Index>(Index{1} << 16, s.total_bytes / (Index{8} * threads));
+  const Index per_chunk = std::max<Index>(1, target / std::max<Index>(1, row_bytes));
+  const Index rows = s.plans.front().rows;
+  s.chunks.clear();
+  for (Index r = 0; r < rows; r += per_chunk) s.chunks.push_back(Chunk{kEveryPlan, r, std::min(rows, r + per_chunk)});
+}
+
+// Copies rows [row_begin, row_end) of every plan, row by row, in s.side_by_side order;
+// with `digest`, returns the digest terms of what it wrote (as copy_chunk).
+std::uint64_t copy_side_by_side(DType dtype, const std::vector<Block>& blocks, const Scratch& s, const Chunk& c,
+                                bool digest) {
+  const auto size = static_cast<Index>(element_size(dtype));
+  // Each plan's row operation, as copy_chunk sets it up, once per chunk.
+  struct PlanOp {
+    RowOp op;
+    bool digest_source;
+  };
+  std::vector<PlanOp> ops;
+  ops.reserve(s.side_by_side.size());
+  bool streamed = false;
+  for (std::int32_t i : s.side_by_side) {
+    const Plan& p = s.plans[static_cast<std::size_t>(i)];
+    RowOp op = row_op(dtype, blocks[p.block]);
+    const bool digest_source = digest && !op.scale_active && p.from_step == 1;
+    op.streaming = (!digest || digest_source) && s.total_bytes >= kStreamTotalBytes;
+    streamed = streamed || op.streaming;
+    ops.push_back(PlanOp{op, digest_source});
+  }
+  std::uint64_t terms = 0;
+  for (Index r = c.row_begin; r < c.row_end; ++r) {
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+      const Plan& p = s.plans[static_cast<std::size_t>(s.side_by_side[k])];
+      const Block& b = blocks[p.block];
+      const Axis& rows = s.axes[static_cast<std::size_t>(p.axes_begin)];
+      const std::byte* from = b.from + (p.from_offset + r * rows.from_stride) * size;
+      const Index to = p.to_offset + r * rows.to_stride;
+      std::byte* row = b.to + to * size;
+      copy_row(ops[k].op, from, p.from_step, row, p.to_step, p.len);
+      if (digest) terms += digest_elements(dtype, ops[k].digest_source ? from : row, p.len, to);
+    }
+  }
+  if (streamed) stream_fence();
+  return terms;
+}
+
+std::uint64_t copy_any_chunk(DType dtype, const std::vector<Block>& blocks, const Scratch& s, const Chunk& c,
+                             bool digest) {
+  return c.plan == kEveryPlan ? copy_side_by_side(dtype, blocks, s, c, digest)
+                              : copy_chunk(dtype, blocks, s, c, digest);
+}
+
 // The digest terms are a sum mod 2^64, so the order chunks finish in does not matter.
 std::uint64_t run_copies(DType dtype, const std::vector<Block>& blocks, int threads, Scratch& s, bool digest) {
   const auto count = static_cast<std::int64_t>(s.chunks.size());
   std::uint64_t terms = 0;
   if (threads <= 1) {
-    for (const Chunk& c : s.chunks) terms += copy_chunk(dtype, blocks, s, c, digest);
+    for (const Chunk& c : s.chunks) terms += copy_any_chunk(dtype, blocks, s, c, digest);
     return terms;
   }
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) reduction(+ : terms)
   for (std::int64_t i = 0; i < count; ++i) {
-    terms += copy_chunk(dtype, blocks, s, s.chunks[static_cast<std::size_t>(i)], digest);
+    terms += copy_any_chunk(dtype, blocks, s, s.chunks[static_cast<std::size_t>(i)], digest);
   }
 #else
   (void)count;
@@ -475,6 +575,10 @@ bool copy_blocks(DType dtype, const std::vector<Block>& blocks, const Threading&
   });
   plan_blocks(dtype, blocks, threads, s, one_source, /*merge_rows=*/true);
   if (digest_of_written != nullptr && !rows_contiguous_at_destination(s)) return false;
+  const bool one_destination = !one_source && std::all_of(blocks.begin(), blocks.end(), [&](const Block& b) {
+    return b.to == blocks.front().to;
+  });
+  if ((one_source || one_destination) && side_by_side(s, one_source)) chunk_side_by_side(dtype, threads, s);
   const std::uint64_t terms = run_copies(dtype, blocks, threads, s, digest_of_written != nullptr);
   if (digest_of_written != nullptr) *digest_of_written = terms;
   return true;
