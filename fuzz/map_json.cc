@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -140,7 +141,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const fuzz::InputScope scope;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   auto document = parse_document(text);
-  if (auto finding = props::check_text_readings(text, &document)) fuzz::report_finding(*finding, kTarget);
+  // The map reading (parse_map) runs the decoder the document reading runs, and comparing
+  // it on every input cost a sixth of the execs (651 -> 541 exec/s): one input in eight,
+  // chosen by its bytes, so that a finding reproduces.
+  const bool as_map = std::hash<std::string_view>{}(text) % 8 == 0;
+  if (auto finding = props::check_text_readings(text, &document, as_map)) fuzz::report_finding(*finding, kTarget);
   bool usable = false;
   if (document) {
     for (const NamedMap& named : document.value()) usable = usable || named.map.ok();

@@ -712,7 +712,8 @@ std::string reading(const Result<std::vector<NamedMap>>& document) {
 
 }  // namespace
 
-std::optional<Finding> check_text_readings(std::string_view text, const Result<std::vector<NamedMap>>* document) {
+std::optional<Finding> check_text_readings(std::string_view text, const Result<std::vector<NamedMap>>* document,
+                                           bool as_map) {
   auto json = parse_json(text);
   std::optional<Result<std::vector<NamedMap>>> parsed;
   if (document == nullptr) document = &parsed.emplace(parse_document(text));
@@ -720,7 +721,7 @@ std::optional<Finding> check_text_readings(std::string_view text, const Result<s
   std::string direct = reading(*document);
   std::string via_json = reading(through_json);
   std::string_view what = "parse_document and decode_document(parse_json)";
-  if (direct == via_json) {
+  if (direct == via_json && as_map) {
     direct = reading(parse_map(text, "$.m"));
     via_json = reading(json ? decode_map(json.value(), "$.m") : Result<Map>(json.error()));
     what = "parse_map and decode_map(parse_json)";

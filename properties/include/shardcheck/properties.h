@@ -78,13 +78,14 @@ std::optional<Finding> check_order_independence(const Case& c, gen::ChoiceSource
 // Property 6: decode(encode(map)) == map, for the map under test and the truth map.
 std::optional<Finding> check_json_roundtrip(const Case& c);
 
-// Property 6 on untrusted text: read straight into maps (parse_document, parse_map with
-// path "$.m") it answers as read into a Json value first and decoded from that (as case
-// files are), every map and every error field word for word. `document` is
-// parse_document(text) when the caller has it already. The tests' JSON corpus and the
-// map_json fuzz target both ask it.
+// Property 6 on untrusted text: read straight into maps (parse_document; with `as_map`,
+// parse_map with path "$.m" too) it answers as read into a Json value first and decoded
+// from that (as case files are), every map and every error field word for word.
+// `document` is parse_document(text) when the caller has it already. The tests' JSON
+// corpus and the map_json fuzz target both ask it.
 std::optional<Finding> check_text_readings(std::string_view text,
-                                           const Result<std::vector<NamedMap>>* document = nullptr);
+                                           const Result<std::vector<NamedMap>>* document = nullptr,
+                                           bool as_map = true);
 
 // Property 5's planted bugs: each scenario disables strict checks; the harness must
 // produce a finding for every scenario within a bounded number of generated cases.
