@@ -326,19 +326,13 @@ bool continues(const std::vector<Block>& blocks, const std::vector<Axis>& axes, 
          next.to_offset == last.to_offset + rows.extent * rows.to_stride;
 }
 
-// Plans the blocks and cuts them into chunks of whole rows, in (block, row) order; or,
-// `by_source`, in bands of at most 16 KiB visited in the order of their source addresses,
-// so that blocks gathered out of one buffer (an extract of narrow column blocks, or of
-// rows dealt to ranks in turn) read it front to back instead of in one strided pass per
-// block. With `merge_rows`, a run of one-row blocks whose offsets advance by the same
-// steps (a gather of rows) becomes one plan of many rows: the same rows in the same
-// order, without a plan and a chunk per row. A copy only: a comparison reports a
-// mismatch by block.
-Index plan_blocks(DType dtype, const std::vector<Block>& blocks, int threads, Scratch& s, bool by_source = false,
-                  bool merge_rows = false) {
+// Plans the blocks (Scratch::plans, axes, total_bytes). With `merge_rows`, a run of
+// one-row blocks whose offsets advance by the same steps (a gather of rows) becomes one
+// plan of many rows: the same rows in the same order, without a plan and a chunk per
+// row. A copy only: a comparison reports a mismatch by block.
+void plan_blocks(DType dtype, const std::vector<Block>& blocks, Scratch& s, bool merge_rows = false) {
   s.plans.clear();
   s.axes.clear();
-  s.chunks.clear();
   const auto size = static_cast<Index>(element_size(dtype));
   Index total = 0;
   for (std::size_t i = 0; i < blocks.size(); ++i) {
@@ -369,8 +363,23 @@ Index plan_blocks(DType dtype, const std::vector<Block>& blocks, int threads, Sc
     s.plans.push_back(p);
   }
   s.total_bytes = total;
-  Index target = threads <= 1 ? std::numeric_limits<Index>::max()
-                              : std::max<Index>(Index{1} << 16, total / (Index{8} * threads));
+}
+
+// Bytes of rows a chunk should hold: all of them on one thread, else enough chunks for
+// eight per thread, none under 64 KiB.
+Index chunk_bytes(const Scratch& s, int threads) {
+  return threads <= 1 ? std::numeric_limits<Index>::max()
+                      : std::max<Index>(Index{1} << 16, s.total_bytes / (Index{8} * threads));
+}
+
+// Cuts the plans into chunks of whole rows, in (plan, row) order; or, `by_source`, in
+// bands of at most 16 KiB visited in the order of their source addresses, so that blocks
+// gathered out of one buffer (an extract of narrow column blocks, or of rows dealt to
+// ranks in turn) read it front to back instead of in one strided pass per block.
+void cut_chunks(DType dtype, int threads, Scratch& s, bool by_source = false) {
+  s.chunks.clear();
+  const auto size = static_cast<Index>(element_size(dtype));
+  Index target = chunk_bytes(s, threads);
   if (by_source) target = std::min<Index>(target, Index{1} << 14);
   for (std::size_t i = 0; i < s.plans.size(); ++i) {
     const Plan& p = s.plans[i];
@@ -385,7 +394,6 @@ Index plan_blocks(DType dtype, const std::vector<Block>& blocks, int threads, Sc
     std::stable_sort(s.chunks.begin(), s.chunks.end(),
                      [](const Chunk& a, const Chunk& b) { return a.from_start < b.from_start; });
   }
-  return total;
 }
 
 Index moved_bytes(DType dtype, const std::vector<Block>& blocks) {
@@ -394,17 +402,31 @@ Index moved_bytes(DType dtype, const std::vector<Block>& blocks) {
   return total * static_cast<Index>(element_size(dtype));
 }
 
+// How a plan's rows are copied, and with `digest`, which side of each row is summed.
+struct PlanCopy {
+  RowOp op;
+  bool digest_source = false;
+};
+
+PlanCopy plan_copy(DType dtype, const Block& b, const Plan& p, const Scratch& s, bool digest) {
+  PlanCopy out{row_op(dtype, b)};
+  // An unscaled row writes the bits it reads, so a fused digest can sum the source row
+  // (in cache, just read) and let the stores stream; a scaled row is summed as written,
+  // which keeps it in cache.
+  out.digest_source = digest && !out.op.scale_active && p.from_step == 1;
+  out.op.streaming = (!digest || out.digest_source) && s.total_bytes >= kStreamTotalBytes;
+  return out;
+}
+
 // Copies one chunk; with `digest`, returns the digest terms of what it wrote.
 std::uint64_t copy_chunk(DType dtype, const std::vector<Block>& blocks, const Scratch& s, const Chunk& c,
                          bool digest) {
   const Plan& p = s.plans[static_cast<std::size_t>(c.plan)];
   const Block& b = blocks[p.block];
-  RowOp op = row_op(dtype, b);
-  // An unscaled row writes the bits it reads, so a fused digest can sum the source row
-  // (in cache, just read) and let the stores stream; a scaled row is summed as written,
-  // which keeps it in cache.
-  const bool digest_source = digest && !op.scale_active && p.from_step == 1;
-  op.streaming = (!digest || digest_source) && s.total_bytes >= kStreamTotalBytes;
+  // Not a structured binding: clang 14 does not let the row lambda below capture one.
+  const PlanCopy copy = plan_copy(dtype, b, p, s, digest);
+  const RowOp& op = copy.op;
+  const bool digest_source = copy.digest_source;
   const auto size = static_cast<Index>(op.size);
   std::uint64_t terms = 0;
   // Rows of up to a page far apart (a gather of narrow blocks, an extract of every
@@ -464,8 +486,7 @@ bool side_by_side(Scratch& s, bool shared_source) {
     return shared_source ? a.from_stride : a.to_stride;
   };
   auto offset = [&](const Plan& p) { return shared_source ? p.from_offset : p.to_offset; };
-  if (first.axes_count != 1) return false;
-  for (const Plan& p : s.plans) {
+  for (const Plan& p : s.plans) {  // `first` is looked at first, before its stride is
     if (p.axes_count != 1 || p.rows != first.rows || stride(p) != stride(first) ||
         (shared_source ? p.from_step : p.to_step) != 1) {
       return false;
@@ -491,9 +512,7 @@ void chunk_side_by_side(DType dtype, int threads, Scratch& s) {
   const auto size = static_cast<Index>(element_size(dtype));
   Index row_bytes = 0;
   for (const Plan& p : s.plans) row_bytes += p.len * size;
-  const Index target = threads <= 1 ? std::numeric_limits<Index>::max()
-                                    : std::max<Index>(Index{1} << 16, s.total_bytes / (Index{8} * threads));
-  const Index per_chunk = std::max<Index>(1, target / std::max<Index>(1, row_bytes));
+  const Index per_chunk = std::max<Index>(1, chunk_bytes(s, threads) / std::max<Index>(1, row_bytes));
   const Index rows = s.plans.front().rows;
   s.chunks.clear();
   for (Index r = 0; r < rows; r += per_chunk) s.chunks.push_back(Chunk{kEveryPlan, r, std::min(rows, r + per_chunk)});
@@ -504,21 +523,14 @@ void chunk_side_by_side(DType dtype, int threads, Scratch& s) {
 std::uint64_t copy_side_by_side(DType dtype, const std::vector<Block>& blocks, const Scratch& s, const Chunk& c,
                                 bool digest) {
   const auto size = static_cast<Index>(element_size(dtype));
-  // Each plan's row operation, as copy_chunk sets it up, once per chunk.
-  struct PlanOp {
-    RowOp op;
-    bool digest_source;
-  };
-  std::vector<PlanOp> ops;
+  // Each plan's row operation, once per chunk.
+  std::vector<PlanCopy> ops;
   ops.reserve(s.side_by_side.size());
   bool streamed = false;
   for (std::int32_t i : s.side_by_side) {
     const Plan& p = s.plans[static_cast<std::size_t>(i)];
-    RowOp op = row_op(dtype, blocks[p.block]);
-    const bool digest_source = digest && !op.scale_active && p.from_step == 1;
-    op.streaming = (!digest || digest_source) && s.total_bytes >= kStreamTotalBytes;
-    streamed = streamed || op.streaming;
-    ops.push_back(PlanOp{op, digest_source});
+    ops.push_back(plan_copy(dtype, blocks[p.block], p, s, digest));
+    streamed = streamed || ops.back().op.streaming;
   }
   std::uint64_t terms = 0;
   for (Index r = c.row_begin; r < c.row_end; ++r) {
@@ -573,12 +585,16 @@ bool copy_blocks(DType dtype, const std::vector<Block>& blocks, const Threading&
   const bool one_source = blocks.size() > 1 && std::all_of(blocks.begin(), blocks.end(), [&](const Block& b) {
     return b.from == blocks.front().from;
   });
-  plan_blocks(dtype, blocks, threads, s, one_source, /*merge_rows=*/true);
+  plan_blocks(dtype, blocks, s, /*merge_rows=*/true);
   if (digest_of_written != nullptr && !rows_contiguous_at_destination(s)) return false;
   const bool one_destination = !one_source && std::all_of(blocks.begin(), blocks.end(), [&](const Block& b) {
     return b.to == blocks.front().to;
   });
-  if ((one_source || one_destination) && side_by_side(s, one_source)) chunk_side_by_side(dtype, threads, s);
+  if ((one_source || one_destination) && side_by_side(s, one_source)) {
+    chunk_side_by_side(dtype, threads, s);
+  } else {
+    cut_chunks(dtype, threads, s, /*by_source=*/one_source);
+  }
   const std::uint64_t terms = run_copies(dtype, blocks, threads, s, digest_of_written != nullptr);
   if (digest_of_written != nullptr) *digest_of_written = terms;
   return true;
@@ -595,7 +611,8 @@ void copy_blocks_last_first(DType dtype, const std::vector<Block>& blocks, const
 std::optional<Mismatch> compare_blocks(DType dtype, const std::vector<Block>& blocks, const Threading& threading) {
   Scratch& s = scratch();
   const int threads = thread_count(threading, moved_bytes(dtype, blocks));
-  plan_blocks(dtype, blocks, threads, s);
+  plan_blocks(dtype, blocks, s);
+  cut_chunks(dtype, threads, s);
   const auto count = static_cast<std::int64_t>(s.chunks.size());
   // Chunks are in (block, row) order, so the first chunk with a mismatch holds the first
   // mismatch; a chunk after one already known to mismatch need not be looked at.
