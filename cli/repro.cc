@@ -57,13 +57,26 @@ int run_repro(const ReproArgs& args) {
     fmt::print("{}\n", o.message);
     const bool digest_ignored =
         std::any_of(o.ops.begin(), o.ops.end(), [](const oracles::OpOutcome& op) { return op.digest_ignored; });
-    if (o.verdict == Outcome::wrong && o.valid_layout && !digest_ignored) {
+    const bool nan_bits_only = std::any_of(o.ops.begin(), o.ops.end(), [](const oracles::OpOutcome& op) {
+      return op.verdict == Outcome::wrong && op.difference && op.difference->nan_bits_only;
+    });
+    if (o.verdict == Outcome::wrong && o.valid_layout && !digest_ignored && !nan_bits_only) {
       fmt::print("the map passes every check of spec 3: a valid but different layout\n");
     }
+    if (o.accepted_invalid) {
+      fmt::print("{} returned a tensor through a map that breaks contract section 3 (accepts an invalid map)\n",
+                 o.target.empty() ? "the implementation" : o.target);
+    }
+    if (!o.expected_vs_full.reason.empty()) {
+      fmt::print("the expected tensor is not F: {}\n", o.expected_vs_full.reason);
+    }
+    if (!o.expected_vs_full.harness_defect.empty()) fmt::print("HARNESS DEFECT: {}\n", o.expected_vs_full.harness_defect);
     if (!o.matches_expectation) fmt::print("expectation not met: {}\n", o.expectation_message);
   }
   // A crash, hang or garbage answer of an implementation under test is never a pass.
-  bool silently_wrong = o.verdict == Outcome::wrong || o.verdict == Outcome::target_fault;
+  // So is a harness whose own expected tensor breaks contract 8.
+  bool silently_wrong = o.verdict == Outcome::wrong || o.verdict == Outcome::target_fault ||
+                        !o.expected_vs_full.harness_defect.empty();
   return silently_wrong || !o.matches_expectation ? kExitFound : kExitOk;
 }
 

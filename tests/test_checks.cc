@@ -96,7 +96,9 @@ TEST(Spec6, ReplicaOverSingleHolderRefusedInBothOrders) {
   RankEntry r1 = R(1, Extents{4}, {P({4}, 0, {1}, 0, {1}, {1})});
   Error a = expect_refused(M({4}, {r0, r1}), ErrorKind::holders);
   Error b = expect_refused(M({4}, {r1, r0}), ErrorKind::holders);
-  EXPECT_EQ(a.rank, 0);
+  // The piece to fix is rank 1's, whose locations leave out rank 0 (contract 1.1); rank
+  // 0's names the real holders.
+  EXPECT_EQ(a.rank, 1);
   EXPECT_EQ(a.address, 0);
   EXPECT_EQ(a, b);
 }
@@ -204,7 +206,7 @@ TEST(Valid, InterleavedReplicatedAndSplit) {
   Map wrong = interleaved();
   wrong.ranks[1].pieces[1].locations = {1};  // replicated on rank 0, single-held on rank 1
   Error e = expect_refused(wrong, ErrorKind::holders);
-  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.rank, 1);  // the piece whose locations are wrong
   EXPECT_EQ(e.piece, 1);
   EXPECT_EQ(e.address, 2);
 }
@@ -673,8 +675,13 @@ NaiveVerdict naive(const Map& input) {
           singles += x.piece->locations.size() == 1;
           same = same && x.piece->locations == c[0].piece->locations;
         }
-        const bool pair_bad = c.size() >= 2 && !(same && c[0].piece->locations.size() >= 2);
-        const bool own = std::vector<Rank>(holders.begin(), holders.end()) == p.locations;
+        // The pieces to fix are those whose own locations are wrong; the pair rule names
+        // every piece only when none is (two single holders on one rank).
+        const std::vector<Rank> holder_list(holders.begin(), holders.end());
+        const bool some_own_fault =
+            std::any_of(c.begin(), c.end(), [&](const auto& x) { return x.piece->locations != holder_list; });
+        const bool pair_bad = !some_own_fault && c.size() >= 2 && !(same && c[0].piece->locations.size() >= 2);
+        const bool own = holder_list == p.locations;
         if (pair_bad || !own) {
           ErrorKind kind = c.size() >= 2 && singles >= 2 ? ErrorKind::twice : ErrorKind::holders;
           return {kind, r.rank, written(r.rank, p), e};

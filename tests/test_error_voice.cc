@@ -128,11 +128,15 @@ TEST(ErrorVoice, EveryRefusalOfACampaignFollowsTheGrammar) {
     }
     if (!fast.ok() && reference.error) tally.compare(fast.error(), *reference.error, where + " check");
 
-    // Data the way the truth oracle makes it: markers through the map that wrote them.
+    // Data the way the truth oracle makes it: the case's F (markers unless drawn or fitted
+    // to the truth map's scales) through the map that wrote them.
     const Map& truth = c.truth_map();
     auto numel = checked_numel(truth.logical_shape);
     ASSERT_TRUE(numel.has_value()) << where;
-    const Buffer full = marker_buffer(c.dtype, *numel);
+    Buffer full = marker_buffer(c.dtype, *numel);
+    if (c.full) {
+      for (Index e = 0; e < *numel; ++e) full.set_bits(e, (*c.full)[static_cast<std::size_t>(e)]);
+    }
     auto shards = extract_all(truth, full);
     ASSERT_TRUE(shards.ok()) << where << ": " << shards.error().to_string();
     ++data_cases;

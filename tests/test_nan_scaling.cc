@@ -81,7 +81,7 @@ TEST(NanScaling, ApplyScaleKeepsEveryNanBitForBit) {
   EXPECT_FALSE(is_nan_bits(DType::int32, 0x7fc00001));
   EXPECT_FALSE(is_nan_bits(DType::float32, 0x7f800000));  // infinity
   // The legacy model's arithmetic is torch's: bfloat16 canonicalises a NaN.
-  EXPECT_EQ(apply_scale(DType::bfloat16, 0x7fc1, 0.5, 1, false, NanScaling::arithmetic), 0x7fc0u);
+  EXPECT_EQ(apply_scale(DType::bfloat16, 0x7fc1, 0.5, 1, false, Arithmetic::legacy_torch), 0x7fc0u);
 }
 
 TEST(NanScaling, CpuBackendCopiesAndComparesNanBits) {

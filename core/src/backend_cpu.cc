@@ -96,24 +96,42 @@ ConstView2<S> const_dest_view(const std::byte* base, const Slab& s) {
                        AnyStride(s.to_row_stride, s.to_col_stride));
 }
 
-// The scaling a copy asks for, resolved once: multiply or divide by `factor`
-// (scale^|power| computed in the element type, as apply_scale does).
+// The scaling a copy asks for, resolved once. Contract arithmetic (1.2) goes element by
+// element through shardcheck/scaling.h with the scale rounded once to the arithmetic
+// type; the legacy model's torch arithmetic multiplies or divides by `factor_bits`, the
+// scale in the element type, through Eigen.
 struct Scaling {
   bool active = false;
   bool up = true;
-  bool keep_nan = true;  // a NaN passes with its bits (contract section 1.2)
-  std::uint64_t factor_bits = 0;
+  Arithmetic arithmetic = Arithmetic::contract;
+  double factor = 1.0;           // contract: the arithmetic type's value, exact in a double
+  std::uint64_t factor_bits = 0;  // legacy: scale^|power| in the element type
 };
 
-Scaling resolve_scaling(DType dtype, const BlockCopy& copy) {
+// nullopt: a copy the ordered path must make through apply_scale (a power other than
+// +-1 in contract arithmetic, or a scale the arithmetic type cannot hold: conversion
+// refuses those first, so only direct callers of the backend get there).
+std::optional<Scaling> resolve_scaling(DType dtype, const BlockCopy& copy) {
   Scaling out;
   if (!is_floating(dtype) || copy.scale == 1.0 || copy.power == 0) return out;
   out.active = true;
   out.up = copy.multiply == (copy.power > 0);
-  out.keep_nan = copy.nan == NanScaling::keep_bits;
+  out.arithmetic = copy.arithmetic;
+  if (copy.arithmetic == Arithmetic::contract) {
+    if (copy.power != 1 && copy.power != -1) return std::nullopt;
+    if (dtype == DType::float64) {
+      if (!scaling::arithmetic_factor(copy.scale, out.factor)) return std::nullopt;
+    } else {
+      float factor = 0;
+      if (!scaling::arithmetic_factor(copy.scale, factor)) return std::nullopt;
+      out.factor = factor;
+    }
+    return out;
+  }
+  if (copy.power == INT_MIN) return std::nullopt;  // no positive counterpart
   const int steps = copy.power > 0 ? copy.power : -copy.power;
   // 1 * s is exact, so this is s^steps in the element type, computed by apply_scale.
-  out.factor_bits = apply_scale(dtype, *bits_from_double(dtype, 1.0), copy.scale, steps, true);
+  out.factor_bits = apply_scale(dtype, *bits_from_double(dtype, 1.0), copy.scale, steps, true, Arithmetic::legacy_torch);
   return out;
 }
 
@@ -122,35 +140,48 @@ T scalar_from_bits(std::uint64_t bits) {
   return Eigen::numext::bit_cast<T>(static_cast<U>(bits));
 }
 
+template <class Format>
+typename Format::Bits contract_scaled(const BlockCopy& copy, const Slab& s, Index r, Index c, const Scaling& scaling) {
+  using Bits = typename Format::Bits;
+  const auto* from = reinterpret_cast<const Bits*>(copy.from);
+  const auto factor = static_cast<typename Format::Math>(scaling.factor);
+  return scaling::scale_element<Format>(from[s.from_offset + r * s.from_row_stride + c * s.from_col_stride], factor,
+                                        scaling.up)
+      .bits;
+}
+
+template <class Format>
+void copy_slab_contract(const BlockCopy& copy, const Slab& s, const Scaling& scaling) {
+  auto* to = reinterpret_cast<typename Format::Bits*>(copy.to);
+  for (Index r = 0; r < s.rows; ++r) {
+    for (Index c = 0; c < s.cols; ++c) {
+      to[s.to_offset + r * s.to_row_stride + c * s.to_col_stride] = contract_scaled<Format>(copy, s, r, c, scaling);
+    }
+  }
+}
+
 template <class U, class T>
-void copy_slabs(const BlockCopy& copy, const Scaling& scaling) {
+void copy_slabs(DType dtype, const BlockCopy& copy, const Scaling& scaling) {
   for_each_slab(*copy.shape, copy.from_view, copy.to_view, [&](const Slab& s) {
     if (!scaling.active) {
       dest_view<U>(copy.to, s) = const_view<U>(copy.from, s);
-      return false;
-    }
-    const T factor = scalar_from_bits<U, T>(scaling.factor_bits);
-    const auto values = const_view<T>(copy.from, s);
-    const auto bits = const_view<U>(copy.from, s);
-    auto assign = [&](const auto& scaled) {
-      if (scaling.keep_nan) {
-        auto to_bits = [](const T& x) { return Eigen::numext::bit_cast<U>(x); };
-        dest_view<U>(copy.to, s).array() = values.array().isNaN().select(bits.array(), scaled.unaryExpr(to_bits));
-      } else {
-        dest_view<T>(copy.to, s).array() = scaled;
-      }
-    };
-    if (scaling.up) {
-      assign(values.array() * factor);
+    } else if (scaling.arithmetic == Arithmetic::contract) {
+      detail::with_float_format(dtype, [&]<class Format>() { copy_slab_contract<Format>(copy, s, scaling); });
     } else {
-      assign(values.array() / factor);
+      const T factor = scalar_from_bits<U, T>(scaling.factor_bits);
+      const auto values = const_view<T>(copy.from, s);
+      if (scaling.up) {
+        dest_view<T>(copy.to, s).array() = values.array() * factor;
+      } else {
+        dest_view<T>(copy.to, s).array() = values.array() / factor;
+      }
     }
     return false;
   });
 }
 
 template <class U, class T>
-std::optional<Index> compare_slabs(const BlockCopy& copy, const Scaling& scaling) {
+std::optional<Index> compare_slabs(DType dtype, const BlockCopy& copy, const Scaling& scaling) {
   std::optional<Index> mismatch;
   const T factor = scalar_from_bits<U, T>(scaling.factor_bits);
   auto to_bits = [](const T& x) { return Eigen::numext::bit_cast<U>(x); };
@@ -164,23 +195,22 @@ std::optional<Index> compare_slabs(const BlockCopy& copy, const Scaling& scaling
     const auto from_bits = const_view<U>(copy.from, s);
     const auto from_values = const_view<T>(copy.from, s);
     const auto held = const_dest_view<U>(copy.to, s);
-    // The first mismatch of a scaled row; a NaN keeps its own bits unless the copy asks
-    // for arithmetic.
-    auto scaled_mismatch = [&](Index r, const auto& scaled) {
-      if (scaling.keep_nan) {
-        const auto kept = from_values.row(r).array().isNaN();
-        return first_in(kept.select(from_bits.row(r).array(), scaled.unaryExpr(to_bits)) != held.row(r).array());
-      }
-      return first_in(scaled.unaryExpr(to_bits) != held.row(r).array());
-    };
+    const auto* held_at = reinterpret_cast<const U*>(copy.to);
     for (Index r = 0; r < s.rows; ++r) {
       std::optional<Index> c;
       if (!scaling.active) {
         c = first_in(from_bits.row(r).array() != held.row(r).array());
+      } else if (scaling.arithmetic == Arithmetic::contract) {
+        detail::with_float_format(dtype, [&]<class Format>() {
+          for (Index j = 0; j < s.cols && !c; ++j) {
+            const U scaled = contract_scaled<Format>(copy, s, r, j, scaling);
+            if (scaled != held_at[s.to_offset + r * s.to_row_stride + j * s.to_col_stride]) c = j;
+          }
+        });
       } else if (scaling.up) {
-        c = scaled_mismatch(r, from_values.row(r).array() * factor);
+        c = first_in((from_values.row(r).array() * factor).unaryExpr(to_bits) != held.row(r).array());
       } else {
-        c = scaled_mismatch(r, from_values.row(r).array() / factor);
+        c = first_in((from_values.row(r).array() / factor).unaryExpr(to_bits) != held.row(r).array());
       }
       if (c) {
         mismatch = s.first_index + r * s.cols + *c;
@@ -204,7 +234,7 @@ void copy_ordered(DType dtype, const BlockCopy& copy) {
         const Index to_at = s.to_offset + r * s.to_row_stride + c * s.to_col_stride;
         std::uint64_t bits = 0;
         std::memcpy(&bits, copy.from + from_at * static_cast<Index>(size), size);
-        if (scaled) bits = apply_scale(dtype, bits, copy.scale, copy.power, copy.multiply, copy.nan);
+        if (scaled) bits = apply_scale(dtype, bits, copy.scale, copy.power, copy.multiply, copy.arithmetic);
         std::memcpy(copy.to + to_at * static_cast<Index>(size), &bits, size);
       }
     }
@@ -218,20 +248,19 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return "cpu"; }
 
   void copy_block(DType dtype, const BlockCopy& copy) override {
-    // INT_MIN has no positive counterpart for resolve_scaling; the ordered path
-    // goes through apply_scale, which handles every power.
-    if (!is_unique(*copy.shape, copy.to_view.strides) || copy.power == INT_MIN) {
+    const std::optional<Scaling> scaling = resolve_scaling(dtype, copy);
+    if (!scaling || !is_unique(*copy.shape, copy.to_view.strides)) {
       copy_ordered(dtype, copy);
       return;
     }
-    const Scaling scaling = resolve_scaling(dtype, copy);
-    detail::with_element_types(dtype, [&]<class U, class T>() { copy_slabs<U, T>(copy, scaling); });
+    detail::with_element_types(dtype, [&]<class U, class T>() { copy_slabs<U, T>(dtype, copy, *scaling); });
   }
 
   std::optional<Index> compare_block(DType dtype, const BlockCopy& copy) override {
-    if (copy.power == INT_MIN) return compare_ordered(dtype, copy);
-    const Scaling scaling = resolve_scaling(dtype, copy);
-    return detail::with_element_types(dtype, [&]<class U, class T>() { return compare_slabs<U, T>(copy, scaling); });
+    const std::optional<Scaling> scaling = resolve_scaling(dtype, copy);
+    if (!scaling) return compare_ordered(dtype, copy);
+    return detail::with_element_types(dtype,
+                                      [&]<class U, class T>() { return compare_slabs<U, T>(dtype, copy, *scaling); });
   }
 
  private:
@@ -247,7 +276,7 @@ class CpuBackend final : public Backend {
           std::memcpy(&b, copy.to + (s.to_offset + r * s.to_row_stride + c * s.to_col_stride) *
                                         static_cast<Index>(size), size);
           if (is_floating(dtype) && copy.scale != 1.0 && copy.power != 0) {
-            a = apply_scale(dtype, a, copy.scale, copy.power, copy.multiply, copy.nan);
+            a = apply_scale(dtype, a, copy.scale, copy.power, copy.multiply, copy.arithmetic);
           }
           if (a != b) {
             mismatch = s.first_index + r * s.cols + c;

@@ -709,8 +709,12 @@ Status check_full_side(Scratch& s, Index numel_f, const PlantedBugs& bugs) {
     for (const auto& [end, run] : heap) s.holders.push_back(s.pieces[runs[run].piece].rank);
     std::sort(s.holders.begin(), s.holders.end());
     s.holders.erase(std::unique(s.holders.begin(), s.holders.end()), s.holders.end());
-    const bool pair_bad = cover.pieces >= 2 && !(cover.classes == 1 && lsize >= 2);
     const ErrorKind kind = cover.pieces >= 2 && cover.singles >= 2 ? ErrorKind::twice : ErrorKind::holders;
+    // The pieces to fix are those whose own locations are wrong (1.1); only when every
+    // piece's are right (two single holders on one rank) does the pair rule name them all.
+    bool some_own_fault = false;
+    for (const auto& [end, run] : heap) some_own_fault |= s.pieces[runs[run].piece].piece->locations != s.holders;
+    const bool pair_bad = !some_own_fault && cover.pieces >= 2 && !(cover.classes == 1 && lsize >= 2);
     for (const auto& [end, run] : heap) {
       const std::int32_t g = runs[run].piece;
       if (g >= best.piece || s.stamp[g] == segment) continue;

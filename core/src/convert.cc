@@ -7,6 +7,7 @@
 #include <limits>
 #include <span>
 
+#include "element_types.h"
 #include "proven.h"
 #include "shardcheck/digest.h"
 #include "wide.h"
@@ -175,15 +176,62 @@ Status guard_visits(std::vector<Visit>& visits, Index numel_f, bool& scaled) {
   return {};
 }
 
-// Integers cannot be scaled exactly, and a scaled map says nothing about how to
-// rescale an optimizer state (spec 1.2).
+// Integers cannot be scaled exactly, a scaled map says nothing about how to rescale an
+// optimizer state, and the arithmetic type must hold the scale as a normal number
+// (contract 1.2).
 Status check_scales(std::span<const Visit> visits, DType dtype, int scale_power) {
   for (const Visit& v : visits) {
     if (v.scale == 1.0) continue;
     if (scale_power != 1) return fault::scale_needs_power_one(at(v), scale_power);
     if (!is_floating(dtype)) return fault::scale_on_integer(at(v), dtype);
+    if (!scale_fits_arithmetic(dtype, v.scale)) return fault::scale_outside_arithmetic(at(v), dtype);
   }
   return {};
+}
+
+// Contract 1.2: no element may overflow or flush when it is scaled, since the value could
+// not come back and no later error would say so. Judged before any data moves, after
+// check_scales, in the strict visiting order and within a piece at the lowest address
+// of the result (F for rebuild, the shard for extract), so that the error depends on
+// neither the order the map was written in nor a copy's schedule. `full`: the F an
+// extract reads; nullptr for a rebuild, which reads each visit's shard.
+template <class Format>
+Status check_scaled_elements_as(std::span<const Visit> visits, const Buffer* full, DType dtype,
+                                std::vector<Index>& counter) {
+  using Bits = typename Format::Bits;
+  const bool multiply = full != nullptr;
+  for (const Visit& v : visits) {
+    if (v.scale == 1.0 || v.numel == 0) continue;
+    typename Format::Math factor{};
+    scaling::arithmetic_factor(v.scale, factor);
+    const auto* from = reinterpret_cast<const Bits*>(multiply ? full->data() : v.shard->data());
+    std::optional<Index> lowest;
+    Index element_at = 0, shard_at = 0;
+    walk(v.piece->shape, v.piece->source, v.piece->dest, counter, [&](Index, Index element, Index shard_address) {
+      const Bits input = from[multiply ? element : shard_address];
+      if (scaling::scale_element<Format>(input, factor, multiply).fault == ScaleFault::none) return false;
+      const Index result_at = multiply ? shard_address : element;
+      if (!lowest || result_at < *lowest) {
+        lowest = result_at;
+        element_at = element;
+        shard_at = shard_address;
+      }
+      return false;
+    });
+    if (lowest) {
+      const Bits input = from[multiply ? element_at : shard_at];
+      return fault::scaled_out_of_range(at(v), multiply, element_at, shard_at, dtype, input,
+                                        scaling::scale_element<Format>(input, factor, multiply).bits);
+    }
+  }
+  return {};
+}
+
+Status check_scaled_elements(std::span<const Visit> visits, const Buffer* full, DType dtype,
+                             std::vector<Index>& counter) {
+  if (!is_floating(dtype)) return {};
+  return detail::with_float_format(
+      dtype, [&]<class Format>() { return check_scaled_elements_as<Format>(visits, full, dtype, counter); });
 }
 
 // Puts the visits (grouped by rank) in the strict visiting order, guards them and
@@ -247,6 +295,8 @@ Status check_shards(const std::vector<const RankEntry*>& ranks, const ShardSet& 
     const bool same_type = bugs.shard_dtype_by_width ? element_size(shard.dtype()) == element_size(dtype)
                                                      : shard.dtype() == dtype;
     if (!same_type) return fault::shard_dtype(entry->rank, shard.dtype(), dtype);
+    // A rank with no pieces may omit its shard shape: its shard is empty (contract 2, 9).
+    if (!expected && entry->pieces.empty() && shard.numel() == 0) continue;
     if (!expected) return fault::shard_without_shape(entry->rank);
     if (shard.numel() != *expected) return fault::shard_numel(entry->rank, shard.numel(), *expected);
   }
@@ -516,6 +566,7 @@ Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtyp
   }
   if (Status e = allocation_guard(*numel_f, read_total, options.checks.limits, "F"); !e.ok()) return e.error();
   if (s.visits.size() >= std::numeric_limits<std::uint32_t>::max()) return fault::too_many_pieces();
+  if (Status e = check_scaled_elements(s.visits, nullptr, dtype, s.counter); !e.ok()) return e.error();
 
   if (wide) {
     Buffer full = Buffer::uninitialized(dtype, *numel_f);
@@ -553,8 +604,10 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
                                       const ConvertOptions& options, const ProvenRank* proven,
                                       std::vector<wide::Block>* deferred = nullptr) {
   const RankEntry* entry = map.find_rank(rank);
-  if (entry == nullptr || !entry->shard_shape) return fault::no_shard_to_extract(rank);
+  if (entry == nullptr || (!entry->shard_shape && !entry->pieces.empty())) return fault::no_shard_to_extract(rank);
   if (full.numel() != numel_f) return fault::full_numel(full.numel(), numel_f);
+  // A rank with no pieces may omit its shard shape: its shard is empty (contract 2, 9).
+  if (!entry->shard_shape) return Buffer(full.dtype(), 0);
   auto shard_numel = shard_numel_of(*entry);
   if (!shard_numel) return fault::bad_shard_shape(rank, *entry->shard_shape);
   const DType dtype = full.dtype();
@@ -578,6 +631,8 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
   const Index backed =
       checked_mul(numel_f, static_cast<Index>(piece_count)).value_or(std::numeric_limits<Index>::max());
   if (Status e = allocation_guard(*shard_numel, backed, options.checks.limits, "a shard"); !e.ok()) return e.error();
+  const std::span<const Visit> visits = proven != nullptr ? proven->visits : std::span<const Visit>(s.visits);
+  if (Status e = check_scaled_elements(visits, &full, dtype, s.counter); !e.ok()) return e.error();
 
   if (proven != nullptr) {
     // Condition 4, proven by check_map: the pieces write every shard address once.

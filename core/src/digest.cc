@@ -219,6 +219,7 @@ Status check_share_scales(const Map& map, DType dtype, int scale_power) {
       const PieceAt at{entry.rank, static_cast<Index>(i), &piece};
       if (scale_power != 1) return fault::scale_needs_power_one(at, scale_power);
       if (!is_floating(dtype)) return fault::scale_on_integer(at, dtype);
+      if (!scale_fits_arithmetic(dtype, piece.scale)) return fault::scale_outside_arithmetic(at, dtype);
     }
   }
   return {};

@@ -143,24 +143,15 @@ double as_double(T value) {
   else return static_cast<double>(static_cast<float>(value));
 }
 
-template <class T>
-T scale_in_type(T value, double scale, int power, bool multiply) {
-  if (power == 0) return value;
-  const bool up = multiply == (power > 0);
+// |power| factors multiplied in `Math`. Once the power is 0, infinite, NaN or of
+// magnitude 1, further factors can only flip its sign (exactly), so a huge power costs
+// no more than a small one.
+template <class Math>
+Math power_of(Math factor, int power) {
   const long steps = power > 0 ? static_cast<long>(power) : -static_cast<long>(power);
-  T factor;
-  if constexpr (std::is_same_v<T, double>) {
-    factor = scale;
-  } else if constexpr (std::is_same_v<T, float>) {
-    factor = to_float(scale);
-  } else {
-    factor = T(round_to_odd_float(scale));
-  }
-  T power_value = factor;
+  Math power_value = factor;
   for (long k = 1; k < steps; ++k) {
     power_value = power_value * factor;
-    // Once the power is 0, infinite, NaN or of magnitude 1, further factors can only
-    // flip its sign (exactly), so a huge power costs no more than a small one.
     const double now = as_double(power_value);
     if (std::isnan(now) || std::isinf(now) || now == 0.0 || std::fabs(now) == 1.0) {
       const long remaining = steps - 1 - k;
@@ -170,7 +161,43 @@ T scale_in_type(T value, double scale, int power, bool multiply) {
       break;
     }
   }
+  return power_value;
+}
+
+// torch 1.13's CPU arithmetic, which DeepSpeed's conversion runs in (the legacy model):
+// the scale rounded to the element type T, the product or quotient computed in T.
+template <class T>
+T legacy_scale_in_type(T value, double scale, int power, bool multiply) {
+  if (power == 0) return value;
+  const bool up = multiply == (power > 0);
+  T factor;
+  if constexpr (std::is_same_v<T, double>) {
+    factor = scale;
+  } else if constexpr (std::is_same_v<T, float>) {
+    factor = to_float(scale);
+  } else {
+    factor = T(round_to_odd_float(scale));
+  }
+  const T power_value = power_of(factor, power);
   return up ? value * power_value : value / power_value;
+}
+
+// Contract 1.2 (shardcheck/scaling.h). A scale that the arithmetic type cannot hold is
+// refused before any element is scaled; here it only needs some defined value.
+template <class Format>
+typename Format::Math contract_factor(double scale) {
+  typename Format::Math factor{};
+  if (scaling::arithmetic_factor(scale, factor)) return factor;
+  if constexpr (std::is_same_v<typename Format::Math, float>) return to_float(scale);
+  else return scale;
+}
+
+template <class Format>
+std::uint64_t contract_scale(std::uint64_t bits, double scale, int power, bool multiply) {
+  if (power == 0) return bits;
+  const auto factor = power_of(contract_factor<Format>(scale), power);
+  const bool up = multiply == (power > 0);
+  return scaling::scale_element<Format>(static_cast<typename Format::Bits>(bits), factor, up).bits;
 }
 
 }  // namespace
@@ -482,16 +509,53 @@ bool is_nan_bits(DType dtype, std::uint64_t bits) {
   }
 }
 
-std::uint64_t apply_scale(DType dtype, std::uint64_t bits, double scale, int power, bool multiply, NanScaling nan) {
-  if (nan == NanScaling::keep_bits && is_nan_bits(dtype, bits)) return bits;
+std::uint64_t apply_scale(DType dtype, std::uint64_t bits, double scale, int power, bool multiply,
+                          Arithmetic arithmetic) {
+  if (arithmetic == Arithmetic::contract) {
+    switch (dtype) {
+      case DType::float64: return contract_scale<scaling::Float64>(bits, scale, power, multiply);
+      case DType::float32: return contract_scale<scaling::Float32>(bits, scale, power, multiply);
+      case DType::float16: return contract_scale<scaling::Float16>(bits, scale, power, multiply);
+      case DType::bfloat16: return contract_scale<scaling::BFloat16>(bits, scale, power, multiply);
+      default: return bits;  // integers are never scaled: strict refuses, legacy moves them as is
+    }
+  }
   switch (dtype) {
-    case DType::float64: return to_bits(scale_in_type(from_bits<double>(bits), scale, power, multiply));
-    case DType::float32: return to_bits(scale_in_type(from_bits<float>(bits), scale, power, multiply));
+    case DType::float64: return to_bits(legacy_scale_in_type(from_bits<double>(bits), scale, power, multiply));
+    case DType::float32: return to_bits(legacy_scale_in_type(from_bits<float>(bits), scale, power, multiply));
     case DType::float16:
-      return to_bits(scale_in_type(from_bits<Eigen::half>(bits), scale, power, multiply));
+      return to_bits(legacy_scale_in_type(from_bits<Eigen::half>(bits), scale, power, multiply));
     case DType::bfloat16:
-      return to_bits(scale_in_type(from_bits<Eigen::bfloat16>(bits), scale, power, multiply));
-    default: return bits;  // integers are never scaled: strict refuses, legacy moves them as is
+      return to_bits(legacy_scale_in_type(from_bits<Eigen::bfloat16>(bits), scale, power, multiply));
+    default: return bits;
+  }
+}
+
+bool scale_fits_arithmetic(DType dtype, double scale) {
+  if (dtype == DType::float64) {
+    double factor = 0;
+    return scaling::arithmetic_factor(scale, factor);
+  }
+  float factor = 0;
+  return is_floating(dtype) && scaling::arithmetic_factor(scale, factor);
+}
+
+namespace {
+template <class Format>
+ScaleFault contract_fault(std::uint64_t bits, double scale, bool multiply) {
+  return scaling::scale_element<Format>(static_cast<typename Format::Bits>(bits), contract_factor<Format>(scale),
+                                        multiply)
+      .fault;
+}
+}  // namespace
+
+ScaleFault scale_fault(DType dtype, std::uint64_t bits, double scale, bool multiply) {
+  switch (dtype) {
+    case DType::float64: return contract_fault<scaling::Float64>(bits, scale, multiply);
+    case DType::float32: return contract_fault<scaling::Float32>(bits, scale, multiply);
+    case DType::float16: return contract_fault<scaling::Float16>(bits, scale, multiply);
+    case DType::bfloat16: return contract_fault<scaling::BFloat16>(bits, scale, multiply);
+    default: return ScaleFault::none;
   }
 }
 

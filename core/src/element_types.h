@@ -7,6 +7,7 @@
 #include <Eigen/Core>
 
 #include "shardcheck/dtype.h"
+#include "shardcheck/scaling.h"
 
 namespace shardcheck::detail {
 
@@ -24,6 +25,18 @@ auto with_element_types(DType dtype, Fn&& fn) {
     case DType::int32: return fn.template operator()<std::uint32_t, std::uint32_t>();
     case DType::int64: return fn.template operator()<std::uint64_t, std::uint64_t>();
     default: return fn.template operator()<std::uint8_t, std::uint8_t>();
+  }
+}
+
+// Calls fn.template operator()<Format>() with the scaling::Float* format of a floating
+// dtype (contract 1.2's arithmetic). Callers have refused scaling any other dtype.
+template <class Fn>
+auto with_float_format(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::float64: return fn.template operator()<scaling::Float64>();
+    case DType::float16: return fn.template operator()<scaling::Float16>();
+    case DType::bfloat16: return fn.template operator()<scaling::BFloat16>();
+    default: return fn.template operator()<scaling::Float32>();
   }
 }
 

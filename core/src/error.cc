@@ -332,6 +332,25 @@ Error scale_on_integer(const PieceAt& at, DType dtype) {
                     where_of(at));
 }
 
+Error scale_outside_arithmetic(const PieceAt& at, DType dtype) {
+  return make_error(ErrorKind::scale,
+                    fmt::format("the piece has scale {} which is zero, subnormal or not finite in the {} arithmetic "
+                                "that scales {} data",
+                                at.piece->scale, dtype == DType::float64 ? "float64" : "float32", dtype_name(dtype)),
+                    where_of(at));
+}
+
+Error scaled_out_of_range(const PieceAt& at, bool multiply, Index element, Index shard_address, DType dtype,
+                          std::uint64_t input, std::uint64_t result) {
+  const bool overflow = bits_to_double(dtype, input) != 0.0 && bits_to_double(dtype, result) != 0.0;
+  const std::string sentence = fmt::format(
+      "{} {} ({} address {}) by the scale {} {} to {}, a value that cannot be scaled back", multiply ? "multiplying" : "dividing",
+      format_element(dtype, input), multiply ? "F" : "shard", multiply ? element : shard_address, at.piece->scale,
+      overflow ? "overflows" : "flushes", format_element(dtype, result));
+  return make_error(ErrorKind::scale, sentence,
+                    multiply ? where_of(at).at(Side::shard, shard_address) : where_of(at).at(Side::full, element));
+}
+
 Error missing_shard(Rank rank, std::size_t pieces) {
   return make_error(ErrorKind::shape, fmt::format("no shard was supplied for this rank, which lists {} pieces", pieces),
                     Where::in_rank(rank));

@@ -114,10 +114,11 @@ Status check_counts(const Map& map) {
   return {};
 }
 
-// DeepSpeed scales in torch's arithmetic, which may quieten or canonicalise a NaN; the
-// legacy model keeps that behaviour rather than the contract's (section 1.2).
+// DeepSpeed scales in torch's arithmetic (in the element type, on CPU), which may also
+// quieten or canonicalise a NaN; the legacy model keeps that behaviour rather than the
+// contract's (section 1.2).
 BlockCopy torch_arithmetic(BlockCopy copy) {
-  copy.nan = NanScaling::arithmetic;
+  copy.arithmetic = Arithmetic::legacy_torch;
   return copy;
 }
 
@@ -196,7 +197,7 @@ std::optional<Index> first_unequal(DType dtype, const Piece& piece, const Buffer
       const bool unscaled = std::pow(piece.scale, scale_power) == 1.0;  // DeepSpeed skips the division
       equal = bits_to_double(dtype, held) ==
               bits_to_double(dtype, unscaled ? incoming : apply_scale(dtype, incoming, piece.scale, scale_power, false,
-                                                                                NanScaling::arithmetic));
+                                                                                Arithmetic::legacy_torch));
     } else if (integers_scaled) {
       equal = promoted(dtype, held) == promoted(dtype, incoming) / factor;
     } else {
@@ -265,7 +266,7 @@ Result<Buffer> legacy_rebuild(const Map& map, const ShardSet& shards, DType dtyp
           const Index shard_address = address_at(piece.shape, piece.dest, *k);
           return fault::replicas_differ(
               PieceAt{entry.rank, index, &piece}, element, shard_address, dtype,
-              apply_scale(dtype, shard.bits(shard_address), piece.scale, scale_power, false, NanScaling::arithmetic),
+              apply_scale(dtype, shard.bits(shard_address), piece.scale, scale_power, false, Arithmetic::legacy_torch),
               full.bits(element),
               nullptr);
         }

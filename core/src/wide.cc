@@ -142,35 +142,28 @@ void for_rows(const Plan& p, const Axis* axes, Index row_begin, Index row_end, F
   }
 }
 
-template <class U, class T>
-T as_value(U bits) {
-  return Eigen::numext::bit_cast<T>(bits);
-}
-
-// The per-dtype scaling of the CPU backend, one element: a NaN keeps its bits
-// (contract section 1.2), anything else is multiplied or divided in the element type.
-template <class U, class T>
-U scaled(U bits, T factor, bool up) {
-  const T value = as_value<U, T>(bits);
-  if (Eigen::numext::isnan(value)) return bits;
-  return Eigen::numext::bit_cast<U>(static_cast<T>(up ? value * factor : value / factor));
-}
-
 struct RowOp {
   DType dtype;
   std::size_t size;
   bool scale_active;
   bool up;
-  std::uint64_t factor_bits;
+  double factor;  // the scale in the arithmetic type of contract 1.2 (exact in a double)
   bool streaming = false;  // contiguous rows go around the cache (see copy_streaming)
 };
 
+// Conversion refused every scale the arithmetic type cannot hold (check_scales) before
+// planning, so arithmetic_factor succeeds here.
 RowOp row_op(DType dtype, const Block& b) {
-  RowOp op{dtype, element_size(dtype), false, b.multiply, 0};
+  RowOp op{dtype, element_size(dtype), false, b.multiply, 1.0};
   if (is_floating(dtype) && b.scale != 1.0) {
     op.scale_active = true;
-    // 1 * s is exact, so this is s in the element type, as apply_scale rounds it.
-    op.factor_bits = apply_scale(dtype, *bits_from_double(dtype, 1.0), b.scale, 1, true);
+    if (dtype == DType::float64) {
+      scaling::arithmetic_factor(b.scale, op.factor);
+    } else {
+      float factor = 1.0f;
+      scaling::arithmetic_factor(b.scale, factor);
+      op.factor = factor;
+    }
   }
   return op;
 }
@@ -182,27 +175,25 @@ void copy_row_plain(const std::byte* from, Index fs, std::byte* to, Index ts, In
   for (Index j = 0; j < n; ++j) dst[j * ts] = src[j * fs];
 }
 
-template <class U, class T>
-void copy_row_scaled(const std::byte* from, Index fs, std::byte* to, Index ts, Index n, std::uint64_t factor_bits,
-                     bool up) {
-  const auto* src = reinterpret_cast<const U*>(from);
-  auto* dst = reinterpret_cast<U*>(to);
-  const T factor = as_value<U, T>(static_cast<U>(factor_bits));
-  if (fs == 1 && ts == 1) {
-    for (Index j = 0; j < n; ++j) dst[j] = scaled<U, T>(src[j], factor, up);
-    return;
-  }
-  for (Index j = 0; j < n; ++j) dst[j * ts] = scaled<U, T>(src[j * fs], factor, up);
+// Contract 1.2's arithmetic, one element at a time (shardcheck/scaling.h).
+template <class Format>
+void copy_row_scaled(const std::byte* from, Index fs, std::byte* to, Index ts, Index n, double factor, bool up) {
+  using Bits = typename Format::Bits;
+  const auto* src = reinterpret_cast<const Bits*>(from);
+  auto* dst = reinterpret_cast<Bits*>(to);
+  const auto f = static_cast<typename Format::Math>(factor);
+  for (Index j = 0; j < n; ++j) dst[j * ts] = scaling::scale_element<Format>(src[j * fs], f, up).bits;
 }
 
-template <class U, class T>
-Index compare_row_scaled(const std::byte* from, Index fs, const std::byte* to, Index ts, Index n,
-                         std::uint64_t factor_bits, bool up) {
-  const auto* src = reinterpret_cast<const U*>(from);
-  const auto* held = reinterpret_cast<const U*>(to);
-  const T factor = as_value<U, T>(static_cast<U>(factor_bits));
+template <class Format>
+Index compare_row_scaled(const std::byte* from, Index fs, const std::byte* to, Index ts, Index n, double factor,
+                         bool up) {
+  using Bits = typename Format::Bits;
+  const auto* src = reinterpret_cast<const Bits*>(from);
+  const auto* held = reinterpret_cast<const Bits*>(to);
+  const auto f = static_cast<typename Format::Math>(factor);
   for (Index j = 0; j < n; ++j) {
-    if (scaled<U, T>(src[j * fs], factor, up) != held[j * ts]) return j;
+    if (scaling::scale_element<Format>(src[j * fs], f, up).bits != held[j * ts]) return j;
   }
   return -1;
 }
@@ -278,7 +269,7 @@ void copy_row(const RowOp& op, const std::byte* from, Index fs, std::byte* to, I
       default: return copy_row_plain<std::uint64_t>(from, fs, to, ts, n);
     }
   }
-  detail::with_element_types(op.dtype, [&]<class U, class T>() { copy_row_scaled<U, T>(from, fs, to, ts, n, op.factor_bits, op.up); });
+  detail::with_float_format(op.dtype, [&]<class Format>() { copy_row_scaled<Format>(from, fs, to, ts, n, op.factor, op.up); });
 }
 
 Index compare_row(const RowOp& op, const std::byte* from, Index fs, const std::byte* to, Index ts, Index n) {
@@ -290,8 +281,8 @@ Index compare_row(const RowOp& op, const std::byte* from, Index fs, const std::b
       default: return compare_row_plain<std::uint64_t>(from, fs, to, ts, n);
     }
   }
-  return detail::with_element_types(op.dtype, [&]<class U, class T>() {
-    return compare_row_scaled<U, T>(from, fs, to, ts, n, op.factor_bits, op.up);
+  return detail::with_float_format(op.dtype, [&]<class Format>() {
+    return compare_row_scaled<Format>(from, fs, to, ts, n, op.factor, op.up);
   });
 }
 

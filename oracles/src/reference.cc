@@ -440,9 +440,12 @@ Finding homogeneity(const std::vector<Cover>& covers, const std::vector<PieceRef
       });
     }
     const ErrorKind kind = singles >= 2 ? ErrorKind::twice : ErrorKind::holders;
+    // The pieces to fix are those whose own locations are wrong (1.1); only when every
+    // piece's are right (two single holders on one rank) does the pair rule name them all.
+    auto own_fault = [&](std::size_t i) { return pieces[i].piece->locations != holders || !names_itself(pieces[i]); };
+    const bool some_own_fault = std::any_of(group.begin(), group.end(), own_fault);
     for (std::size_t i : group) {
-      const bool bad = pieces[i].piece->locations != holders || !names_itself(pieces[i]) ||
-                       !pairs_ok;
+      const bool bad = own_fault(i) || (!pairs_ok && !some_own_fault);
       if (bad && !first[i]) first[i] = Fault{element, kind};
     }
   });
@@ -484,20 +487,6 @@ Finding walked_conditions(const Map& map, const std::vector<PieceRef>& pieces) {
 
 }  // namespace
 
-// Spec 1.2: scaling with p != 1 would need the optimizer's lr and eps rescaled too,
-// and integers cannot be scaled at all. Which dtypes are floating is the model's own
-// list, not the core's is_floating, which is under test.
-Status reference_scale_refusal(const Map& map, DType dtype, int power) {
-  const bool floating =
-      dtype == DType::float64 || dtype == DType::float32 || dtype == DType::float16 || dtype == DType::bfloat16;
-  for (const PieceRef& ref : all_pieces(map)) {
-    if (ref.piece->scale == 1.0) continue;
-    if (power != 1) return fault::scale_needs_power_one(at(ref), power);
-    if (!floating) return fault::scale_on_integer(at(ref), dtype);
-  }
-  return {};
-}
-
 namespace {
 
 Status shard_refusal(const Map& map, const ShardSet& shards, DType dtype) {
@@ -505,7 +494,10 @@ Status shard_refusal(const Map& map, const ShardSet& shards, DType dtype) {
     if (shard.dtype() != dtype) return fault::shard_dtype(rank, shard.dtype(), dtype);
     const RankEntry* entry = map.find_rank(rank);
     if (entry == nullptr) return fault::unlisted_shard(rank);
-    if (entry->shard_shape && shard.numel() != shard_numel(*entry)) {
+    if (!entry->shard_shape) {
+      // Only a rank without pieces may omit its shard shape; its shard is empty.
+      if (!entry->pieces.empty() || shard.numel() != 0) return fault::shard_without_shape(rank);
+    } else if (shard.numel() != shard_numel(*entry)) {
       return fault::shard_numel(rank, shard.numel(), shard_numel(*entry));
     }
   }
@@ -601,17 +593,21 @@ std::uint64_t round_to_format(const Format& f, double value) {
   return sign | (static_cast<std::uint64_t>(exponent) << f.fraction_bits) | (n - implicit);
 }
 
-// value op factor, each rounded into the format. Products of two values of at most 24
-// significant bits are exact in a double; a quotient is rounded twice, to 53 bits and
-// then to at most 24, which gives the correctly rounded result because 53 >= 2 * 24 + 2.
-// float64 is the double arithmetic itself, correctly rounded by IEEE 754.
-std::uint64_t narrow_scale(const Format& f, std::uint64_t bits, double scale, int power, bool multiply) {
-  const double factor = decode_value(f, round_to_format(f, scale));
-  const bool up = multiply == (power > 0);
+constexpr Format kFloat32{8, 23};
+
+// Contract 1.2: the arithmetic type is float32 for every format no wider than float32.
+// The scale is rounded once into it; the element's value (exact in a double) is
+// multiplied or divided once there and rounded once more into the element's format.
+// Products of two values of at most 24 significant bits are exact in a double; a
+// quotient is rounded twice, to 53 bits and then to 24, which gives the correctly
+// rounded float32 result because 53 >= 2 * 24 + 2. Powers other than 1 multiply the
+// rounded scale in float32 (conversion refuses them with a scale other than 1 anyway).
+double float32_power(double scale, int power) {
+  const double factor = decode_value(kFloat32, round_to_format(kFloat32, scale));
   const long steps = power > 0 ? static_cast<long>(power) : -static_cast<long>(power);
   double scale_power = factor;
   for (long k = 1; k < steps; ++k) {
-    const double next = decode_value(f, round_to_format(f, scale_power * factor));
+    const double next = decode_value(kFloat32, round_to_format(kFloat32, scale_power * factor));
     scale_power = next;
     // Once 0, infinite, NaN or of magnitude 1 the power can only change sign.
     if (std::isnan(next) || std::isinf(next) || next == 0.0 || std::fabs(next) == 1.0) {
@@ -619,10 +615,18 @@ std::uint64_t narrow_scale(const Format& f, std::uint64_t bits, double scale, in
       break;
     }
   }
-  const double value = decode_value(f, bits);
-  return round_to_format(f, up ? value * scale_power : value / scale_power);
+  return scale_power;
 }
 
+std::uint64_t narrow_scale(const Format& f, std::uint64_t bits, double scale, int power, bool multiply) {
+  const double factor = float32_power(scale, power);
+  const bool up = multiply == (power > 0);
+  const double value = decode_value(f, bits);
+  const double in_float32 = decode_value(kFloat32, round_to_format(kFloat32, up ? value * factor : value / factor));
+  return round_to_format(f, in_float32);
+}
+
+// float64's arithmetic is the double arithmetic itself, correctly rounded by IEEE 754.
 std::uint64_t double_scale(std::uint64_t bits, double scale, int power, bool multiply) {
   const bool up = multiply == (power > 0);
   const long steps = power > 0 ? static_cast<long>(power) : -static_cast<long>(power);
@@ -638,7 +642,6 @@ std::uint64_t double_scale(std::uint64_t bits, double scale, int power, bool mul
   const double value = std::bit_cast<double>(bits);
   return std::bit_cast<std::uint64_t>(up ? value * scale_power : value / scale_power);
 }
-
 }  // namespace
 
 std::uint64_t reference_scale(DType dtype, std::uint64_t bits, double scale, int power, bool multiply) {
@@ -652,6 +655,98 @@ std::uint64_t reference_scale(DType dtype, std::uint64_t bits, double scale, int
   if (is_nan_in(*format, bits)) return bits;
   return narrow_scale(*format, bits, scale, power, multiply);
 }
+
+namespace {
+
+// Contract 1.2: the scale, rounded once to the arithmetic type (float64 for float64
+// data, float32 otherwise), must be a normal number there.
+bool scale_fits(DType dtype, double scale) {
+  if (dtype == DType::float64) return std::fpclassify(scale) == FP_NORMAL;
+  const double rounded = decode_value(kFloat32, round_to_format(kFloat32, scale));
+  return std::isfinite(rounded) && std::fabs(rounded) >= std::ldexp(1.0, -126);
+}
+
+// What an element's bits say about its value: the model's own reading of each format.
+struct Reading {
+  bool nan = false;
+  bool infinite = false;
+  bool zero = false;
+};
+
+Reading read_bits(DType dtype, std::uint64_t bits) {
+  if (dtype == DType::float64) {
+    const double v = std::bit_cast<double>(bits);
+    return Reading{std::isnan(v), std::isinf(v), v == 0.0};
+  }
+  const Format f = *narrow_format(dtype);
+  if (is_nan_in(f, bits)) return Reading{true, false, false};
+  const double v = decode_value(f, bits);
+  return Reading{false, std::isinf(v), v == 0.0};
+}
+
+}  // namespace
+
+namespace {
+// Whether one scale may convert `dtype` data with power `power` (the rules below).
+bool scale_may_convert(double scale, DType dtype, int power) {
+  const bool floating =
+      dtype == DType::float64 || dtype == DType::float32 || dtype == DType::float16 || dtype == DType::bfloat16;
+  return scale == 1.0 || (power == 1 && floating && scale_fits(dtype, scale));
+}
+}  // namespace
+
+// Spec 1.2: scaling with p != 1 would need the optimizer's lr and eps rescaled too,
+// integers cannot be scaled at all, and the arithmetic type must hold the scale as a
+// normal number. Which dtypes are floating is the model's own list, not the core's
+// is_floating, which is under test.
+Status reference_scale_refusal(const Map& map, DType dtype, int power) {
+  const bool floating =
+      dtype == DType::float64 || dtype == DType::float32 || dtype == DType::float16 || dtype == DType::bfloat16;
+  for (const PieceRef& ref : all_pieces(map)) {
+    if (ref.piece->scale == 1.0) continue;
+    if (power != 1) return fault::scale_needs_power_one(at(ref), power);
+    if (!floating) return fault::scale_on_integer(at(ref), dtype);
+    if (!scale_fits(dtype, ref.piece->scale)) return fault::scale_outside_arithmetic(at(ref), dtype);
+  }
+  return {};
+}
+
+namespace {
+
+// Spec 1.2: a finite element that scaling makes infinite, or a nonzero one it makes
+// zero, is refused. The pieces in the model's order (rank, then content); within a
+// piece the lowest address of the result (F for rebuild, the shard for extract).
+// `input(rank, src, dst)`: the element's bits before scaling.
+template <class Input>
+Finding scaled_out_of_range(const std::vector<PieceRef>& pieces, std::optional<Rank> only, DType dtype,
+                            int scale_power, bool multiply, Input&& input) {
+  for (const PieceRef& ref : pieces) {
+    const Piece& p = *ref.piece;
+    if (p.scale == 1.0 || (only && ref.rank != *only)) continue;
+    std::optional<std::array<Index, 2>> lowest;  // {src, dst}
+    for_each_index(p.shape, [&](std::span<const Index> index) {
+      const Index src = *address_of(p.source, index);
+      const Index dst = *address_of(p.dest, index);
+      const std::uint64_t in = input(ref.rank, src, dst);
+      const Reading before = read_bits(dtype, in);
+      if (before.nan) return true;
+      const Reading after = read_bits(dtype, reference_scale(dtype, in, p.scale, scale_power, multiply));
+      const bool lost = (after.infinite && !before.infinite) || (after.zero && !before.zero);
+      const Index result_at = multiply ? dst : src;
+      if (lost && (!lowest || result_at < (multiply ? (*lowest)[1] : (*lowest)[0]))) lowest = {src, dst};
+      return true;
+    });
+    if (lowest) {
+      const auto [src, dst] = *lowest;
+      const std::uint64_t in = input(ref.rank, src, dst);
+      return fault::scaled_out_of_range(at(ref), multiply, src, dst, dtype, in,
+                                        reference_scale(dtype, in, p.scale, scale_power, multiply));
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 namespace {
 ReferenceVerdict check_uncached(const Map& map, Index max_elements);
@@ -753,6 +848,8 @@ Result<Buffer> rebuild_checked(const Map& map, const ShardSet& shards, DType dty
   std::vector<Writer> writer(static_cast<std::size_t>(full_numel), Writer::nobody);
   std::vector<std::size_t> first_writer(static_cast<std::size_t>(full_numel), 0);
   const std::vector<PieceRef> pieces = all_pieces(map);
+  auto read_shard = [&](Rank rank, Index, Index dst) { return shards.at(rank).bits(dst); };
+  if (auto found = scaled_out_of_range(pieces, std::nullopt, dtype, scale_power, false, read_shard)) return *found;
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     const PieceRef& ref = pieces[i];
     const Piece& p = *ref.piece;
@@ -889,6 +986,55 @@ std::optional<std::map<Rank, std::uint64_t>> reference_digest_shares(const Map& 
   return shares;
 }
 
+std::optional<Buffer> reference_agreed_rebuild(const Map& map, const ShardSet& shards, DType dtype, int scale_power) {
+  constexpr Index kMaxWalked = Index{1} << 22;  // the shards of a case, and then some
+  for (Index e : map.logical_shape) {
+    if (e < 0) return std::nullopt;
+  }
+  const auto numel = checked_numel(map.logical_shape);
+  if (!numel || *numel > kMaxWalked) return std::nullopt;
+  auto non_negative = [](const auto& xs) { return std::all_of(xs.begin(), xs.end(), [](Index x) { return x >= 0; }); };
+  Buffer full(dtype, *numel);
+  std::vector<std::uint8_t> covered(static_cast<std::size_t>(*numel), 0);
+  Index walked = 0;
+  for (const RankEntry& entry : map.ranks) {
+    for (const Piece& p : entry.pieces) {
+      const auto count = checked_numel(p.shape);
+      if (!count || *count == 0) continue;
+      const auto shard = shards.find(entry.rank);
+      if (shard == shards.end() || shard->second.dtype() != dtype) return std::nullopt;
+      if (p.source.strides.size() != p.shape.size() || p.dest.strides.size() != p.shape.size() ||
+          !non_negative(p.shape) || !non_negative(p.source.strides) || !non_negative(p.dest.strides) ||
+          p.source.offset < 0 || p.dest.offset < 0) {
+        return std::nullopt;
+      }
+      const auto src_last = last_address(p.shape, p.source);
+      const auto dst_last = last_address(p.shape, p.dest);
+      if (!src_last || !dst_last || *src_last >= *numel || *dst_last >= shard->second.numel()) return std::nullopt;
+      if (p.scale != 1.0 && !scale_may_convert(p.scale, dtype, scale_power)) return std::nullopt;
+      walked += *count;
+      if (walked > kMaxWalked) return std::nullopt;
+      bool agree = true;
+      for_each_index(p.shape, [&](std::span<const Index> index) {
+        const Index src = *address_of(p.source, index);
+        std::uint64_t value = shard->second.bits(*address_of(p.dest, index));
+        if (p.scale != 1.0) value = reference_scale(dtype, value, p.scale, scale_power, false);
+        auto& seen = covered[static_cast<std::size_t>(src)];
+        if (seen == 0) {
+          seen = 1;
+          full.set_bits(src, value);
+        } else if (full.bits(src) != value) {
+          agree = false;
+        }
+        return agree;
+      });
+      if (!agree) return std::nullopt;
+    }
+  }
+  if (std::find(covered.begin(), covered.end(), std::uint8_t{0}) != covered.end()) return std::nullopt;
+  return full;
+}
+
 std::optional<Pairing> reference_pairing(const Map& map) {
   if (!reference_check(map).valid()) return std::nullopt;
   Pairing out;
@@ -924,6 +1070,8 @@ Result<Buffer> extract_rank(const Map& map, const Buffer& full, Rank rank, int s
   if (!entry || !entry->shard_shape) return fault::no_shard_to_extract(rank);
   const DType dtype = full.dtype();
 
+  auto read_full = [&](Rank, Index src, Index) { return full.bits(src); };
+  if (auto found = scaled_out_of_range(all_pieces(map), rank, dtype, scale_power, true, read_full)) return *found;
   const Index numel = shard_numel(*entry);
   Buffer shard(dtype, numel);
   std::vector<bool> written(static_cast<std::size_t>(numel), false);
@@ -961,7 +1109,8 @@ Result<Buffer> reference_extract(const Map& map, const Buffer& full, Rank rank,
     return fault::full_numel(full.numel(), numel_of(map.logical_shape));
   }
   const RankEntry* entry = map.find_rank(rank);
-  if (!entry || !entry->shard_shape) return fault::no_shard_to_extract(rank);
+  if (!entry || (!entry->shard_shape && !entry->pieces.empty())) return fault::no_shard_to_extract(rank);
+  if (!entry->shard_shape) return Buffer(full.dtype(), 0);  // no pieces, no shape: an empty shard
   if (Status error = reference_scale_refusal(map, full.dtype(), scale_power); !error.ok()) return error.error();
   return extract_rank(map, full, rank, scale_power);
 }

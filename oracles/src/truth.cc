@@ -1,6 +1,7 @@
 #include "shardcheck/oracles/truth.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include <fmt/format.h>
@@ -53,11 +54,14 @@ std::optional<Difference> compare(const Buffer& expected, const Buffer& actual) 
   d.count = std::max(expected.numel(), actual.numel()) - common;
   d.element = common;
   bool found = false;
+  d.nan_bits_only = expected.numel() == actual.numel();
   for (Index i = 0; i < common; ++i) {
     if (expected.bits(i) == actual.bits(i)) continue;
     if (!found) d.element = i;
     found = true;
     ++d.count;
+    d.nan_bits_only = d.nan_bits_only && is_nan_bits(expected.dtype(), expected.bits(i)) &&
+                      is_nan_bits(actual.dtype(), actual.bits(i));
   }
   if (d.count == 0) return std::nullopt;
   d.expected_bits = d.element < expected.numel() ? expected.bits(d.element) : 0;
@@ -121,10 +125,12 @@ void set_compared(OpOutcome& out, const std::string& what, const Buffer& expecte
                               actual.numel(), expected.numel());
     return;
   }
-  out.message = fmt::format("WRONG: {} element {} expected {} got {}; {} of {} elements differ",
+  out.message = fmt::format("WRONG: {} element {} expected {} got {}; {} of {} elements differ{}",
                             what, diff->element, format_element(dtype, diff->expected_bits),
-                            format_element(dtype, diff->actual_bits), diff->count,
-                            expected.numel());
+                            format_element(dtype, diff->actual_bits), diff->count, expected.numel(),
+                            diff->nan_bits_only ? ", all of them NaNs whose bits changed (contract 1.2 keeps a "
+                                                  "NaN's payload, sign and signalling bit)"
+                                                : "");
 }
 
 struct Inputs {
@@ -133,6 +139,7 @@ struct Inputs {
   std::optional<Buffer> expected;  // the correct rebuild output, when one exists
   std::optional<Error> no_truth;   // why no correct output exists
   bool truth_wrote_shards = false;  // shards are the reference model's extract of F
+  ExpectedVsFull vs_full;          // where the expected tensor is not F, and why
 };
 
 bool has_scale(const Map& map) {
@@ -144,10 +151,73 @@ bool has_scale(const Map& map) {
   return false;
 }
 
+bool is_power_of_two(double scale) {
+  int exponent = 0;
+  return std::fabs(std::frexp(scale, &exponent)) == 0.5;
+}
+
+// Whether a nonzero value lies below the dtype's smallest normal: scaling into that range
+// keeps fewer bits, so even a power-of-two scale may not give the value back. The
+// smallest normal of each dtype is the model's own list, not the core's.
+bool is_subnormal(DType dtype, std::uint64_t bits) {
+  const double v = std::fabs(bits_to_double(dtype, bits));
+  double smallest_normal = 0x1p-126;
+  if (dtype == DType::float16) smallest_normal = 0x1p-14;
+  if (dtype == DType::float64) smallest_normal = 0x1p-1022;
+  return v > 0 && v < smallest_normal;
+}
+
+// Contract 8: the expected tensor is the truth map's own rebuild of the shards; where it
+// is not F, says where and why. With every truth scale a power of two it must be F, but
+// for an element the truth map wrote as a subnormal of fewer bits (gradual underflow,
+// which section 1.2 does not refuse): anything else is a defect of the harness itself.
+ExpectedVsFull compare_with_full(const Case& c, const Buffer& expected, const Buffer& full) {
+  ExpectedVsFull out;
+  out.difference = compare(full, expected);
+  if (!out.difference) return out;
+  const Map& truth = c.truth_map();
+  std::optional<double> inexact;
+  for (const auto& entry : truth.ranks) {
+    for (const auto& piece : entry.pieces) {
+      if (piece.scale != 1.0 && !is_power_of_two(piece.scale) && !inexact) inexact = piece.scale;
+    }
+  }
+  const Index element = out.difference->element;
+  const std::string where = fmt::format("element {} of F holds {} but the truth map's rebuild gives {}", element,
+                                        format_element(c.dtype, out.difference->expected_bits),
+                                        format_element(c.dtype, out.difference->actual_bits));
+  if (inexact) {
+    out.reason = fmt::format("{}: the scale {} is not a power of two, so scaling rounds", where, *inexact);
+    return out;
+  }
+  // Every differing element must be one whose scaled copy underflowed into fewer bits.
+  const auto pairing = reference_pairing(truth);
+  for (Index e = 0; pairing && e < full.numel(); ++e) {
+    if (full.bits(e) == expected.bits(e)) continue;
+    bool underflowed = false;
+    for (const auto& pair : pairing->pairs) {
+      if (pair.element != e || pair.scale == 1.0) continue;
+      const std::uint64_t written = reference_scale(c.dtype, full.bits(e), pair.scale, c.scale_power, true);
+      underflowed = underflowed || is_subnormal(c.dtype, written);
+    }
+    if (!underflowed) {
+      out.harness_defect = fmt::format(
+          "every scale of the truth map is a power of two, yet the expected tensor is not F: element {} of F holds "
+          "{} but the truth map's rebuild gives {} (contract 8)",
+          e, format_element(c.dtype, full.bits(e)), format_element(c.dtype, expected.bits(e)));
+      out.reason = out.harness_defect;
+      return out;
+    }
+  }
+  out.reason = fmt::format("{}: a power-of-two scale wrote it as a subnormal with fewer bits (gradual underflow)",
+                           where);
+  return out;
+}
+
 // What a correct rebuild returns from the shards the truth map wrote: F itself when no
 // piece is scaled (data moves bit-exact), else the reference model's rebuild, whose
 // rounding (contract section 1.2) may not give F back for a scale that is not a power
-// of two or a value near overflow or underflow. Replicas scaled differently may then
+// of two or a value written as a subnormal. Replicas scaled differently may then
 // disagree, and no correct tensor exists.
 void set_expected_from_truth(const Case& c, Inputs& in) {
   const Map& truth = c.truth_map();
@@ -156,8 +226,12 @@ void set_expected_from_truth(const Case& c, Inputs& in) {
     return;
   }
   auto rebuilt = oracles::reference_rebuild(truth, in.shards, c.dtype, c.scale_power);
-  if (rebuilt) in.expected = std::move(rebuilt).value();
-  else in.no_truth = rebuilt.error();
+  if (!rebuilt) {
+    in.no_truth = rebuilt.error();
+    return;
+  }
+  in.expected = std::move(rebuilt).value();
+  in.vs_full = compare_with_full(c, *in.expected, *in.full);
 }
 
 bool needs_full(const Case& c, OracleKind oracle) {
@@ -250,12 +324,29 @@ Result<Inputs> prepare_truth(const Case& c) {
   }
   for (const auto& [rank, values] : *c.shards) in.shards.emplace(rank, to_buffer(c.dtype, values));
   if (c.full) {
-    in.expected = in.full;
+    // Contract 8: the expected tensor is the truth map's rebuild of the shards, and F
+    // only where that rebuild refuses (a case whose shards admit no correct tensor).
+    auto rebuilt = has_scale(truth) ? reference_rebuild(truth, in.shards, c.dtype, c.scale_power)
+                                    : Result<Buffer>(make_error(ErrorKind::format, "unscaled"));
+    if (!rebuilt) {
+      in.expected = in.full;
+      return in;
+    }
+    in.expected = std::move(rebuilt).value();
+    in.vs_full = compare_with_full(c, *in.expected, *in.full);
+    in.vs_full.harness_defect.clear();  // the case file's shards, not the harness's
     return in;
   }
   auto rebuilt = reference_rebuild(truth, in.shards, c.dtype, c.scale_power);
-  if (rebuilt) in.expected = std::move(rebuilt.value());
-  else in.no_truth = rebuilt.error();
+  if (rebuilt) {
+    in.expected = std::move(rebuilt.value());
+  } else if (auto agreed = c.truth ? std::nullopt : reference_agreed_rebuild(c.map, in.shards, c.dtype, c.scale_power)) {
+    // An invalid reported map whose shards still leave no doubt about F (contract 9): that
+    // F is what a correct converter could return, and accepting the map is judged apart.
+    in.expected = std::move(agreed);
+  } else {
+    in.no_truth = rebuilt.error();
+  }
   return in;
 }
 
@@ -385,6 +476,10 @@ OpOutcome run_extract(const Case& c, const Inputs& in, Target& target) {
       if (entry.shard_shape) ranks.insert(entry.rank);
     }
   }
+  // Contract 9: an extract applies the whole-map checks even with no rank to extract, so
+  // an invalid map with none still owes a refusal: ask for the lowest rank id it could
+  // name. A valid one has nothing to extract.
+  if (ranks.empty() && !reference_check(c.map).valid()) ranks.insert(0);
   std::optional<OpOutcome> refused;
   std::optional<OpOutcome> fault;
   for (Rank rank : ranks) {
@@ -556,6 +651,7 @@ Result<CaseOutcome> run_truth(const Case& c, Target& target) {
   if (c.op != Op::rebuild) outcome.ops.push_back(run_extract(c, in, target));
   outcome.valid_layout = valid_layout(c, &in.shards);
   if (!in.expected) outcome.no_correct_rebuild = in.no_truth;
+  outcome.expected_vs_full = in.vs_full;
   if (c.digest || c.digest_state) outcome.digest_shares_wrong = shares_disagree(c, in);
   return outcome;
 }
@@ -688,6 +784,10 @@ Result<CaseOutcome> run_case(const Case& c, Target& target, OracleKind oracle) {
   CaseOutcome& result = outcome.value();
   result.policy = target.is_legacy_model() ? Policy::legacy : Policy::strict;
   result.target = target.name();
+  result.accepted_invalid =
+      !result.valid_layout && std::any_of(result.ops.begin(), result.ops.end(), [](const OpOutcome& op) {
+        return op.verdict == Outcome::exact || op.verdict == Outcome::wrong;  // a tensor came back
+      });
   summarize(result);
   judge(c, target, result);
   return outcome;
@@ -709,6 +809,15 @@ Json outcome_to_json(const Case& c, const CaseOutcome& outcome) {
   if (outcome.fault) out["fault"] = std::string(fault_name(outcome.fault->kind));
   out["message"] = outcome.message;
   out["valid_layout"] = outcome.valid_layout;
+  out["accepted_invalid"] = outcome.accepted_invalid;
+  if (const auto& d = outcome.expected_vs_full.difference) {
+    out["expected_differs_from_full"] = {{"element", d->element},
+                                         {"full", hex(c.dtype, d->expected_bits)},
+                                         {"expected", hex(c.dtype, d->actual_bits)},
+                                         {"count", d->count},
+                                         {"reason", outcome.expected_vs_full.reason}};
+  }
+  if (!outcome.expected_vs_full.harness_defect.empty()) out["harness_defect"] = outcome.expected_vs_full.harness_defect;
   out["matches_expectation"] = outcome.matches_expectation;
   if (!outcome.matches_expectation) out["expectation_message"] = outcome.expectation_message;
   Json ops = Json::array();

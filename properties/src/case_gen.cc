@@ -49,16 +49,17 @@ Case generate_case(ChoiceSource& c, const CaseOptions& options) {
   // The lo answer corrupts: an exhausted fuzzer input still exercises a corruption.
   bool corrupted = c.between(0, 999) < per_mille;
   std::optional<int> power;
+  std::optional<std::string> wanted_state;
   if (options.record_digest) {
     // The record names the state, so the power is drawn before the corruption here.
     power = draw_scale_power(c, options, layout.map);
     Case producer;
     producer.map = layout.map;
     producer.dtype = layout.dtype;
+    wanted_state = digest_state_for(*power);
     if (auto recorded = oracles::truth_digest(producer)) {
-      const std::string state = digest_state_for(*power);
-      layout.map.content_digests[state] = recorded.value();
-      out.digest_state = state;
+      layout.map.content_digests[*wanted_state] = recorded.value();
+      out.digest_state = wanted_state;
     }
   }
   std::optional<ReplicaFlip> flip;
@@ -85,6 +86,7 @@ Case generate_case(ChoiceSource& c, const CaseOptions& options) {
   // Drawn last, so that every earlier draw (and what a fuzzer input decodes to) stays
   // as it was; the low answer keeps the markers.
   if (options.adversarial_data) draw_adversarial_data(c, out);
+  settle_data(out, wanted_state);
   if (flip) damage_replica(out, *flip);
   out.name.reserve(6 + layout.constructor.size() + out.corruption->kind.size());
   out.name.append("gen-").append(layout.constructor).append("-").append(out.corruption->kind);

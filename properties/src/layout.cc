@@ -153,7 +153,7 @@ Layout generate_layout(ChoiceSource& c, const LayoutOptions& options) {
   DType dtype = c.pick(kAllDTypes);
   bool floating = carries_scales(dtype);
   double map_scale = 1.0;
-  if (ctor == kReplicated && floating && c.chance(1, 4)) map_scale = c.coin() ? 2.0 : 0.5;
+  if (ctor == kReplicated && floating && c.chance(1, 4)) map_scale = detail::draw_scale(c, dtype, false);
 
   Result<Map> built = [&]() -> Result<Map> {
     switch (ctor) {
@@ -178,7 +178,7 @@ Layout generate_layout(ChoiceSource& c, const LayoutOptions& options) {
                            " refused generated arguments: " + built.error().to_string());
   }
   Layout out{std::string(kNames[ctor]), std::move(built).value(), dtype};
-  if (floating && ctor != kReplicated) detail::draw_scales(c, out.map);
+  if (floating && ctor != kReplicated) detail::draw_scales(c, out.map, dtype);
   detail::relabel_ranks(c, out.map);
   detail::shuffle_order(c, out.map);
   return out;

@@ -1,20 +1,55 @@
 #include "layout_post.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 namespace shardcheck::gen::detail {
 
-void draw_scales(ChoiceSource& c, Map& map) {
+namespace {
+
+// Powers of two whose scale is a normal number of the arithmetic type (contract 1.2:
+// float32 for every dtype but float64), limited to where `dtype`'s own values reach, so
+// that scaled data still has room: float16 spans 2^-24 to 2^16.
+std::pair<Index, Index> power_range(DType dtype) {
+  switch (dtype) {
+    case DType::float64: return {-1022, 1023};
+    case DType::float16: return {-24, 24};
+    default: return {-126, 127};
+  }
+}
+
+// Mantissas whose products tie: 1.5 times an odd significand lands halfway between two
+// neighbours, 1 + 2^-11 does the same for float16 after float32 arithmetic, 1 + 2^-8 for
+// bfloat16; 0.1 and 3 round every time.
+constexpr double kMantissas[] = {1.5, 1.0 + 0x1p-11, 1.0 + 0x1p-8, 0.1 * 8, 0.75, 3.0 / 2 + 0x1p-20};
+
+}  // namespace
+
+double draw_scale(ChoiceSource& c, DType dtype, bool powers_of_two) {
+  const auto [lo, hi] = power_range(dtype);
+  switch (c.between(0, 3)) {
+    case 0:
+      return std::ldexp(1.0, static_cast<int>(c.between(lo, hi)));
+    case 1:
+      if (powers_of_two) return std::ldexp(1.0, static_cast<int>(c.between(lo, hi)));
+      return std::ldexp(c.pick(kMantissas), static_cast<int>(c.between(std::max<Index>(lo, -60), std::min<Index>(hi, 60))));
+    default:
+      return c.coin() ? 2.0 : 0.5;
+  }
+}
+
+void draw_scales(ChoiceSource& c, Map& map, DType dtype) {
   if (!c.chance(1, 3)) return;
-  static constexpr double kScales[] = {1.0, 2.0, 0.5};
   if (c.coin()) {
+    // Replicas of one block may then carry different scales: powers of two, so that
+    // their copies of marker data still agree once unscaled.
     for (auto& entry : map.ranks) {
-      for (auto& piece : entry.pieces) piece.scale = c.pick(kScales);
+      for (auto& piece : entry.pieces) piece.scale = c.coin() ? 1.0 : draw_scale(c, dtype, true);
     }
     return;
   }
-  double scale = c.coin() ? 2.0 : 0.5;
+  const double scale = draw_scale(c, dtype, false);
   for (auto& entry : map.ranks) {
     for (auto& piece : entry.pieces) piece.scale = scale;
   }

@@ -4,12 +4,20 @@
 #pragma once
 
 #include "shardcheck/gen/choice.h"
+#include "shardcheck/dtype.h"
 #include "shardcheck/map.h"
 
 namespace shardcheck::gen::detail {
 
-// Sometimes scales the whole map, or each piece independently, by 2 or 0.5.
-void draw_scales(ChoiceSource& c, Map& map);
+// A scale valid for `dtype` data (contract 1.2): 2 or 0.5 half the time, otherwise a
+// power of two anywhere in the exponent range the dtype and its arithmetic type hold,
+// or (unless `powers_of_two`) such a power times a mantissa whose products round, some
+// of them on ties.
+double draw_scale(ChoiceSource& c, DType dtype, bool powers_of_two);
+
+// Sometimes scales the whole map, or each piece independently (some of them by 1), with
+// draw_scale.
+void draw_scales(ChoiceSource& c, Map& map, DType dtype);
 
 // Sometimes renames the ranks to increasing ids with gaps (0,1 -> 3,9), sometimes
 // also permuted, updating every locations list and keeping it sorted.

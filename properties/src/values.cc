@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "shardcheck/digest.h"
 #include "shardcheck/oracles/reference.h"
 #include "shardcheck/oracles/truth.h"
 
@@ -126,7 +127,70 @@ void rerecord_digest(Case& c) {
   }
 }
 
+// The generators' own reading of an element (as in special_values): NaN, infinite, zero.
+struct Reading {
+  bool nan = false;
+  bool infinite = false;
+  bool zero = false;
+};
+
+Reading read_element(FloatBits f, std::uint64_t bits) {
+  const std::uint64_t one = 1;
+  const std::uint64_t exponents = (one << f.exponent_bits) - 1;
+  const std::uint64_t exponent = (bits >> f.fraction_bits) & exponents;
+  const std::uint64_t fraction = bits & ((one << f.fraction_bits) - 1);
+  const std::uint64_t magnitude = bits & ((one << (f.exponent_bits + f.fraction_bits)) - 1);
+  return Reading{exponent == exponents && fraction != 0, exponent == exponents && fraction == 0, magnitude == 0};
+}
+
+// Whether the truth map can write `bits` through a piece of scale `scale` (p = 1):
+// contract 1.2 refuses an extract that overflows a finite element or flushes a nonzero one.
+bool survives_scale(DType dtype, FloatBits f, std::uint64_t bits, double scale) {
+  const Reading before = read_element(f, bits);
+  if (before.nan) return true;
+  const Reading after = read_element(f, oracles::reference_scale(dtype, bits, scale, 1, true));
+  return !(after.infinite && !before.infinite) && !(after.zero && !before.zero);
+}
+
 }  // namespace
+
+bool fit_data_to_scales(Case& c) {
+  const Map& truth = c.truth_map();
+  const auto f = float_bits(c.dtype);
+  const auto numel = checked_numel(truth.logical_shape);
+  if (!f || c.scale_power != 1 || !has_scale(truth) || !numel || *numel < 0 || *numel > (Index{1} << 20)) {
+    return false;
+  }
+  if (c.full && static_cast<Index>(c.full->size()) != *numel) return false;
+  std::vector<std::uint64_t> full = c.full ? *c.full : std::vector<std::uint64_t>(static_cast<std::size_t>(*numel));
+  if (!c.full) {
+    for (Index i = 0; i < *numel; ++i) full[static_cast<std::size_t>(i)] = marker_bits(c.dtype, i);
+  }
+  // A lost element becomes what the scale's own rebuild of its marker gives (a value the
+  // piece keeps, near the edge it fell off), and +0 where even that is lost or another
+  // piece's scale loses it: zero survives every scale. The second pass settles elements
+  // that several pieces with different scales share.
+  bool changed = false;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const auto& entry : truth.ranks) {
+      for (const Piece& piece : entry.pieces) {
+        if (piece.scale == 1.0) continue;
+        const Index count = checked_numel(piece.shape).value_or(0);
+        for (Index k = 0; k < count; ++k) {
+          const Index src = address_at(piece.shape, piece.source, k);
+          if (src < 0 || src >= *numel) continue;
+          std::uint64_t& value = full[static_cast<std::size_t>(src)];
+          if (survives_scale(c.dtype, *f, value, piece.scale)) continue;
+          const std::uint64_t near = oracles::reference_scale(c.dtype, marker_bits(c.dtype, src), piece.scale, 1, false);
+          value = pass == 0 && survives_scale(c.dtype, *f, near, piece.scale) ? near : 0;
+          changed = true;
+        }
+      }
+    }
+  }
+  if (changed) c.full = std::move(full);
+  return changed;
+}
 
 std::vector<std::uint64_t> special_values(DType dtype) {
   const auto f = float_bits(dtype);
@@ -179,6 +243,38 @@ void draw_adversarial_data(ChoiceSource& c, Case& out) {
     }
   }
   rerecord_digest(out);
+}
+
+void settle_data(Case& c, const std::optional<std::string>& wanted_state) {
+  const bool changed = fit_data_to_scales(c);
+  // The text of the map under test was written with the records it had; nothing was
+  // recorded anyway when the markers could not be written (the only data fitting changes).
+  if (c.map_text) return;
+  if (c.digest_state || !wanted_state) {
+    if (changed) rerecord_digest(c);
+    return;
+  }
+  // The markers could not be written through the truth map's scales, so nothing was
+  // recorded before the corruption; the final data can be, in both maps alike.
+  Case producer;
+  producer.map = c.truth_map();
+  producer.dtype = c.dtype;
+  producer.full = c.full;
+  producer.scale_power = c.scale_power;
+  // Without a correct rebuild (replicas scaled apart disagree once unscaled) strict
+  // refuses before any digest, and the producer's record is digest(F) itself.
+  auto recorded = oracles::truth_digest(producer);
+  std::uint64_t value = 0;
+  if (recorded) {
+    value = recorded.value();
+  } else if (c.full) {
+    Buffer full(c.dtype, static_cast<Index>(c.full->size()));
+    for (std::size_t i = 0; i < c.full->size(); ++i) full.set_bits(static_cast<Index>(i), (*c.full)[i]);
+    value = digest(full);
+  }
+  if (c.truth) c.truth->content_digests[*wanted_state] = value;
+  c.map.content_digests[*wanted_state] = value;
+  c.digest_state = wanted_state;
 }
 
 void damage_replica(Case& c, const ReplicaFlip& flip) {

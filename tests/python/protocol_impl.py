@@ -180,49 +180,58 @@ def check_map(shape, ranks):
                 raise Refused('twice', f'rank {rank}: element {element} of F is listed twice')
 
 
-def bfloat16_value(x):
-    """x rounded to the nearest bfloat16 (ties to even), as a float32: rounded to odd in
-    float32 first, so that rounding twice gives what rounding once would."""
-    truncated = np.array([x], dtype=np.float32)
-    bits = truncated.view(np.uint32)
-    if abs(float(truncated[0])) > abs(x):
-        bits -= 1  # float32 rounded away from zero: step back toward it
-    if float(truncated[0]) != x:
-        bits |= 1
-    bits[:] = (bits + 0x7fff + ((bits >> 16) & 1)) & 0xffff0000
-    return truncated[0]
+def arithmetic_factor(dtype, scale):
+    """The scale rounded once to the arithmetic type of contract 1.2 (float64 for
+    float64 data, float32 otherwise); None when it is zero, subnormal or not finite there."""
+    math_type = np.float64 if dtype == 'float64' else np.float32
+    with np.errstate(all='ignore'):
+        factor = math_type(scale)
+    if not np.isfinite(factor) or abs(factor) < np.finfo(math_type).tiny:
+        return None
+    return factor
 
 
-def scaled(dtype, bits, scale, power, multiply):
-    """bits * scale**power (extract) or bits / scale**power (rebuild), in the dtype."""
+def widen(dtype, bits):
+    if dtype == 'bfloat16':
+        return (bits.astype(np.uint32) << 16).view(np.float32)
+    values = bits.view(FLOATS[dtype])
+    return values.astype(np.float32) if dtype == 'float16' else values
+
+
+def narrow(dtype, values):
+    if dtype == 'bfloat16':
+        out = values.view(np.uint32)
+        return ((out + 0x7fff + ((out >> 16) & 1)) >> 16).astype(np.uint16)  # to nearest, ties to even
+    return values.astype(FLOATS[dtype]).view(BITS[dtype])
+
+
+def scaled(dtype, bits, scale, multiply):
+    """Contract 1.2: bits * scale (extract) or bits / scale (rebuild) in float32 for the
+    16-bit types (float64 for float64), rounded once to the dtype; a NaN keeps its bits;
+    a value that becomes infinite or zero where it was not is refused."""
     if scale == 1.0:
         return bits
-    if dtype == 'bfloat16':
-        values = (bits.astype(np.uint32) << 16).view(np.float32)
-        # The factor is rounded to bfloat16 first, as for every narrow dtype: then the
-        # product is exact in float32 and the quotient rounds to bfloat16 without a
-        # double-rounding error (24 >= 2 * 8 + 2 bits).
-        factor = bfloat16_value(scale**abs(power))
-        up = multiply == (power > 0)
-        out = (values * factor if up else values / factor).view(np.uint32)
-        rounded = (out + 0x7fff + ((out >> 16) & 1)) >> 16  # to nearest, ties to even
-        return np.where(np.isnan(values), bits, rounded).astype(np.uint16)
-    ftype = FLOATS[dtype]
-    values = bits.view(ftype)
-    factor = ftype(1)
-    for _ in range(abs(power)):
-        factor = ftype(factor * ftype(scale))
-    up = multiply == (power > 0)
-    out = values * factor if up else values / factor
-    return np.where(np.isnan(values), values, out).view(BITS[dtype])  # a NaN keeps its bits
+    factor = arithmetic_factor(dtype, scale)
+    values = widen(dtype, bits)
+    with np.errstate(all='ignore'):
+        result = narrow(dtype, values * factor if multiply else values / factor)
+    back = widen(dtype, result)
+    nan = np.isnan(values)
+    lost = ~nan & ((np.isinf(back) & np.isfinite(values)) | ((back == 0) & (values != 0)))
+    if lost.any():
+        raise Refused('scale', f'scaling by {scale} overflows or flushes an element')
+    return np.where(nan, bits, result).astype(BITS[dtype])
 
 
 def check_scale(ranks, dtype, power):
-    has_scale = any(p['scale'] != 1.0 for _, pieces in ranks.values() for p in pieces)
-    if has_scale and power != 1:
+    scales = [p['scale'] for _, pieces in ranks.values() for p in pieces if p['scale'] != 1.0]
+    if scales and power != 1:
         raise Refused('scale', 'an optimizer state cannot move through a scaled piece')
-    if has_scale and dtype not in FLOATS and dtype != 'bfloat16':
+    if scales and dtype not in FLOATS and dtype != 'bfloat16':
         raise Refused('scale', f'a scale on {dtype} data')
+    for scale in scales:
+        if arithmetic_factor(dtype, scale) is None:
+            raise Refused('scale', f'the scale {scale} is zero, subnormal or not finite in the arithmetic of {dtype}')
 
 
 def tensor_in(doc, dtype):
@@ -253,8 +262,7 @@ def rebuild(request):
             if numel(p['shape']) == 0:
                 continue
             src = addresses(p['shape'], *p['src'])
-            values = scaled(dtype, shards[rank][addresses(p['shape'], *p['dst'])], p['scale'],
-                            request['scale_power'], False)
+            values = scaled(dtype, shards[rank][addresses(p['shape'], *p['dst'])], p['scale'], False)
             seen = written[src]
             if (full[src][seen] != values[seen]).any():
                 raise Refused('different_data', f'rank {rank}: replicas of one element hold different bits')
@@ -279,7 +287,7 @@ def extract(request):
     for p in pieces:
         if numel(p['shape']):
             shard[addresses(p['shape'], *p['dst'])] = scaled(dtype, full[addresses(p['shape'], *p['src'])],
-                                                             p['scale'], request['scale_power'], True)
+                                                             p['scale'], True)
     return shard
 
 

@@ -24,9 +24,9 @@ struct BlockCopy {
   double scale = 1.0;
   int power = 1;
   bool multiply = true;
-  // A NaN keeps its bits through scaling (contract section 1.2); only the legacy model
-  // asks for torch's arithmetic instead.
-  NanScaling nan = NanScaling::keep_bits;
+  // Contract section 1.2's arithmetic (NaN bits kept, float32 opmath for 16-bit types);
+  // only the legacy model asks for torch's arithmetic instead.
+  Arithmetic arithmetic = Arithmetic::contract;
 };
 
 // The block of one piece in each direction of spec 1.2: rebuild reads the shard through

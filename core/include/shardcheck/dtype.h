@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "shardcheck/scaling.h"
 #include "shardcheck/types.h"
 
 namespace shardcheck {
@@ -113,16 +114,29 @@ std::string format_element(DType dtype, std::uint64_t bits);
 // signalling); false for every integer dtype.
 bool is_nan_bits(DType dtype, std::uint64_t bits);
 
-// What scaling does to a NaN. The contract (section 1.2) keeps its bits: scaling is
-// arithmetic on numbers and a NaN is not one. The legacy model leaves it to the
-// arithmetic, as torch does, which may quieten or canonicalise it.
-enum class NanScaling { keep_bits, arithmetic };
+// Which arithmetic scales an element. `contract` is section 1.2's: float32 arithmetic for
+// 16-bit types (float64 for float64), the scale rounded once to it, one rounding back to
+// the element type, and a NaN's bits kept (include/shardcheck/scaling.h). `legacy_torch`
+// is what DeepSpeed's torch (1.13, CPU) does and the legacy model keeps: the scale
+// rounded to the element type and the arithmetic done there, NaNs left to it (it may
+// quieten or canonicalise them).
+enum class Arithmetic { contract, legacy_torch };
 
-// scale^p applied in the element type's arithmetic: multiply=true computes
-// value * scale^p (extract), false computes value / scale^p (rebuild).
-// Only meaningful for floating dtypes.
+// scale^p applied to one element: multiply=true computes value * scale^p (extract),
+// false computes value / scale^p (rebuild). Only meaningful for floating dtypes; an
+// overflow or flush comes back as the infinity or zero it rounds to (conversion refuses
+// those elements first, see scale_fault).
 std::uint64_t apply_scale(DType dtype, std::uint64_t bits, double scale, int power, bool multiply,
-                          NanScaling nan = NanScaling::keep_bits);
+                          Arithmetic arithmetic = Arithmetic::contract);
+
+// Contract 1.2: the scale, rounded once to the dtype's arithmetic type, is a normal
+// finite number there (not zero, subnormal or infinite). False for integer dtypes.
+bool scale_fits_arithmetic(DType dtype, double scale);
+
+// What contract 1.2 says of scaling one element by `scale` (power 1): none, or the
+// finite value it turns infinite (overflow) or the nonzero value it turns zero (flush).
+using scaling::ScaleFault;
+ScaleFault scale_fault(DType dtype, std::uint64_t bits, double scale, bool multiply);
 
 // Distinct, finite, moderate-magnitude marker bit pattern for element i (distinct as
 // far as the dtype's width allows); power-of-two scaling of a marker is exact.

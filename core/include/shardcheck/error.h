@@ -214,6 +214,12 @@ Error written_twice(const PieceAt& at, Index element, const PieceAt* earlier);
 // Scaling (contract section 1.2).
 Error scale_needs_power_one(const PieceAt& at, int scale_power);
 Error scale_on_integer(const PieceAt& at, DType dtype);
+// The scale is zero, subnormal or not finite once rounded to the dtype's arithmetic type.
+Error scale_outside_arithmetic(const PieceAt& at, DType dtype);
+// Scaling one element overflows to infinity or flushes to zero. Rebuild (`multiply`
+// false) names the element of F it was to become, extract the shard address.
+Error scaled_out_of_range(const PieceAt& at, bool multiply, Index element, Index shard_address, DType dtype,
+                          std::uint64_t input, std::uint64_t result);
 
 // The buffers a conversion is given.
 Error missing_shard(Rank rank, std::size_t pieces);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "shardcheck/backend.h"
+#include "shardcheck/scaling.h"
 
 namespace shardcheck {
 namespace {
@@ -42,7 +43,7 @@ __device__ void addresses(const DeviceView& v, long long linear, long long* from
   *to = t;
 }
 
-// Element arithmetic in the element's own type, as the CPU backend does.
+// The legacy model's arithmetic: in the element's own type, as torch 1.13 does on CPU.
 template <class T>
 __device__ T scaled(T value, double scale, int power, bool multiply);
 
@@ -76,34 +77,37 @@ __device__ __nv_bfloat16 scaled<__nv_bfloat16>(__nv_bfloat16 v, double scale, in
   return mul ? __hmul(v, s) : __hdiv(v, s);
 }
 
-// Magnitude mask and infinity of each floating type: a NaN's magnitude bits exceed
-// those of infinity. Integers are never scaled, so they need no entry.
+// The contract 1.2 format of each floating element type (shardcheck/scaling.h).
 template <class Value>
-struct FloatBits;
+struct ContractFormat;
 template <>
-struct FloatBits<float> {
-  static constexpr unsigned long long magnitude = 0x7fffffffull, infinity = 0x7f800000ull;
+struct ContractFormat<float> {
+  using type = scaling::Float32;
 };
 template <>
-struct FloatBits<double> {
-  static constexpr unsigned long long magnitude = 0x7fffffffffffffffull, infinity = 0x7ff0000000000000ull;
+struct ContractFormat<double> {
+  using type = scaling::Float64;
 };
 template <>
-struct FloatBits<__half> {
-  static constexpr unsigned long long magnitude = 0x7fffull, infinity = 0x7c00ull;
+struct ContractFormat<__half> {
+  using type = scaling::Float16;
 };
 template <>
-struct FloatBits<__nv_bfloat16> {
-  static constexpr unsigned long long magnitude = 0x7fffull, infinity = 0x7f80ull;
+struct ContractFormat<__nv_bfloat16> {
+  using type = scaling::BFloat16;
 };
 
-// Scales one element in its own arithmetic. A NaN keeps its bits (contract section 1.2)
-// unless `keep_nan` is off (the legacy model, which leaves it to the arithmetic).
+// Scales one element. `contract`: section 1.2's arithmetic, the one the CPU paths use
+// (shardcheck/scaling.h; the host rounded the scale to the arithmetic type, and conversion
+// only scales with power 1). Otherwise the legacy model's arithmetic in the element type,
+// NaNs left to it.
 template <class Bits, class Value>
-__device__ Bits move_element(Bits bits, bool scale_it, double scale, int power, bool multiply, bool keep_nan) {
+__device__ Bits move_element(Bits bits, bool scale_it, double scale, int power, bool multiply, bool contract) {
   if (!scale_it) return bits;
-  if (keep_nan && (static_cast<unsigned long long>(bits) & FloatBits<Value>::magnitude) > FloatBits<Value>::infinity) {
-    return bits;
+  if (contract) {
+    using Format = typename ContractFormat<Value>::type;
+    const bool up = multiply == (power > 0);
+    return scaling::scale_element<Format>(bits, static_cast<typename Format::Math>(scale), up).bits;
   }
   Value value;
   memcpy(&value, &bits, sizeof(Bits));
@@ -114,23 +118,23 @@ __device__ Bits move_element(Bits bits, bool scale_it, double scale, int power, 
 
 template <class Bits, class Value>
 __global__ void copy_kernel(DeviceView v, const Bits* from, Bits* to, bool scale_it, double scale,
-                            int power, bool multiply, bool keep_nan) {
+                            int power, bool multiply, bool contract) {
   long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
   if (i >= v.numel) return;
   long long f, t;
   addresses(v, i, &f, &t);
-  to[t] = move_element<Bits, Value>(from[f], scale_it, scale, power, multiply, keep_nan);
+  to[t] = move_element<Bits, Value>(from[f], scale_it, scale, power, multiply, contract);
 }
 
 template <class Bits, class Value>
 __global__ void compare_kernel(DeviceView v, const Bits* from, const Bits* to, bool scale_it,
-                               double scale, int power, bool multiply, bool keep_nan,
+                               double scale, int power, bool multiply, bool contract,
                                unsigned long long* first_mismatch) {
   long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
   if (i >= v.numel) return;
   long long f, t;
   addresses(v, i, &f, &t);
-  if (move_element<Bits, Value>(from[f], scale_it, scale, power, multiply, keep_nan) != to[t]) {
+  if (move_element<Bits, Value>(from[f], scale_it, scale, power, multiply, contract) != to[t]) {
     atomicMin(first_mismatch, static_cast<unsigned long long>(i));
   }
 }
@@ -193,7 +197,7 @@ class CudaBackend final : public Backend {
     const unsigned long long none = ~0ull;
     cudaMemcpy(flag.ptr, &none, sizeof none, cudaMemcpyHostToDevice);
     const bool scale_it = copy.scale != 1.0 && is_floating(dtype);
-    const bool keep_nan = copy.nan == NanScaling::keep_bits;
+    const bool contract = copy.arithmetic == Arithmetic::contract;
     const int threads = 256;
     const unsigned blocks = static_cast<unsigned>((v.numel + threads - 1) / threads);
     auto* first = static_cast<unsigned long long*>(flag.ptr);
@@ -204,10 +208,10 @@ class CudaBackend final : public Backend {
       auto* t = static_cast<Bits*>(to_dev.ptr);
       if (compare) {
         compare_kernel<Bits, Value><<<blocks, threads>>>(v, f, t, scale_it, copy.scale,
-                                                         copy.power, copy.multiply, keep_nan, first);
+                                                         copy.power, copy.multiply, contract, first);
       } else {
         copy_kernel<Bits, Value><<<blocks, threads>>>(v, f, t, scale_it, copy.scale, copy.power,
-                                                      copy.multiply, keep_nan);
+                                                      copy.multiply, contract);
       }
     };
     switch (dtype) {

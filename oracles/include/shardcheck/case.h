@@ -40,6 +40,10 @@ struct Case {
   // ("map_text" in a case file): text that does not parse or decode is refused with kind
   // format, like undecoded_map; text that decodes is what `map` holds.
   std::optional<std::string> map_text;
+  // map_text came from the case file's inline "map", whose text JSON cannot hold as a value
+  // (a key given twice, a number out of range): the same verdict as the same text in
+  // "map_text" (contract section 9), and written back in place under "map".
+  bool map_text_inline = false;
   std::optional<Map> truth;     // the map that wrote the shards; default: map
   DType dtype = DType::float32;
   std::optional<std::vector<std::uint64_t>> full;                 // F's bits

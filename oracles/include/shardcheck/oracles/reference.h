@@ -95,6 +95,14 @@ struct Pairing {
 // nullopt when the reference model refuses the map.
 std::optional<Pairing> reference_pairing(const Map& map);
 
+// The tensor the shards determine through `map`, valid or not: every element of F
+// covered by some piece inside F and its shard, and every copy of it (unscaled) the same
+// bits; nullopt otherwise. An invalid map may still leave no doubt about the data (a
+// replica declared over a single holder whose copies agree): an implementation that
+// returns this tensor has the data right, and its acceptance of the map is judged apart
+// (contract section 9).
+std::optional<Buffer> reference_agreed_rebuild(const Map& map, const ShardSet& shards, DType dtype, int scale_power);
+
 // Contract section 1.2 as an independent rounding model: value * scale^p (multiply) or
 // value / scale^p, in the element type's arithmetic, each operation rounded to nearest
 // even into the target format by bit-level code of this file (not the core's dtype code

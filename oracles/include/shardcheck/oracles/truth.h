@@ -21,6 +21,19 @@ struct Difference {
   std::uint64_t expected_bits = 0;
   std::uint64_t actual_bits = 0;
   Index count = 0;  // how many elements differ in total
+  // Every differing element is a NaN in both: only NaN bits changed (payload, sign,
+  // quieting), a fault of scaling or copying, not of the layout.
+  bool nan_bits_only = false;
+};
+
+// Contract 8: the truth oracle's expected tensor is the truth map's own rebuild of the
+// shards (by the reference model), which is F unless scaling rounded.
+struct ExpectedVsFull {
+  std::optional<Difference> difference;  // expected vs F: the first element, both values
+  std::string reason;                    // why they differ, one sentence; empty when equal
+  // With every truth scale a power of two the expected tensor must be F (but for gradual
+  // underflow): what differs otherwise, a defect of the harness; empty when none.
+  std::string harness_defect;
 };
 
 struct OpOutcome {
@@ -48,9 +61,13 @@ struct CaseOutcome {
   Outcome verdict = Outcome::exact;
   std::optional<Error> error;        // the first refusal
   bool valid_layout = false;  // the map passes every check of spec 3 (by the reference model)
+  // The implementation returned a tensor through a map that is not valid (contract 9):
+  // reported apart from the data verdict, which may still be exact.
+  bool accepted_invalid = false;
   // Why the shards the truth map wrote admit no correct rebuild (replicas scaled
   // differently that disagree once unscaled, contract section 1.2); nullopt when one exists.
   std::optional<Error> no_correct_rebuild;
+  ExpectedVsFull expected_vs_full;  // truth oracle: where the expected tensor is not F
   std::vector<OpOutcome> ops;
   std::string message;  // one line: "refused twice: ...", "exact", "WRONG at element 4: ..."
   // Whether the outcome matches the case's expectations for this policy.

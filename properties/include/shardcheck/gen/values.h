@@ -35,8 +35,19 @@ inline constexpr double kInexactScales[] = {3.0, 0.1};
 // others set Case::full to markers mixed with special values and random bit patterns
 // of the dtype, and half of those rescale the truth map and the map under test alike
 // (2 -> 3, 0.5 -> 0.1, so equal scales stay equal and the corruption's meaning is
-// kept). A recorded content digest is recomputed for the final data and scales.
+// kept). A recorded content digest is recomputed for the final data and scales;
+// settle_data then fits the data to the scales.
 void draw_adversarial_data(ChoiceSource& choices, Case& c);
+
+// Contract 1.2 refuses an extract that turns a finite element infinite or a nonzero one
+// zero, so the truth map could not have written such data: every element of F (drawn, or
+// the markers) that a scaled piece of the truth map would lose is replaced by one that
+// piece keeps, or by +0. Sets Case::full when anything changed, and says so.
+bool fit_data_to_scales(Case& c);
+// fit_data_to_scales, and the recorded digest moved to the data it leaves; with
+// `wanted_state` (a case that records digests) a digest the markers could not give is
+// recorded for the fitted data.
+void settle_data(Case& c, const std::optional<std::string>& wanted_state);
 
 // The replica_copy_flip row: supplies the shards the truth map wrote (the reference
 // model's extract of F, markers or drawn) with one element of one replica's copy
