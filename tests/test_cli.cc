@@ -5,11 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -406,6 +409,96 @@ TEST_F(CliTest, DigestOfACaseFile) {
   EXPECT_EQ(twin.exit_code, 1) << twin.out;
   EXPECT_NE(twin.out.find("truth digest 0xce9a0aa78c2270e0"), std::string::npos) << twin.out;
   EXPECT_NE(twin.out.find("recorded digest 0xce9a0aa78c2270e0 DIFFERS"), std::string::npos) << twin.out;
+}
+
+// --- numeric options: exact parsing, errors in plain words -------------------------
+
+// The whole of stderr for a usage error: the sentence, CLI11's pointer to --help, and
+// no CLI11 range on a double ("0.000000 to 1797...").
+void expect_usage_error(const Ran& run, const std::string& sentence) {
+  EXPECT_EQ(run.exit_code, 2) << run.out;
+  EXPECT_EQ(run.out.rfind(sentence + "\n", 0), 0u) << run.out;
+  EXPECT_EQ(run.out.find("0.000000"), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find("1797693"), std::string::npos) << run.out;
+}
+
+TEST_F(CliTest, CampaignRangeErrorsAreSentences) {
+  const std::string out = " --quiet --no-isolate --jobs 1 --out " + quoted((dir_ / "out").string());
+  expect_usage_error(shardcheck("campaign --cases -1" + out, true), "--cases must be >= 0, got -1");
+  expect_usage_error(shardcheck("campaign --cases 1.5" + out, true), "--cases must be a whole number, got 1.5");
+  expect_usage_error(shardcheck("campaign --cases 99999999999999999999" + out, true),
+                     "--cases must be <= 9223372036854775807, got 99999999999999999999");
+  expect_usage_error(shardcheck("campaign --cases 5 --jobs -1 --quiet", true),
+                     "--jobs must be between 0 and 4096, got -1");
+  expect_usage_error(shardcheck("campaign --time -1" + out, true),
+                     "--time must be a number of seconds > 0 and <= 1000000000, got -1");
+  expect_usage_error(shardcheck("campaign --time nan" + out, true),
+                     "--time must be a number of seconds > 0 and <= 1000000000, got nan");
+  expect_usage_error(shardcheck("campaign --cases 5 --max-elements 0" + out, true),
+                     "--max-elements must be between 1 and 1048576, got 0");
+  expect_usage_error(shardcheck("campaign --cases 5 --case-time-limit 0" + out, true),
+                     "--case-time-limit must be a number of seconds > 0 and <= 1000000000, got 0");
+  expect_usage_error(shardcheck("campaign --cases 5 --case-memory-limit 15" + out, true),
+                     "--case-memory-limit must be between 16 and 1073741824, got 15");
+  expect_usage_error(shardcheck("repro " + corpus("spec6-1-two-ranks-one-block.json") + " --target-timeout -2", true),
+                     "--target-timeout must be a number of seconds > 0 and <= 1000000000, got -2");
+  expect_usage_error(shardcheck("digest " + write("m.json", kValidMap) + " --scale-power 1e3", true),
+                     "--scale-power must be a whole number, got 1e3");
+  // Nothing ran: no output folder was made.
+  EXPECT_FALSE(fs::exists(dir_ / "out"));
+}
+
+// The campaign's report.json, after a run of `cases` cases with these extra arguments.
+nlohmann::json campaign_report(const fs::path& out, const std::string& args, int& exit_code) {
+  Ran run = shardcheck("campaign --quiet --no-isolate --out " + quoted(out.string()) + " " + args);
+  exit_code = run.exit_code;
+  std::ifstream in(out / "report.json");
+  if (!in) return nullptr;
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
+TEST_F(CliTest, CampaignSeedsAreParsedExactly) {
+  expect_usage_error(shardcheck("campaign --cases 1 --seed -1", true),
+                     "--seed must be a whole number from 0 to 18446744073709551615, got -1");
+  expect_usage_error(shardcheck("campaign --cases 1 --seed 99999999999999999999", true),
+                     "--seed must be at most 18446744073709551615 (an unsigned 64-bit integer), got "
+                     "99999999999999999999");
+  expect_usage_error(shardcheck("campaign --cases 1 --seed 18446744073709551616", true),
+                     "--seed must be at most 18446744073709551615 (an unsigned 64-bit integer), got "
+                     "18446744073709551616");
+  expect_usage_error(shardcheck("campaign --cases 1 --seed 0x10", true),
+                     "--seed must be a whole number from 0 to 18446744073709551615, got 0x10");
+  int code = -1;
+  // The largest seed is taken as it is, not saturated into or wrapped from something else.
+  nlohmann::json top = campaign_report(dir_ / "top", "--cases 3 --jobs 1 --seed 18446744073709551615", code);
+  EXPECT_EQ(code, 0);
+  ASSERT_TRUE(top.is_object());
+  EXPECT_EQ(top["seed"].get<std::uint64_t>(), 18446744073709551615ull);
+  EXPECT_EQ(top["cases"], 3);
+  // Decimal, always: a leading zero is not octal.
+  nlohmann::json ten = campaign_report(dir_ / "ten", "--cases 2 --jobs 1 --seed 010", code);
+  EXPECT_EQ(code, 0);
+  ASSERT_TRUE(ten.is_object());
+  EXPECT_EQ(ten["seed"].get<std::uint64_t>(), 10u);
+}
+
+TEST_F(CliTest, CampaignJobsZeroMeansAllCores) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  int code = -1;
+  nlohmann::json report = campaign_report(dir_ / "zero", "--cases 4 --seed 1 --jobs 0", code);
+  EXPECT_EQ(code, 0);
+  ASSERT_TRUE(report.is_object());
+  EXPECT_EQ(report["jobs"], cores);
+  nlohmann::json one = campaign_report(dir_ / "one", "--cases 4 --seed 1 --jobs 1", code);
+  ASSERT_TRUE(one.is_object());
+  EXPECT_EQ(one["jobs"], 1);
+  // --cases 0 is a campaign of no cases, not an error.
+  nlohmann::json none = campaign_report(dir_ / "none", "--cases 0 --seed 1 --jobs 1", code);
+  EXPECT_EQ(code, 0);
+  ASSERT_TRUE(none.is_object());
+  EXPECT_EQ(none["cases"], 0);
+  Ran help = shardcheck("campaign --help");
+  EXPECT_NE(help.out.find("0 (the default) means all cores"), std::string::npos) << help.out;
 }
 
 }  // namespace
