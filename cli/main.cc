@@ -2,8 +2,10 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -13,6 +15,13 @@ namespace shardcheck::cli {
 
 FileText read_file(const std::string& path) {
   FileText out;
+  // A directory opens as a stream on Linux and reads as nothing, which would then be
+  // reported as whatever an empty file is (invalid JSON): name it for what it is.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    out.error = "cannot read " + path + ": it is a directory, not a file";
+    return out;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     out.error = "cannot read " + path + ": " + std::strerror(errno);

@@ -501,4 +501,23 @@ TEST_F(CliTest, CampaignJobsZeroMeansAllCores) {
   EXPECT_NE(help.out.find("0 (the default) means all cores"), std::string::npos) << help.out;
 }
 
+// --- a directory where a file is expected -------------------------------------------
+
+TEST_F(CliTest, ADirectoryIsNamedAsOne) {
+  const std::string dir = quoted(dir_.string());
+  const std::string expected = "shardcheck: cannot read " + dir_.string() + ": it is a directory, not a file\n";
+  for (const std::string& args :
+       {"check " + dir, "check --json " + dir, "repro " + dir, "repro --json " + dir, "digest " + dir}) {
+    Ran run = shardcheck(args, true);
+    EXPECT_EQ(run.exit_code, 2) << args;
+    EXPECT_EQ(run.out, expected) << args;
+  }
+  // A directory given as a shard file: the same sentence, after the map it goes with.
+  const std::string map = write("m.json", kValidMap);
+  Ran shard = shardcheck("digest " + map + " 0=" + dir, true);
+  EXPECT_EQ(shard.exit_code, 2);
+  EXPECT_NE(shard.out.find(expected.substr(std::string("shardcheck: ").size())), std::string::npos) << shard.out;
+  EXPECT_EQ(shard.out.find("JSON"), std::string::npos) << shard.out;
+}
+
 }  // namespace
