@@ -520,4 +520,80 @@ TEST_F(CliTest, ADirectoryIsNamedAsOne) {
   EXPECT_EQ(shard.out.find("JSON"), std::string::npos) << shard.out;
 }
 
+// --- check --json -------------------------------------------------------------------
+
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> lines;
+  std::size_t start = 0;
+  while (start < out.size()) {
+    std::size_t end = out.find('\n', start);
+    if (end == std::string::npos) end = out.size();
+    lines.push_back(nlohmann::json::parse(out.substr(start, end - start), nullptr, false));
+    start = end + 1;
+  }
+  return lines;
+}
+
+const char* const kCheckJsonKeys[] = {"param", "verdict", "kind", "message", "rank",
+                                      "piece", "address", "side", "path"};
+
+TEST_F(CliTest, CheckJsonBareMaps) {
+  Ran valid = shardcheck("check --json " + write("valid.json", kValidMap));
+  EXPECT_EQ(valid.exit_code, 0);
+  auto lines = json_lines(valid.out);
+  ASSERT_EQ(lines.size(), 1u) << valid.out;
+  for (const char* key : kCheckJsonKeys) EXPECT_TRUE(lines[0].contains(key)) << key;
+  EXPECT_EQ(lines[0].size(), std::size(kCheckJsonKeys));
+  EXPECT_EQ(lines[0]["verdict"], "valid");
+  EXPECT_TRUE(lines[0]["param"].is_null());
+  EXPECT_TRUE(lines[0]["kind"].is_null());
+  EXPECT_TRUE(lines[0]["message"].is_null());
+
+  Ran bad = shardcheck("check " + write("bad.json", kCollidingMap) + " --json");
+  EXPECT_EQ(bad.exit_code, 1);
+  lines = json_lines(bad.out);
+  ASSERT_EQ(lines.size(), 1u) << bad.out;
+  EXPECT_EQ(lines[0]["verdict"], "refused");
+  EXPECT_EQ(lines[0]["kind"], "twice");
+  EXPECT_EQ(lines[0]["rank"], 0);
+  EXPECT_TRUE(lines[0]["piece"].is_number_integer());
+  EXPECT_EQ(lines[0]["address"], 0);
+  EXPECT_EQ(lines[0]["side"], "shard");
+  EXPECT_TRUE(lines[0]["path"].is_null());
+  // The message is the plain output's, after "refused twice: ".
+  Ran plain = shardcheck("check " + write("bad2.json", kCollidingMap));
+  EXPECT_EQ(plain.out, "refused twice: " + lines[0]["message"].get<std::string>() + "\n");
+}
+
+TEST_F(CliTest, CheckJsonEnvelopeAndExitCodes) {
+  std::string envelope = R"({"version": 1, "params": {"a.weight": )" + kValidMap +
+                         R"(, "b.bias": {"logical_shape": [4], "ranks": 7}, "c.weight": )" +
+                         kCollidingMap + "}}";
+  Ran run = shardcheck("check --json " + write("env.json", envelope));
+  EXPECT_EQ(run.exit_code, 1);
+  auto lines = json_lines(run.out);
+  ASSERT_EQ(lines.size(), 3u) << run.out;
+  EXPECT_EQ(lines[0]["param"], "a.weight");
+  EXPECT_EQ(lines[0]["verdict"], "valid");
+  EXPECT_EQ(lines[1]["param"], "b.bias");
+  EXPECT_EQ(lines[1]["verdict"], "refused");
+  EXPECT_EQ(lines[1]["kind"], "format");
+  EXPECT_EQ(lines[1]["path"], R"($.params["b.bias"].ranks)");
+  EXPECT_TRUE(lines[1]["rank"].is_null());
+  EXPECT_EQ(lines[2]["param"], "c.weight");
+  EXPECT_EQ(lines[2]["kind"], "twice");
+  for (const auto& line : lines) EXPECT_EQ(line.size(), std::size(kCheckJsonKeys)) << line.dump();
+
+  std::string all_valid = R"({"version": 1, "params": {"x": )" + kValidMap + "}}";
+  Ran ok = shardcheck("check --json " + write("ok.json", all_valid));
+  EXPECT_EQ(ok.exit_code, 0);
+  lines = json_lines(ok.out);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["param"], "x");
+  // Unreadable input keeps exit code 2 and prints nothing on stdout.
+  Ran syntax = shardcheck("check --json " + write("syntax.json", R"({"logical_shape": [4],)"));
+  EXPECT_EQ(syntax.exit_code, 2);
+  EXPECT_EQ(syntax.out, "");
+}
+
 }  // namespace
