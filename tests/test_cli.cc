@@ -596,4 +596,71 @@ TEST_F(CliTest, CheckJsonEnvelopeAndExitCodes) {
   EXPECT_EQ(syntax.out, "");
 }
 
+// --- --help covers every subcommand ----------------------------------------------------
+
+TEST_F(CliTest, HelpCoversSubcommandsExitCodesAndOutputs) {
+  Ran help = shardcheck("--help");
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* usage :
+       {"  check MAP.json [--json]", "  repro CASE.json ", "  digest MAP.json ", "  digest CASE.json ",
+        "  campaign [--seed S]", "  campaign --resume DIR", "findings/SIGNATURE.json", "report.json",
+        "table.txt", "checkpoint.json", "--jobs 0 (the default) means one worker per core",
+        "130 stopped at once"}) {
+    EXPECT_NE(help.out.find(usage), std::string::npos) << usage << "\n" << help.out;
+  }
+  // One "Exit:" line per subcommand, in the overview and in each subcommand's own help.
+  std::size_t exits = 0;
+  for (std::size_t at = help.out.find("Exit: 0 "); at != std::string::npos; at = help.out.find("Exit: 0 ", at + 1)) {
+    ++exits;
+  }
+  EXPECT_EQ(exits, 4u) << help.out;
+  for (const char* sub : {"check", "repro", "digest", "campaign"}) {
+    Ran own = shardcheck(std::string(sub) + " --help");
+    EXPECT_EQ(own.exit_code, 0) << sub;
+    EXPECT_NE(own.out.find(std::string("\n  ") + sub + " "), std::string::npos) << own.out;
+    EXPECT_NE(own.out.find("Exit: 0 "), std::string::npos) << own.out;
+  }
+  Ran all = shardcheck("--help-all");
+  EXPECT_EQ(all.exit_code, 0);
+  EXPECT_NE(all.out.find("--case-memory-limit"), std::string::npos);
+  EXPECT_NE(all.out.find("--scale-power"), std::string::npos);
+}
+
+// --- cmake --install ---------------------------------------------------------------
+
+TEST_F(CliTest, CmakeInstallPutsTheCommandInBin) {
+  const fs::path build = fs::path(SHARDCHECK_BINARY).parent_path();
+  const fs::path prefix = dir_ / "prefix";
+  Ran install = [&] {
+    std::string command = quoted(SHARDCHECK_CMAKE) + " --install " + quoted(build.string()) + " --prefix " +
+                          quoted(prefix.string()) + " 2>&1";
+    Ran run;
+    FILE* pipe = popen(command.c_str(), "r");
+    if (pipe == nullptr) return run;
+    char buffer[4096];
+    std::size_t n;
+    while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) run.out.append(buffer, n);
+    int status = pclose(pipe);
+    if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
+    return run;
+  }();
+  ASSERT_EQ(install.exit_code, 0) << install.out;
+  const fs::path installed = prefix / "bin" / "shardcheck";
+  ASSERT_TRUE(fs::is_regular_file(installed)) << install.out;
+  EXPECT_NE(fs::status(installed).permissions() & fs::perms::owner_exec, fs::perms::none);
+  // Nothing but the command: no libraries, headers or test binaries.
+  std::vector<std::string> files;
+  for (const auto& entry : fs::recursive_directory_iterator(prefix)) {
+    if (entry.is_regular_file()) files.push_back(fs::relative(entry.path(), prefix).string());
+  }
+  EXPECT_EQ(files, std::vector<std::string>{"bin/shardcheck"});
+  // The installed copy is the same command.
+  FILE* pipe = popen((quoted(installed.string()) + " --version").c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  char buffer[256] = {};
+  const std::size_t n = fread(buffer, 1, sizeof buffer - 1, pipe);
+  EXPECT_EQ(pclose(pipe), 0);
+  EXPECT_EQ(std::string(buffer, n), shardcheck("--version").out);
+}
+
 }  // namespace
