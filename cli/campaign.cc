@@ -320,40 +320,38 @@ void register_campaign(CLI::App& app, RunState& state) {
   auto args = std::make_shared<CampaignArgs>();
   CLI::App* sub = app.add_subcommand("campaign", "Run generated (layout, corruption) cases through the oracle");
   auto defining = [&](CLI::Option* option) { args->defining.emplace_back(option->get_name(), option); };
-  defining(sub->add_option("--seed", args->seed, "Seed (default: random, printed)"));
-  defining(sub->add_option("--cases", args->cases, "Number of cases (deterministic)")->check(CLI::PositiveNumber));
-  defining(sub->add_option("--time", args->time_seconds, "Time budget in seconds (default 60 without --cases)")
-               ->check(CLI::PositiveNumber));
+  defining(add_uint64_option(sub, "--seed", args->seed, "Seed, 0 to 2^64-1 (default: random, printed)"));
+  defining(add_int_option(sub, "--cases", args->cases, Index{0}, std::numeric_limits<Index>::max(),
+                          "Number of cases (deterministic)"));
+  defining(add_seconds_option(sub, "--time", args->time_seconds, "Time budget in seconds (default 60 without --cases)"));
   defining(sub->add_option("--policy", args->policy, "strict (default) or legacy"));
   defining(sub->add_option("--oracle", args->oracle, "truth (default) or same-map"));
-  sub->add_option("--jobs", args->jobs, "Worker processes or threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  add_int_option(sub, "--jobs", args->jobs, 0, 4096, "Worker processes or threads, at most 4096; 0 (the default) means all cores");
   defining(sub->add_option("--shard", args->shard, "Run part I of N (I/N), tables add up"));
   defining(sub->add_option("--out", args->out, "Directory for report.json and findings/ (default campaign-out)"));
   defining(sub->add_flag("--strict-layout", args->strict_layout, "Valid-but-different cases fail the run too"));
   defining(sub->add_flag("--digest", args->digest,
                          "The producer records a content digest and every rebuild verifies it; the catalogue "
                          "also corrupts the record"));
-  defining(sub->add_option("--max-elements", args->max_elements, "Largest numel(F) generated (default 256)")
-               ->check(CLI::Range(Index{1}, Index{1} << 20)));
+  defining(add_int_option(sub, "--max-elements", args->max_elements, Index{1}, Index{1} << 20,
+                          "Largest numel(F) generated (default 256)"));
   defining(sub->add_option("--target", args->target,
                            "Implementation under test: strict, legacy, deepspeed or exec:COMMAND (overrides --policy)"));
-  defining(sub->add_option("--target-timeout", args->target_timeout,
-                           "Seconds an exec target may take per request before it counts as hung (default 10)")
-               ->check(CLI::PositiveNumber));
+  defining(add_seconds_option(sub, "--target-timeout", args->target_timeout,
+                              "Seconds an exec target may take per request before it counts as hung (default 10)"));
   sub->add_flag("--quiet", args->quiet, "No progress output");
   sub->add_option("--resume", args->resume, "Continue the stopped campaign in DIR from its checkpoint.json");
   sub->add_flag("--isolate", args->isolate, "Run cases in worker processes (the default)");
   sub->add_flag("--no-isolate", args->no_isolate, "Run cases in threads of this process");
-  sub->add_option("--case-time-limit", args->case_time_limit,
-                  "Seconds one case may take before its worker is killed (isolated; default 60)")
-      ->check(CLI::PositiveNumber);
-  sub->add_option("--case-memory-limit", args->case_memory_limit_mib,
-                  "MiB of memory one worker may use (isolated; default 2048)")
-      ->check(CLI::Range(Index{16}, Index{1} << 30));
+  add_seconds_option(sub, "--case-time-limit", args->case_time_limit,
+                     "Seconds one case may take before its worker is killed (isolated; default 60)");
+  add_int_option(sub, "--case-memory-limit", args->case_memory_limit_mib, Index{16}, Index{1} << 30,
+                 "MiB of memory one worker may use (isolated; default 2048)");
   // Test-only hooks (hidden): plant a case that aborts, hangs or exhausts memory.
-  sub->add_option("--plant-crash-at", args->plant_crash_at)->group("")->check(CLI::NonNegativeNumber);
-  sub->add_option("--plant-hang-at", args->plant_hang_at)->group("")->check(CLI::NonNegativeNumber);
-  sub->add_option("--plant-oom-at", args->plant_oom_at)->group("")->check(CLI::NonNegativeNumber);
+  constexpr Index kMaxIndex = std::numeric_limits<Index>::max();
+  add_int_option(sub, "--plant-crash-at", args->plant_crash_at, Index{0}, kMaxIndex, "")->group("");
+  add_int_option(sub, "--plant-hang-at", args->plant_hang_at, Index{0}, kMaxIndex, "")->group("");
+  add_int_option(sub, "--plant-oom-at", args->plant_oom_at, Index{0}, kMaxIndex, "")->group("");
   sub->callback([args, &state] { state.exit_code = run_campaign(*args); });
 }
 

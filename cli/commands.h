@@ -2,8 +2,11 @@
 // to the app by one register_<name> function; main.cc only wires them together.
 #pragma once
 
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include <CLI/CLI.hpp>
 
@@ -26,7 +29,65 @@ void register_repro(CLI::App& app, RunState& state);
 void register_digest(CLI::App& app, RunState& state);
 void register_campaign(CLI::App& app, RunState& state);
 
-// The whole file, or an error sentence naming the path.
+// --- numeric options, parsed exactly and refused in plain words ----------------------
+// CLI11's own conversions wrap "-1" into an unsigned value, saturate what does not fit,
+// read "010" as octal and print a range check on a double ("0.000000 to 1797...").
+// These take decimal digits (with a '-' where the range allows it) and throw a
+// CLI::ValidationError whose message is the whole sentence: "--cases must be >= 0, got -1".
+
+// Any unsigned 64-bit integer (seeds).
+std::uint64_t parse_uint64_option(const std::string& name, const std::string& text);
+// An integer in [min, max]; the message names only the lower bound when max is the
+// type's own maximum.
+std::int64_t parse_int_option(const std::string& name, const std::string& text, std::int64_t min,
+                              std::int64_t max, bool max_is_type_limit);
+// A finite number of seconds > 0.
+double parse_seconds_option(const std::string& name, const std::string& text);
+
+namespace detail {
+template <class T>
+struct OptionalValue {
+  using type = T;
+};
+template <class T>
+struct OptionalValue<std::optional<T>> {
+  using type = T;
+};
+}  // namespace detail
+
+// `target` is an integer or a std::optional of one.
+template <class T>
+CLI::Option* add_uint64_option(CLI::App* sub, const std::string& name, T& target, const std::string& description) {
+  auto* option = sub->add_option_function<std::string>(
+      name, [&target, name](const std::string& text) { target = parse_uint64_option(name, text); }, description);
+  return option->type_name("UINT64");
+}
+
+template <class T>
+CLI::Option* add_int_option(CLI::App* sub, const std::string& name, T& target,
+                            typename detail::OptionalValue<T>::type min,
+                            typename detail::OptionalValue<T>::type max, const std::string& description) {
+  using Value = typename detail::OptionalValue<T>::type;
+  static_assert(std::is_integral_v<Value> && std::is_signed_v<Value>);
+  const bool type_limit = max == std::numeric_limits<Value>::max();
+  auto* option = sub->add_option_function<std::string>(
+      name,
+      [&target, name, min, max, type_limit](const std::string& text) {
+        target = static_cast<Value>(parse_int_option(name, text, min, max, type_limit));
+      },
+      description);
+  return option->type_name("INT");
+}
+
+template <class T>
+CLI::Option* add_seconds_option(CLI::App* sub, const std::string& name, T& target, const std::string& description) {
+  auto* option = sub->add_option_function<std::string>(
+      name, [&target, name](const std::string& text) { target = parse_seconds_option(name, text); }, description);
+  return option->type_name("SECONDS");
+}
+
+// The whole file, or an error sentence naming the path ("PATH is a directory, not a
+// file" for a directory, rather than whatever reading it gives).
 struct FileText {
   std::optional<std::string> text;
   std::string error;

@@ -239,7 +239,8 @@ void register_digest(CLI::App& app, RunState& state) {
   sub->add_option("input", args->path, "map JSON (bare or envelope) or case file")->required();
   sub->add_option("shards", args->shards, "raw little-endian shard files: RANK=PATH, or PATH in rank order");
   sub->add_option("--dtype", args->dtype, "element type of the shard files (default float32)");
-  sub->add_option("--scale-power", args->scale_power, "p of contract section 1.2 (default 1)");
+  add_int_option(sub, "--scale-power", args->scale_power, std::numeric_limits<int>::min(),
+                 std::numeric_limits<int>::max(), "p of contract section 1.2 (default 1)");
   sub->add_option("--state", args->state, "compare with the map's content_digests entry for this state");
   sub->add_option("--param", args->param, "the parameter of an envelope");
   sub->callback([args, &state] { state.exit_code = run_digest(*args); });

@@ -2,8 +2,10 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -13,6 +15,13 @@ namespace shardcheck::cli {
 
 FileText read_file(const std::string& path) {
   FileText out;
+  // A directory opens as a stream on Linux and reads as nothing, which would then be
+  // reported as whatever an empty file is (invalid JSON): name it for what it is.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    out.error = "cannot read " + path + ": it is a directory, not a file";
+    return out;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     out.error = "cannot read " + path + ": " + std::strerror(errno);
@@ -45,19 +54,89 @@ std::optional<Json> read_json_file(const std::string& path) {
 }  // namespace shardcheck::cli
 
 namespace {
-constexpr const char* kVersion = "shardcheck 0.1.0 (affine map format 1)";
+
+// SHARDCHECK_VERSION is CMake's project version (CMakeLists.txt), the one the Python
+// package is checked against (python/tests).
+constexpr const char* kVersion = "shardcheck " SHARDCHECK_VERSION " (affine map format 1)";
+
+// `shardcheck --help` covers every subcommand: what it prints, the files it writes and
+// its exit codes (README "The command line" says the same at length). Each subcommand's
+// own --help ends with its section.
+struct HelpSection {
+  const char* subcommand;
+  const char* text;
+};
+
+constexpr HelpSection kSections[] = {
+    {"check", R"(  check MAP.json [--json]
+      Checks a bare map, or every parameter of an envelope {"version": 1, "params": {...}},
+      against spec 3 conditions 1-6. Prints `valid` or `refused KIND: MESSAGE` per map
+      (envelope lines start with the parameter name); --json prints one JSON object per
+      line instead (param, verdict, kind, message, rank, piece, address, side, path).
+      Writes no files.
+      Exit: 0 every map valid; 1 some map refused; 2 unreadable file (a directory is
+      named as one), not JSON, or neither a map nor an envelope.
+)"},
+    {"repro", R"(  repro CASE.json [--policy strict|legacy | --target NAME] [--oracle truth|same-map] [--json]
+      Replays a case file. Prints `refused KIND: ...`, `exact`, or `WRONG` with the first
+      differing element; --json prints one JSON object. Writes no files.
+      Exit: 0 refused or exact, as the case expects; 1 silently wrong, a target fault, or
+      not what the case expects; 2 unreadable or unusable case, a target that does not
+      start, or bad usage.
+)"},
+    {"digest", R"(  digest MAP.json [--dtype D] [--scale-power P] [--state S] [--param NAME] SHARD...
+  digest CASE.json [--state S]
+      Prints the content digest of the tensor a map and its shards describe, and each
+      rank's share (SHARD: a raw little-endian file, RANK=PATH or PATH). Writes no files.
+      Exit: 0 computed (and equal to the recorded value, with --state); 1 map or shards
+      refused, or the recorded value differs or is missing; 2 unreadable input, bad usage.
+)"},
+    {"campaign", R"(  campaign [--seed S] [--cases N] [--time SECONDS] [--jobs J] [--out DIR] [...]
+  campaign --resume DIR [--jobs J] [...]
+      Generates (layout, corruption) cases, runs them through the oracle, prints a table.
+      Without --cases or --time it runs 60 s; --seed takes 0 to 2^64-1 (default random,
+      printed); --jobs 0 (the default) means one worker per core.
+      Writes into --out (default campaign-out/), kept current while it runs:
+        findings/SIGNATURE.json  one minimised case file per finding signature
+        report.json              totals, table rows, findings, `complete`
+        table.txt                the table
+        checkpoint.json          what --resume reads
+      Prints `new finding: SIGNATURE (case I) -> FILE` as each finding file is written.
+      SIGINT/SIGTERM stop at the next case boundary; a second SIGINT stops at once.
+      Exit: 0 nothing silently wrong and no finding; 1 a finding (silently wrong, a
+      crash, time-out or out-of-memory case, a target fault; valid-but-different only
+      with --strict-layout); 2 bad usage, a target that does not start, or a checkpoint
+      that cannot be resumed; 130 stopped at once by a second SIGINT.
+)"},
+};
+
+std::string overview() {
+  std::string text = "Subcommands (SUBCOMMAND --help lists its options; --help-all lists them all):\n";
+  for (const HelpSection& section : kSections) text += std::string("\n") + section.text;
+  text +=
+      "\nExit codes shared by every subcommand: 0 nothing found, 1 something refused or found,\n"
+      "2 unreadable input or bad usage. --help and --version exit 0.";
+  return text;
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace shardcheck::cli;
-  CLI::App app{"shardcheck: verify DeepSpeed affine shard maps and replay conversion cases"};
+  CLI::App app{"shardcheck: verify DeepSpeed affine shard maps and replay conversion cases", "shardcheck"};
   app.set_version_flag("--version", kVersion);
+  app.set_help_all_flag("--help-all", "Print this help and every subcommand's options, then exit");
   app.require_subcommand(1);
   RunState state;
   register_check(app, state);
   register_repro(app, state);
   register_digest(app, state);
   register_campaign(app, state);
+  // After the subcommands are made, so that they do not inherit the whole overview.
+  app.footer(overview());
+  for (const HelpSection& section : kSections) {
+    app.get_subcommand(section.subcommand)->footer(section.text);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -93,9 +93,8 @@ void register_repro(CLI::App& app, RunState& state) {
       ->check(CLI::IsMember({"truth", "same-map"}));
   sub->add_option("--target", args->target,
                   "implementation under test: strict, legacy, deepspeed or exec:COMMAND (overrides --policy)");
-  sub->add_option("--target-timeout", args->target_timeout,
-                  "seconds an exec target may take per request before it counts as hung (default 10)")
-      ->check(CLI::PositiveNumber);
+  add_seconds_option(sub, "--target-timeout", args->target_timeout,
+                     "seconds an exec target may take per request before it counts as hung (default 10)");
   sub->add_flag("--json", args->json, "print the outcome as one JSON object");
   sub->callback([args, &state] { state.exit_code = run_repro(*args); });
 }

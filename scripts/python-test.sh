@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python package as a newcomer installs it: a fresh virtual environment that sees
-# Debian's numpy (and torch, where installed), `pip install .` (scikit-build-core and
-# nanobind come from PyPI), a smoke check, then the pytest suite. CI runs this.
+# Debian's numpy (and torch, where installed), `pip install .[test]` (scikit-build-core,
+# nanobind and Hypothesis come from PyPI), a check that the `shardcheck` command is on the
+# venv's PATH and prints its help, a smoke check, then the pytest suite. CI runs this.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-${SHARDCHECK_JOBS:-$(nproc)}}
@@ -23,8 +24,26 @@ venv=$(mktemp -d)
 trap 'rm -rf "$venv"' EXIT
 /usr/bin/python3 -m venv --system-site-packages "$venv"
 py="$venv/bin/python"
-"$py" -m pip install --disable-pip-version-check -q "$root"
-"$py" -c "import pytest" 2>/dev/null || "$py" -m pip install --disable-pip-version-check -q pytest
+# -v: pip shows the build's progress (scikit-build-core's steps, one line per compiled
+# file) instead of minutes of silence. [test] brings pytest and Hypothesis.
+"$py" -m pip install --disable-pip-version-check -v "$root[test]"
+"$py" -c "import pytest, hypothesis"
+
+# The command line ships in the wheel: `shardcheck` is on the environment's PATH.
+command=$(PATH="$venv/bin:$PATH" command -v shardcheck || true)
+if [ "$command" != "$venv/bin/shardcheck" ]; then
+  echo "pip install . left no shardcheck command in $venv/bin (found: '${command:-nothing}')" >&2
+  exit 1
+fi
+help=$(PATH="$venv/bin:$PATH" shardcheck --help)
+for sub in check repro digest campaign; do
+  if ! grep -q "^  $sub " <<<"$help"; then
+    echo "shardcheck --help from the venv does not cover '$sub':" >&2
+    echo "$help" >&2
+    exit 1
+  fi
+done
+echo "shardcheck command: $command ($(PATH="$venv/bin:$PATH" shardcheck --version))"
 
 # Outside the source tree, so that the installed package is the one imported.
 cd "$venv"

@@ -5,11 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -406,6 +409,258 @@ TEST_F(CliTest, DigestOfACaseFile) {
   EXPECT_EQ(twin.exit_code, 1) << twin.out;
   EXPECT_NE(twin.out.find("truth digest 0xce9a0aa78c2270e0"), std::string::npos) << twin.out;
   EXPECT_NE(twin.out.find("recorded digest 0xce9a0aa78c2270e0 DIFFERS"), std::string::npos) << twin.out;
+}
+
+// --- numeric options: exact parsing, errors in plain words -------------------------
+
+// The whole of stderr for a usage error: the sentence, CLI11's pointer to --help, and
+// no CLI11 range on a double ("0.000000 to 1797...").
+void expect_usage_error(const Ran& run, const std::string& sentence) {
+  EXPECT_EQ(run.exit_code, 2) << run.out;
+  EXPECT_EQ(run.out.rfind(sentence + "\n", 0), 0u) << run.out;
+  EXPECT_EQ(run.out.find("0.000000"), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find("1797693"), std::string::npos) << run.out;
+}
+
+TEST_F(CliTest, CampaignRangeErrorsAreSentences) {
+  const std::string out = " --quiet --no-isolate --jobs 1 --out " + quoted((dir_ / "out").string());
+  expect_usage_error(shardcheck("campaign --cases -1" + out, true), "--cases must be >= 0, got -1");
+  expect_usage_error(shardcheck("campaign --cases 1.5" + out, true), "--cases must be a whole number, got 1.5");
+  expect_usage_error(shardcheck("campaign --cases 99999999999999999999" + out, true),
+                     "--cases must be <= 9223372036854775807, got 99999999999999999999");
+  expect_usage_error(shardcheck("campaign --cases 5 --jobs -1 --quiet", true),
+                     "--jobs must be between 0 and 4096, got -1");
+  expect_usage_error(shardcheck("campaign --time -1" + out, true),
+                     "--time must be a number of seconds > 0 and <= 1000000000, got -1");
+  expect_usage_error(shardcheck("campaign --time nan" + out, true),
+                     "--time must be a number of seconds > 0 and <= 1000000000, got nan");
+  expect_usage_error(shardcheck("campaign --cases 5 --max-elements 0" + out, true),
+                     "--max-elements must be between 1 and 1048576, got 0");
+  expect_usage_error(shardcheck("campaign --cases 5 --case-time-limit 0" + out, true),
+                     "--case-time-limit must be a number of seconds > 0 and <= 1000000000, got 0");
+  expect_usage_error(shardcheck("campaign --cases 5 --case-memory-limit 15" + out, true),
+                     "--case-memory-limit must be between 16 and 1073741824, got 15");
+  expect_usage_error(shardcheck("repro " + corpus("spec6-1-two-ranks-one-block.json") + " --target-timeout -2", true),
+                     "--target-timeout must be a number of seconds > 0 and <= 1000000000, got -2");
+  expect_usage_error(shardcheck("digest " + write("m.json", kValidMap) + " --scale-power 1e3", true),
+                     "--scale-power must be a whole number, got 1e3");
+  // Nothing ran: no output folder was made.
+  EXPECT_FALSE(fs::exists(dir_ / "out"));
+}
+
+// The campaign's report.json, after a run of `cases` cases with these extra arguments.
+nlohmann::json campaign_report(const fs::path& out, const std::string& args, int& exit_code) {
+  Ran run = shardcheck("campaign --quiet --no-isolate --out " + quoted(out.string()) + " " + args);
+  exit_code = run.exit_code;
+  std::ifstream in(out / "report.json");
+  if (!in) return nullptr;
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
+TEST_F(CliTest, CampaignSeedsAreParsedExactly) {
+  expect_usage_error(shardcheck("campaign --cases 1 --seed -1", true),
+                     "--seed must be a whole number from 0 to 18446744073709551615, got -1");
+  expect_usage_error(shardcheck("campaign --cases 1 --seed 99999999999999999999", true),
+                     "--seed must be at most 18446744073709551615 (an unsigned 64-bit integer), got "
+                     "99999999999999999999");
+  expect_usage_error(shardcheck("campaign --cases 1 --seed 18446744073709551616", true),
+                     "--seed must be at most 18446744073709551615 (an unsigned 64-bit integer), got "
+                     "18446744073709551616");
+  expect_usage_error(shardcheck("campaign --cases 1 --seed 0x10", true),
+                     "--seed must be a whole number from 0 to 18446744073709551615, got 0x10");
+  int code = -1;
+  // The largest seed is taken as it is, not saturated into or wrapped from something else.
+  nlohmann::json top = campaign_report(dir_ / "top", "--cases 3 --jobs 1 --seed 18446744073709551615", code);
+  EXPECT_EQ(code, 0);
+  ASSERT_TRUE(top.is_object());
+  EXPECT_EQ(top["seed"].get<std::uint64_t>(), 18446744073709551615ull);
+  EXPECT_EQ(top["cases"], 3);
+  // Decimal, always: a leading zero is not octal.
+  nlohmann::json ten = campaign_report(dir_ / "ten", "--cases 2 --jobs 1 --seed 010", code);
+  EXPECT_EQ(code, 0);
+  ASSERT_TRUE(ten.is_object());
+  EXPECT_EQ(ten["seed"].get<std::uint64_t>(), 10u);
+}
+
+TEST_F(CliTest, CampaignJobsZeroMeansAllCores) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  int code = -1;
+  nlohmann::json report = campaign_report(dir_ / "zero", "--cases 4 --seed 1 --jobs 0", code);
+  EXPECT_EQ(code, 0);
+  ASSERT_TRUE(report.is_object());
+  EXPECT_EQ(report["jobs"], cores);
+  nlohmann::json one = campaign_report(dir_ / "one", "--cases 4 --seed 1 --jobs 1", code);
+  ASSERT_TRUE(one.is_object());
+  EXPECT_EQ(one["jobs"], 1);
+  // --cases 0 is a campaign of no cases, not an error.
+  nlohmann::json none = campaign_report(dir_ / "none", "--cases 0 --seed 1 --jobs 1", code);
+  EXPECT_EQ(code, 0);
+  ASSERT_TRUE(none.is_object());
+  EXPECT_EQ(none["cases"], 0);
+  Ran help = shardcheck("campaign --help");
+  EXPECT_NE(help.out.find("0 (the default) means all cores"), std::string::npos) << help.out;
+}
+
+// --- a directory where a file is expected -------------------------------------------
+
+TEST_F(CliTest, ADirectoryIsNamedAsOne) {
+  const std::string dir = quoted(dir_.string());
+  const std::string expected = "shardcheck: cannot read " + dir_.string() + ": it is a directory, not a file\n";
+  for (const std::string& args :
+       {"check " + dir, "check --json " + dir, "repro " + dir, "repro --json " + dir, "digest " + dir}) {
+    Ran run = shardcheck(args, true);
+    EXPECT_EQ(run.exit_code, 2) << args;
+    EXPECT_EQ(run.out, expected) << args;
+  }
+  // A directory given as a shard file: the same sentence, after the map it goes with.
+  const std::string map = write("m.json", kValidMap);
+  Ran shard = shardcheck("digest " + map + " 0=" + dir, true);
+  EXPECT_EQ(shard.exit_code, 2);
+  EXPECT_NE(shard.out.find(expected.substr(std::string("shardcheck: ").size())), std::string::npos) << shard.out;
+  EXPECT_EQ(shard.out.find("JSON"), std::string::npos) << shard.out;
+}
+
+// --- check --json -------------------------------------------------------------------
+
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> lines;
+  std::size_t start = 0;
+  while (start < out.size()) {
+    std::size_t end = out.find('\n', start);
+    if (end == std::string::npos) end = out.size();
+    lines.push_back(nlohmann::json::parse(out.substr(start, end - start), nullptr, false));
+    start = end + 1;
+  }
+  return lines;
+}
+
+const char* const kCheckJsonKeys[] = {"param", "verdict", "kind", "message", "rank",
+                                      "piece", "address", "side", "path"};
+
+TEST_F(CliTest, CheckJsonBareMaps) {
+  Ran valid = shardcheck("check --json " + write("valid.json", kValidMap));
+  EXPECT_EQ(valid.exit_code, 0);
+  auto lines = json_lines(valid.out);
+  ASSERT_EQ(lines.size(), 1u) << valid.out;
+  for (const char* key : kCheckJsonKeys) EXPECT_TRUE(lines[0].contains(key)) << key;
+  EXPECT_EQ(lines[0].size(), std::size(kCheckJsonKeys));
+  EXPECT_EQ(lines[0]["verdict"], "valid");
+  EXPECT_TRUE(lines[0]["param"].is_null());
+  EXPECT_TRUE(lines[0]["kind"].is_null());
+  EXPECT_TRUE(lines[0]["message"].is_null());
+
+  Ran bad = shardcheck("check " + write("bad.json", kCollidingMap) + " --json");
+  EXPECT_EQ(bad.exit_code, 1);
+  lines = json_lines(bad.out);
+  ASSERT_EQ(lines.size(), 1u) << bad.out;
+  EXPECT_EQ(lines[0]["verdict"], "refused");
+  EXPECT_EQ(lines[0]["kind"], "twice");
+  EXPECT_EQ(lines[0]["rank"], 0);
+  EXPECT_TRUE(lines[0]["piece"].is_number_integer());
+  EXPECT_EQ(lines[0]["address"], 0);
+  EXPECT_EQ(lines[0]["side"], "shard");
+  EXPECT_TRUE(lines[0]["path"].is_null());
+  // The message is the plain output's, after "refused twice: ".
+  Ran plain = shardcheck("check " + write("bad2.json", kCollidingMap));
+  EXPECT_EQ(plain.out, "refused twice: " + lines[0]["message"].get<std::string>() + "\n");
+}
+
+TEST_F(CliTest, CheckJsonEnvelopeAndExitCodes) {
+  std::string envelope = R"({"version": 1, "params": {"a.weight": )" + kValidMap +
+                         R"(, "b.bias": {"logical_shape": [4], "ranks": 7}, "c.weight": )" +
+                         kCollidingMap + "}}";
+  Ran run = shardcheck("check --json " + write("env.json", envelope));
+  EXPECT_EQ(run.exit_code, 1);
+  auto lines = json_lines(run.out);
+  ASSERT_EQ(lines.size(), 3u) << run.out;
+  EXPECT_EQ(lines[0]["param"], "a.weight");
+  EXPECT_EQ(lines[0]["verdict"], "valid");
+  EXPECT_EQ(lines[1]["param"], "b.bias");
+  EXPECT_EQ(lines[1]["verdict"], "refused");
+  EXPECT_EQ(lines[1]["kind"], "format");
+  EXPECT_EQ(lines[1]["path"], R"($.params["b.bias"].ranks)");
+  EXPECT_TRUE(lines[1]["rank"].is_null());
+  EXPECT_EQ(lines[2]["param"], "c.weight");
+  EXPECT_EQ(lines[2]["kind"], "twice");
+  for (const auto& line : lines) EXPECT_EQ(line.size(), std::size(kCheckJsonKeys)) << line.dump();
+
+  std::string all_valid = R"({"version": 1, "params": {"x": )" + kValidMap + "}}";
+  Ran ok = shardcheck("check --json " + write("ok.json", all_valid));
+  EXPECT_EQ(ok.exit_code, 0);
+  lines = json_lines(ok.out);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["param"], "x");
+  // Unreadable input keeps exit code 2 and prints nothing on stdout.
+  Ran syntax = shardcheck("check --json " + write("syntax.json", R"({"logical_shape": [4],)"));
+  EXPECT_EQ(syntax.exit_code, 2);
+  EXPECT_EQ(syntax.out, "");
+}
+
+// --- --help covers every subcommand ----------------------------------------------------
+
+TEST_F(CliTest, HelpCoversSubcommandsExitCodesAndOutputs) {
+  Ran help = shardcheck("--help");
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* usage :
+       {"  check MAP.json [--json]", "  repro CASE.json ", "  digest MAP.json ", "  digest CASE.json ",
+        "  campaign [--seed S]", "  campaign --resume DIR", "findings/SIGNATURE.json", "report.json",
+        "table.txt", "checkpoint.json", "--jobs 0 (the default) means one worker per core",
+        "130 stopped at once"}) {
+    EXPECT_NE(help.out.find(usage), std::string::npos) << usage << "\n" << help.out;
+  }
+  // One "Exit:" line per subcommand, in the overview and in each subcommand's own help.
+  std::size_t exits = 0;
+  for (std::size_t at = help.out.find("Exit: 0 "); at != std::string::npos; at = help.out.find("Exit: 0 ", at + 1)) {
+    ++exits;
+  }
+  EXPECT_EQ(exits, 4u) << help.out;
+  for (const char* sub : {"check", "repro", "digest", "campaign"}) {
+    Ran own = shardcheck(std::string(sub) + " --help");
+    EXPECT_EQ(own.exit_code, 0) << sub;
+    EXPECT_NE(own.out.find(std::string("\n  ") + sub + " "), std::string::npos) << own.out;
+    EXPECT_NE(own.out.find("Exit: 0 "), std::string::npos) << own.out;
+  }
+  Ran all = shardcheck("--help-all");
+  EXPECT_EQ(all.exit_code, 0);
+  EXPECT_NE(all.out.find("--case-memory-limit"), std::string::npos);
+  EXPECT_NE(all.out.find("--scale-power"), std::string::npos);
+}
+
+// --- cmake --install ---------------------------------------------------------------
+
+TEST_F(CliTest, CmakeInstallPutsTheCommandInBin) {
+  const fs::path build = fs::path(SHARDCHECK_BINARY).parent_path();
+  const fs::path prefix = dir_ / "prefix";
+  Ran install = [&] {
+    std::string command = quoted(SHARDCHECK_CMAKE) + " --install " + quoted(build.string()) + " --prefix " +
+                          quoted(prefix.string()) + " 2>&1";
+    Ran run;
+    FILE* pipe = popen(command.c_str(), "r");
+    if (pipe == nullptr) return run;
+    char buffer[4096];
+    std::size_t n;
+    while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) run.out.append(buffer, n);
+    int status = pclose(pipe);
+    if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
+    return run;
+  }();
+  ASSERT_EQ(install.exit_code, 0) << install.out;
+  const fs::path installed = prefix / "bin" / "shardcheck";
+  ASSERT_TRUE(fs::is_regular_file(installed)) << install.out;
+  EXPECT_NE(fs::status(installed).permissions() & fs::perms::owner_exec, fs::perms::none);
+  // Nothing but the command: no libraries, headers or test binaries.
+  std::vector<std::string> files;
+  for (const auto& entry : fs::recursive_directory_iterator(prefix)) {
+    if (entry.is_regular_file()) files.push_back(fs::relative(entry.path(), prefix).string());
+  }
+  EXPECT_EQ(files, std::vector<std::string>{"bin/shardcheck"});
+  // The installed copy is the same command.
+  FILE* pipe = popen((quoted(installed.string()) + " --version").c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  char buffer[256] = {};
+  const std::size_t n = fread(buffer, 1, sizeof buffer - 1, pipe);
+  EXPECT_EQ(pclose(pipe), 0);
+  EXPECT_EQ(std::string(buffer, n), shardcheck("--version").out);
 }
 
 }  // namespace

@@ -19,18 +19,21 @@ DeepSpeed does. Results are new arrays of the map's shape: torch tensors when th
 are torch tensors, NumPy arrays otherwise.
 """
 
-from __future__ import annotations
+# Imported under private names, so that the module's public names are exactly __all__.
+import json as _json
+import numbers as _numbers
+import sys as _sys
+from collections.abc import Mapping as _Mapping
+from importlib import metadata as _metadata
+from typing import Any as _Any
+from typing import Optional as _Optional
 
-import json
-import numbers
-import sys
-from collections.abc import Mapping
-from typing import Any, Optional
-
-import numpy
+import numpy as _numpy
 
 __all__ = ["MapError", "check", "rebuild", "extract", "DTYPES", "KINDS"]
-__version__ = "0.1.0"
+# The installed distribution's version: pyproject.toml is its one source (the command
+# line's `shardcheck --version` is checked against it by the tests).
+__version__ = _metadata.version("shardcheck")
 
 
 class MapError(ValueError):
@@ -49,11 +52,11 @@ class MapError(ValueError):
         self,
         message: str,
         kind: str = "format",
-        rank: Optional[int] = None,
-        piece: Optional[int] = None,
-        address: Optional[int] = None,
-        side: Optional[str] = None,
-        path: Optional[str] = None,
+        rank: _Optional[int] = None,
+        piece: _Optional[int] = None,
+        address: _Optional[int] = None,
+        side: _Optional[str] = None,
+        path: _Optional[str] = None,
     ) -> None:
         super().__init__(message)
         self.kind = kind
@@ -79,23 +82,23 @@ DTYPES = tuple(_core.dtype_names())  # the dtypes conversion moves, as the core 
 KINDS = tuple(_core.kind_names())  # every MapError.kind
 
 _INT64_MAX = (1 << 63) - 1
-_NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
+_NATIVE_ORDER = "<" if _sys.byteorder == "little" else ">"
 
 
 class _Unwritable(Exception):
     pass
 
 
-def _encode(value: Any, out: list) -> None:
+def _encode(value: _Any, out: list) -> None:
     """Writes DeepSpeed's plain-scalar form (integer keys, tuples, NumPy scalars) as JSON
     text. Keys are written as they come, so {0: a, "0": b} reaches the codec as two
     equal keys and is refused there, instead of one silently replacing the other."""
-    if isinstance(value, Mapping):
+    if isinstance(value, _Mapping):
         out.append("{")
         for i, (key, item) in enumerate(value.items()):
             if i:
                 out.append(",")
-            out.append(json.dumps(_key_text(key)))
+            out.append(_json.dumps(_key_text(key)))
             out.append(":")
             _encode(item, out)
         out.append("}")
@@ -108,26 +111,26 @@ def _encode(value: Any, out: list) -> None:
         out.append("]")
     elif value is None or isinstance(value, (bool, int, float, str)):
         # NaN and infinities come out as tokens JSON lacks, so the codec refuses them.
-        out.append(json.dumps(value))
+        out.append(_json.dumps(value))
     elif hasattr(type(value), "__index__"):
         out.append(str(value.__index__()))
-    elif isinstance(value, numbers.Real):
-        out.append(json.dumps(float(value)))
+    elif isinstance(value, _numbers.Real):
+        out.append(_json.dumps(float(value)))
     else:
         raise _Unwritable(f"a value of type {type(value).__name__}")
 
 
-def _key_text(key: Any) -> str:
+def _key_text(key: _Any) -> str:
     if isinstance(key, str):
         return key
     if key is None or isinstance(key, (bool, float)):
-        return json.dumps(key)  # what json.dumps would make of it: "null", "true", "1.5"
+        return _json.dumps(key)  # what json.dumps would make of it: "null", "true", "1.5"
     if hasattr(type(key), "__index__"):
         return str(key.__index__())
     raise _Unwritable(f"a key of type {type(key).__name__}")
 
 
-def _map_text(map: Any) -> str:
+def _map_text(map: _Any) -> str:
     if isinstance(map, str):
         return map
     if isinstance(map, (bytes, bytearray)):
@@ -135,7 +138,7 @@ def _map_text(map: Any) -> str:
             return bytes(map).decode("utf-8")
         except UnicodeDecodeError as e:
             raise MapError(f"$: the map is not UTF-8 text ({e}).", kind="format", path="$") from None
-    if not isinstance(map, Mapping) and callable(getattr(map, "to_dict", None)):
+    if not isinstance(map, _Mapping) and callable(getattr(map, "to_dict", None)):
         map = map.to_dict()
     out: list = []
     try:
@@ -147,13 +150,13 @@ def _map_text(map: Any) -> str:
     return "".join(out)
 
 
-def _torch_tensor_type() -> Any:
+def _torch_tensor_type() -> _Any:
     # torch is looked up, never imported: a NumPy-only caller does not pay for it.
-    torch = sys.modules.get("torch")
+    torch = _sys.modules.get("torch")
     return getattr(torch, "Tensor", None) if torch is not None else None
 
 
-def _array(value: Any, what: str) -> tuple[Any, bool, bool]:
+def _array(value: _Any, what: str) -> tuple[_Any, bool, bool]:
     """The array to hand to the core, whether it is a torch tensor, and whether it is a
     uint8 view of a torch bool tensor (DLPack in torch cannot carry bool)."""
     tensor_type = _torch_tensor_type()
@@ -161,11 +164,11 @@ def _array(value: Any, what: str) -> tuple[Any, bool, bool]:
         # A parameter that requires grad cannot be exported; detaching shares its memory.
         if value.requires_grad:
             value = value.detach()
-        torch = sys.modules["torch"]
+        torch = _sys.modules["torch"]
         if value.dtype == torch.bool:
             return value.view(torch.uint8), True, True
         return value, True, False
-    if isinstance(value, numpy.ndarray):
+    if isinstance(value, _numpy.ndarray):
         if value.dtype.name not in DTYPES:
             raise TypeError(f"{what} has dtype {value.dtype}, which shardcheck does not convert ({', '.join(DTYPES)})")
         if value.dtype.byteorder not in ("=", "|") and value.dtype.byteorder != _NATIVE_ORDER:
@@ -183,7 +186,7 @@ def _array(value: Any, what: str) -> tuple[Any, bool, bool]:
     return value, False, False
 
 
-def _rank(value: Any, what: str) -> int:
+def _rank(value: _Any, what: str) -> int:
     if isinstance(value, bool) or not hasattr(type(value), "__index__"):
         raise TypeError(f"{what} must be an integer rank, not {type(value).__name__}")
     rank = value.__index__()
@@ -192,7 +195,7 @@ def _rank(value: Any, what: str) -> int:
     return rank
 
 
-def _power(scale_power: Any) -> int:
+def _power(scale_power: _Any) -> int:
     if isinstance(scale_power, bool) or not hasattr(type(scale_power), "__index__"):
         raise TypeError(f"scale_power must be an integer (1, -1 or -2), not {type(scale_power).__name__}")
     power = scale_power.__index__()
@@ -201,7 +204,7 @@ def _power(scale_power: Any) -> int:
     return power
 
 
-def _dtype_name(dtype: Any) -> Optional[str]:
+def _dtype_name(dtype: _Any) -> _Optional[str]:
     """A dtype's name as the core spells it, from a name, a NumPy or a torch dtype."""
     if dtype is None or isinstance(dtype, str):
         return dtype
@@ -209,24 +212,24 @@ def _dtype_name(dtype: Any) -> Optional[str]:
     if text.startswith("torch."):
         return text[len("torch.") :]
     try:
-        return numpy.dtype(dtype).name
+        return _numpy.dtype(dtype).name
     except TypeError:
         return text
 
 
-def check(map: Any) -> None:
+def check(map: _Any) -> None:
     """Raises :class:`MapError` unless the map passes every check on the map alone
     (contract section 3, conditions 1-6)."""
     _core.check(_map_text(map))
 
 
 def rebuild(
-    map: Any,
-    shards: Mapping[int, Any],
+    map: _Any,
+    shards: _Mapping[int, _Any],
     scale_power: int = 1,
     *,
-    dtype: Any = None,
-) -> Any:
+    dtype: _Any = None,
+) -> _Any:
     """The full tensor, of the map's logical shape, from ``{rank: shard}``.
 
     Runs every map check first and records who wrote each element, so it refuses (with
@@ -236,7 +239,7 @@ def rebuild(
     such as ``"float32"``, a NumPy or a torch dtype) is needed only when no shard is
     given; otherwise the shards' dtype is used and they must all agree.
     """
-    if not isinstance(shards, Mapping):
+    if not isinstance(shards, _Mapping):
         raise TypeError(f"shards must be a mapping of rank to array, not {type(shards).__name__}")
     items = []
     kinds = set()
@@ -251,7 +254,7 @@ def rebuild(
     return _core.rebuild(text, items, _power(scale_power), _dtype_name(dtype), kinds == {True})
 
 
-def extract(map: Any, full: Any, rank: int, scale_power: int = 1) -> Any:
+def extract(map: _Any, full: _Any, rank: int, scale_power: int = 1) -> _Any:
     """Rank ``rank``'s shard, of its shard shape, from the full tensor.
 
     Runs every map check first (on all ranks, not only this one) and never leaves a
