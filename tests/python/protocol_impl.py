@@ -14,6 +14,12 @@ this process, from 1):
   --garbage-on N   answer request N with a line that is not JSON
   --lax-locations  accept locations that repeat a rank (this file's own bug, found by
                    the campaign's strict-accepts judgement; tests plant it back)
+
+Planted bugs that depend on the case alone, so that a finding they cause replays (the
+finding files of a campaign must fail `shardcheck repro` with this target):
+  --refuse-replicas  refuse, kind holders, every map with a replicated piece
+  --ignore-scale     move data without scaling it
+  --crash-on-extract exit with status 3 instead of answering any extract request
 """
 
 import argparse
@@ -108,6 +114,8 @@ def parse_map(doc):
 
 
 LAX_LOCATIONS = False
+REFUSE_REPLICAS = False
+IGNORE_SCALE = False
 
 
 def check_map(shape, ranks):
@@ -195,7 +203,7 @@ def bfloat16_value(x):
 
 def scaled(dtype, bits, scale, power, multiply):
     """bits * scale**power (extract) or bits / scale**power (rebuild), in the dtype."""
-    if scale == 1.0:
+    if scale == 1.0 or IGNORE_SCALE:
         return bits
     if dtype == 'bfloat16':
         values = (bits.astype(np.uint32) << 16).view(np.float32)
@@ -235,10 +243,16 @@ def tensor_out(bits, dtype):
     return {'dtype': dtype, 'shape': [int(bits.size)], 'data': base64.b64encode(bits.tobytes()).decode('ascii')}
 
 
+def refuse_replicas(ranks):
+    if REFUSE_REPLICAS and any(len(p['locations']) >= 2 for _, pieces in ranks.values() for p in pieces):
+        raise Refused('holders', 'replicated pieces are refused (--refuse-replicas)')
+
+
 def rebuild(request):
     dtype = request['dtype']
     shape, ranks = parse_map(request['map'])
     check_map(shape, ranks)
+    refuse_replicas(ranks)
     check_scale(ranks, dtype, request['scale_power'])
     shards = {int(rank): tensor_in(t, dtype) for rank, t in request['shards'].items()}
     full = np.zeros(numel(shape), dtype=BITS[dtype])
@@ -267,6 +281,7 @@ def extract(request):
     dtype = request['dtype']
     shape, ranks = parse_map(request['map'])
     check_map(shape, ranks)
+    refuse_replicas(ranks)
     check_scale(ranks, dtype, request['scale_power'])
     rank = request['rank']
     if rank not in ranks:
@@ -306,15 +321,20 @@ def main():
     parser.add_argument('--hang-on', type=int, default=0)
     parser.add_argument('--garbage-on', type=int, default=0)
     parser.add_argument('--lax-locations', action='store_true')
+    parser.add_argument('--refuse-replicas', action='store_true')
+    parser.add_argument('--ignore-scale', action='store_true')
+    parser.add_argument('--crash-on-extract', action='store_true')
     args = parser.parse_args()
-    global LAX_LOCATIONS
+    global LAX_LOCATIONS, REFUSE_REPLICAS, IGNORE_SCALE
     LAX_LOCATIONS = args.lax_locations
+    REFUSE_REPLICAS = args.refuse_replicas
+    IGNORE_SCALE = args.ignore_scale
     served = 0
     for line in sys.stdin.buffer:
         request = json.loads(line)
         if request.get('op') != 'hello':
             served += 1
-            if served == args.crash_on:
+            if served == args.crash_on or (args.crash_on_extract and request.get('op') == 'extract'):
                 os._exit(3)
             if served == args.hang_on:
                 while True:
