@@ -19,7 +19,8 @@ Planted bugs that depend on the case alone, so that a finding they cause replays
 finding files of a campaign must fail `shardcheck repro` with this target):
   --refuse-replicas  refuse, kind holders, every map with a replicated piece
   --ignore-scale     move data without scaling it
-  --crash-on-extract exit with status 3 instead of answering any extract request
+  --crash-on-extract-of RANK
+                     exit with status 3 instead of answering an extract of that rank
 """
 
 import argparse
@@ -323,7 +324,7 @@ def main():
     parser.add_argument('--lax-locations', action='store_true')
     parser.add_argument('--refuse-replicas', action='store_true')
     parser.add_argument('--ignore-scale', action='store_true')
-    parser.add_argument('--crash-on-extract', action='store_true')
+    parser.add_argument('--crash-on-extract-of', type=int, default=-1)
     args = parser.parse_args()
     global LAX_LOCATIONS, REFUSE_REPLICAS, IGNORE_SCALE
     LAX_LOCATIONS = args.lax_locations
@@ -334,7 +335,7 @@ def main():
         request = json.loads(line)
         if request.get('op') != 'hello':
             served += 1
-            if served == args.crash_on or (args.crash_on_extract and request.get('op') == 'extract'):
+            if served == args.crash_on or (request.get('op') == 'extract' and request.get('rank') == args.crash_on_extract_of):
                 os._exit(3)
             if served == args.hang_on:
                 while True:
