@@ -154,3 +154,58 @@ TEST_F(FindingReplay, EveryFindingOfAnExecCampaignFailsWithTheTargetItRecords) {
 }
 
 }  // namespace
+
+namespace {
+
+// Lines of `text` that begin with `prefix`.
+std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> found;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(prefix, 0) == 0) found.push_back(line);
+  }
+  return found;
+}
+
+std::string last_line(const std::string& text) {
+  const auto end = text.find_last_not_of('\n');
+  const auto start = text.rfind('\n', end);
+  return text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
+
+TEST_F(FindingReplay, ACampaignShowsEachFindingOnceAndEndsWithItsVerdict) {
+  const fs::path out = dir_ / "screen";
+  const std::string args = fmt::format("campaign --seed 1 --cases 100 --policy legacy --jobs 2 --out {}", quoted(out.string()));
+  // stdout alone: the lines a user reads under the stderr progress.
+  const Ran ran = shardcheck(args + " 2>/dev/null", dir_);
+  ASSERT_EQ(ran.exit_code, 1) << ran.out;
+  const auto report = nlohmann::json::parse(read_text(out / "report.json"));
+  const std::size_t findings = report.at("findings").size();
+  ASSERT_GT(findings, 0u);
+  EXPECT_EQ(lines_starting(ran.out, "new finding: ").size(), findings) << ran.out;
+  EXPECT_TRUE(lines_starting(ran.out, "finding: ").empty()) << "a finding shown twice:\n" << ran.out;
+  const long long different = report.at("total").at("valid_but_different").get<long long>();
+  ASSERT_GT(different, 0);
+  const auto notes = lines_starting(ran.out, fmt::format("note: {} valid-but-different cases do not fail the run", different));
+  EXPECT_EQ(notes.size(), 1u) << ran.out;
+  EXPECT_EQ(last_line(ran.out).rfind(fmt::format("verdict: FAIL, exit 1: {} finding signatures, ", findings), 0), 0u)
+      << ran.out;
+
+  // --verbose lists every finding again at the end, with its count of cases.
+  fs::remove_all(out);
+  const Ran verbose = shardcheck(args + " --verbose 2>/dev/null", dir_);
+  EXPECT_EQ(lines_starting(verbose.out, "finding: ").size(), findings) << verbose.out;
+
+  // An unsharded run names no shard; a sharded one does.
+  const Ran whole = shardcheck(fmt::format("campaign --seed 1 --cases 10 --jobs 1 --quiet --out {}",
+                                           quoted((dir_ / "whole").string())),
+                               dir_);
+  EXPECT_EQ(whole.out.find(", shard "), std::string::npos) << whole.out;
+  EXPECT_EQ(last_line(whole.out), "verdict: PASS, exit 0: nothing silently wrong and no finding in 10 cases") << whole.out;
+  const Ran part = shardcheck(fmt::format("campaign --seed 1 --cases 10 --shard 1/2 --jobs 1 --quiet --out {}",
+                                          quoted((dir_ / "part").string())),
+                              dir_);
+  EXPECT_NE(part.out.find(", shard 1/2"), std::string::npos) << part.out;
+}
+
+}  // namespace
