@@ -10,9 +10,13 @@
 #include <filesystem>
 #include <mutex>
 #include <random>
+#include <set>
+#include <string>
+#include <vector>
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "commands.h"
 #include "shardcheck/campaign.h"
@@ -38,6 +42,7 @@ struct CampaignArgs {
   bool digest = false;
   Index max_elements = 256;
   bool quiet = false;
+  bool verbose = false;  // every finding again at the end, with its count of cases
   std::string resume;
   bool isolate = false;
   bool no_isolate = false;
@@ -222,6 +227,23 @@ int options_from_checkpoint(const CampaignArgs& args, campaign::Checkpoint& chec
   return kExitOk;
 }
 
+// The last line of a campaign: its verdict and what its exit code means.
+std::string verdict_line(const campaign::Report& report, const std::filesystem::path& out) {
+  const std::string ran = report.complete ? fmt::format("{} cases", report.cases)
+                                          : fmt::format("{} cases (stopped early)", report.cases);
+  if (!report.failed()) {
+    return fmt::format("verdict: PASS, exit 0: nothing silently wrong and no finding in {}\n", ran);
+  }
+  std::vector<std::string> what;
+  if (!report.findings.empty()) what.push_back(fmt::format("{} finding signatures", report.findings.size()));
+  if (report.total.wrong > 0) what.push_back(fmt::format("{} silently wrong cases", report.total.wrong));
+  if (report.options.eval.strict_layout && report.total.valid_but_different > 0) {
+    what.push_back(fmt::format("{} valid-but-different cases (--strict-layout)", report.total.valid_but_different));
+  }
+  return fmt::format("verdict: FAIL, exit 1: {} in {}; replay one with: shardcheck repro {}/findings/FILE\n",
+                     fmt::join(what, ", "), ran, out.string());
+}
+
 int run_campaign(const CampaignArgs& args) {
   if (args.isolate && args.no_isolate) {
     std::fprintf(stderr, "shardcheck campaign: --isolate and --no-isolate exclude each other\n");
@@ -266,7 +288,10 @@ int run_campaign(const CampaignArgs& args) {
     return kExitUsage;
   }
   const Index already_done = args.resume.empty() ? 0 : checkpoint.report.cases;
-  std::fprintf(stderr, "shardcheck campaign: %sseed %llu, %s, %s %s, oracle %s, %d jobs%s, shard %d/%d%s\n",
+  // An unsharded run (1/1) names no shard.
+  const std::string shard =
+      options.shard_count > 1 ? fmt::format(", shard {}/{}", options.shard_index, options.shard_count) : "";
+  std::fprintf(stderr, "shardcheck campaign: %sseed %llu, %s, %s %s, oracle %s, %d jobs%s%s%s\n",
                args.resume.empty() ? "" : fmt::format("resuming {} ({} cases done), ", out.string(), already_done).c_str(),
                static_cast<unsigned long long>(options.seed),
                options.cases ? fmt::format("{} cases", *options.cases).c_str()
@@ -275,8 +300,7 @@ int run_campaign(const CampaignArgs& args) {
                options.eval.target.empty() ? std::string(policy_name(options.eval.policy)).c_str()
                                            : options.eval.target.c_str(),
                options.eval.oracle == oracles::OracleKind::truth ? "truth" : "same-map", options.jobs,
-               options.isolate ? " (isolated)" : "", options.shard_index, options.shard_count,
-               options.generate.record_digest ? ", digests" : "");
+               options.isolate ? " (isolated)" : "", shard.c_str(), options.generate.record_digest ? ", digests" : "");
   ProgressPrinter printer(options.cases, options.time_seconds, already_done,
                           args.resume.empty() ? 0.0 : checkpoint.report.seconds, args.quiet);
   campaign::Control control;
@@ -284,8 +308,12 @@ int run_campaign(const CampaignArgs& args) {
   control.progress = [&](Index done) { printer(done); };
   control.stop = &g_stop;
   control.resume = args.resume.empty() ? nullptr : &checkpoint;
+  // Signatures this run has printed a line for: the end lists only the others (found by
+  // the run this one resumes), so each finding shows once (all again with --verbose).
+  std::set<std::string> announced;
   control.on_new_finding = [&](const campaign::FindingRecord& finding, const std::filesystem::path& file) {
     std::lock_guard lock(g_print_mutex);
+    announced.insert(finding.signature);
     printer.clear_line();
     std::printf("new finding: %s (case %lld) -> %s\n", finding.signature.c_str(),
                 static_cast<long long>(finding.first_case), file.empty() ? "(no case file)" : file.c_str());
@@ -302,15 +330,25 @@ int run_campaign(const CampaignArgs& args) {
 
   std::fputs(campaign::format_table(report).c_str(), stdout);
   for (const auto& finding : report.findings) {
+    if (!args.verbose && announced.count(finding.signature) > 0) continue;
     const auto path = out / "findings" / campaign::finding_file_name(finding.signature);
     std::printf("finding: %s (%lld cases) -> %s\n", finding.signature.c_str(),
                 static_cast<long long>(finding.occurrences), finding.has_case ? path.c_str() : "(no case file)");
+  }
+  const Index different = report.total.valid_but_different;
+  if (different > 0 && !options.eval.strict_layout) {
+    std::printf(
+        "note: %lld valid-but-different cases do not fail the run: their maps pass every check, so no map check can "
+        "see the difference (contract section 10); content digests close it for rebuild (--digest), "
+        "--strict-layout makes them findings\n",
+        static_cast<long long>(different));
   }
   std::printf("report: %s\n", (out / "report.json").c_str());
   if (!report.complete) {
     std::fprintf(stderr, "shardcheck campaign: stopped after %lld cases; continue with: shardcheck campaign --resume %s\n",
                  static_cast<long long>(report.cases), out.c_str());
   }
+  std::fputs(verdict_line(report, out).c_str(), stdout);
   return report.failed() ? kExitFound : kExitOk;
 }
 
@@ -340,6 +378,9 @@ void register_campaign(CLI::App& app, RunState& state) {
   defining(add_seconds_option(sub, "--target-timeout", args->target_timeout,
                               "Seconds an exec target may take per request before it counts as hung (default 10)"));
   sub->add_flag("--quiet", args->quiet, "No progress output");
+  sub->add_flag("-v,--verbose", args->verbose,
+                "At the end, list every finding with its count of cases (by default each finding shows once, "
+                "when it is found)");
   sub->add_option("--resume", args->resume, "Continue the stopped campaign in DIR from its checkpoint.json");
   sub->add_flag("--isolate", args->isolate, "Run cases in worker processes (the default)");
   sub->add_flag("--no-isolate", args->no_isolate, "Run cases in threads of this process");

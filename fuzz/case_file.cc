@@ -24,8 +24,8 @@ using namespace shardcheck;
 
 constexpr std::string_view kTarget = "case_file";
 
-[[noreturn]] void fail(const Case& c, std::string signature, std::string message) {
-  fuzz::report_finding(props::Finding{std::move(signature), std::move(message), c}, kTarget);
+[[noreturn]] void fail(const Case& c, props::JudgeId judge, std::string_view detail, std::string message) {
+  fuzz::report_finding(props::make_finding(judge, detail, std::move(message), c), kTarget);
 }
 
 std::string label(const Case& c) {
@@ -47,7 +47,7 @@ void run_policy(const Case& c, Policy policy) {
   auto outcome = oracles::run_case(c, options);
   if (!outcome) {
     if (fuzz::replay_strict()) {
-      fail(c, fmt::format("case_file:unusable:{}", kind_name(outcome.error().kind)),
+      fail(c, props::JudgeId::case_file_unusable, kind_name(outcome.error().kind),
            "a regression case cannot be run: " + outcome.error().to_string());
     }
     return;
@@ -55,10 +55,10 @@ void run_policy(const Case& c, Policy policy) {
   const oracles::CaseOutcome& result = outcome.value();
   if (policy == Policy::strict && result.verdict == Outcome::wrong &&
       !oracles::reference_check(c.map).valid()) {
-    fail(c, fmt::format("silently-wrong:{}:{}", wrong_op(result), label(c)), result.message);
+    fail(c, props::JudgeId::silently_wrong, fmt::format("{}:{}", wrong_op(result), label(c)), result.message);
   }
   if (fuzz::replay_strict() && !result.matches_expectation) {
-    fail(c, fmt::format("case_file:expectation:{}:{}", policy_name(policy), c.name),
+    fail(c, props::JudgeId::case_file_expectation, fmt::format("{}:{}", policy_name(policy), c.name),
          result.expectation_message);
   }
 }
@@ -73,8 +73,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!decoded) {
     if (fuzz::replay_strict()) {
       // No case to print: the signature line alone says which file broke and why.
-      fuzz::report_finding(props::Finding{"case_file:undecodable", decoded.error().to_string(), Case{}},
-                           kTarget);
+      fuzz::report_finding(
+          props::make_finding(props::JudgeId::case_file_undecodable, "", decoded.error().to_string(), Case{}),
+          kTarget);
     }
     return 0;
   }

@@ -2,12 +2,14 @@
 //
 // Properties: reading the text straight into maps answers as reading it into a Json
 // value first does, errors word for word (props::check_text_readings, which the JSON
-// tests ask of their corpus too); for every map a document decodes to: the codec
-// never crashes and re-encoding (as given and through text) decodes to the same map; the check verdict
-// does not depend on rank or piece order; the fast checks agree with the reference
-// model (props::check_reference_agreement) on maps of at most 4,096 elements and 256
-// pieces (larger ones skip it and stay out of the corpus). Each broken property is a
-// finding.
+// tests ask of their corpus too); for every map a document decodes to: re-encoding
+// (through a Json value and through text) decodes to the same map
+// (props::check_json_roundtrip); the check verdict does not depend on rank or piece
+// order and a refusal carries a message (props::check_verdict_order); the fast checks
+// agree with the reference model (props::check_reference_agreement) on maps of at most
+// 4,096 elements and 256 pieces (larger ones skip it and stay out of the corpus). Each
+// broken property is a finding. The target only drives: every property is the one the
+// campaign and the tests ask.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -16,11 +18,8 @@
 #include <string_view>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "json_mutator.h"
 #include "report.h"
-#include "shardcheck/checks.h"
 #include "shardcheck/json.h"
 #include "shardcheck/properties.h"
 
@@ -36,41 +35,6 @@ Case case_of(const Map& map) {
   c.constructor = "json";
   c.map = map;
   return c;
-}
-
-[[noreturn]] void fail(const Map& map, std::string signature, std::string message) {
-  fuzz::report_finding(props::Finding{std::move(signature), std::move(message), case_of(map)}, kTarget);
-}
-
-Map reversed(const Map& map) {
-  Map out = map;
-  std::reverse(out.ranks.begin(), out.ranks.end());
-  for (auto& entry : out.ranks) std::reverse(entry.pieces.begin(), entry.pieces.end());
-  return out;
-}
-
-// What must not depend on order: the verdict and the error's kind, rank and address
-// (Error::piece is the index as written and moves with the pieces).
-std::string verdict_key(const Status& status) {
-  if (status.ok()) return "valid";
-  const Error& error = status.error();
-  return fmt::format("{} r{} a{} s{}", kind_name(error.kind), error.rank.value_or(-1), error.address.value_or(-1),
-                     static_cast<int>(error.side));
-}
-
-void check_codec_roundtrip(const Map& map) {
-  auto again = decode_map(encode_map(map, RankOrder::as_given));
-  if (!again) {
-    fail(map, fmt::format("map_json:reencode-refused:{}", kind_name(again.error().kind)),
-         "a decoded map, encoded again, does not decode: " + again.error().to_string());
-  }
-  if (!(again.value() == map)) fail(map, "map_json:reencode-differs", "decode(encode(map)) != map");
-
-  // Through text too: the number formatting (scales in particular) must round-trip.
-  auto from_text = parse_map(encode_map_text(map, RankOrder::as_given));
-  if (!from_text || !(from_text.value() == map)) {
-    fail(map, "map_json:text-differs", "parse_map(encode_map_text(map)) != map");
-  }
 }
 
 // One exec stays small: the reference model walks every element of F and of each
@@ -95,22 +59,11 @@ bool reference_sized(const Map& map) {
 
 // Whether the reference model judged the map.
 bool check_one(const Map& map) {
-  check_codec_roundtrip(map);
-  const Status verdict = check_map(map);
-  if (!verdict.ok() && verdict.error().message.empty()) {
-    fail(map, fmt::format("map_json:empty-message:{}", kind_name(verdict.error().kind)),
-         "a refusal without a message: " + verdict.error().to_string());
-  }
-  const Status other_order = check_map(reversed(map));
-  if (verdict_key(verdict) != verdict_key(other_order)) {
-    fail(map, fmt::format("map_json:order:{}", verdict.ok() ? "valid" : kind_name(verdict.error().kind)),
-         fmt::format("the verdict depends on rank or piece order: '{}' vs '{}'", verdict_key(verdict),
-                     verdict_key(other_order)));
-  }
+  const Case c = case_of(map);
+  if (auto finding = props::check_json_roundtrip(c)) fuzz::report_finding(*finding, kTarget);
+  if (auto finding = props::check_verdict_order(c)) fuzz::report_finding(*finding, kTarget);
   if (!reference_sized(map)) return false;
-  if (auto finding = props::check_reference_agreement(case_of(map))) {
-    fuzz::report_finding(*finding, kTarget);
-  }
+  if (auto finding = props::check_reference_agreement(c)) fuzz::report_finding(*finding, kTarget);
   return true;
 }
 

@@ -8,7 +8,6 @@
 
 #include <fmt/format.h>
 
-#include "shardcheck/case.h"
 #include "shardcheck/oracles/reference.h"
 
 namespace shardcheck::fuzz {
@@ -34,15 +33,10 @@ void print_stats() {
 }  // namespace
 
 void report_finding(const props::Finding& finding, std::string_view found_by, bool under_legacy) {
-  Case c = finding.reproducer;
-  c.name = finding.signature;
-  if (under_legacy && finding.signature.rfind("silently-wrong", 0) == 0) {
-    c.expect = Outcome::refused;
-    c.legacy_expect = Outcome::wrong;
-  }
-  Json j = encode_case(c);
-  j["signature"] = finding.signature;
-  j["comment"] = fmt::format("found by fuzz target {}: {}", found_by, finding.message);
+  props::FoundWith found;
+  found.policy = under_legacy ? Policy::legacy : Policy::strict;
+  found.by = fmt::format("fuzz target {}", found_by);
+  const Json j = props::finding_case_file(finding, found);
   // The signature goes out first and alone, flushed, so that even a log cut short by
   // the abort keeps the line campaigns deduplicate by.
   std::fprintf(stderr, "\n%.*s%s\n", static_cast<int>(kFindingPrefix.size()), kFindingPrefix.data(),

@@ -13,9 +13,9 @@ inline constexpr std::string_view kFindingPrefix = "SHARDCHECK-FINDING: ";
 inline constexpr std::string_view kCaseBegin = "SHARDCHECK-CASE-BEGIN";
 inline constexpr std::string_view kCaseEnd = "SHARDCHECK-CASE-END";
 
-// `found_by` names the target in the case file's comment. A finding made under the
-// legacy policy is written with the strict expectation (refused) and legacy "wrong",
-// the shape of the spec 6 regression files.
+// `found_by` names the target in the case file's comment; `under_legacy`: the finding was
+// made under the legacy policy. The case file is props::finding_case_file's, with the
+// expectations of the finding's judge.
 [[noreturn]] void report_finding(const props::Finding& finding, std::string_view found_by,
                                  bool under_legacy = false);
 

@@ -261,7 +261,8 @@ Json checkpoint_to_json(const Checkpoint& checkpoint) {
   for (const auto& [name, tally] : report.by_op) j["by_op"][name] = tally_array(tally);
   j["findings"] = Json::array();
   for (const auto& finding : report.findings) {
-    j["findings"].push_back(Json{{"signature", finding.signature},
+    j["findings"].push_back(Json{{"judge", std::string(props::judge_row(finding.judge).name)},
+                                 {"signature", finding.signature},
                                  {"message", finding.message},
                                  {"case_index", finding.first_case},
                                  {"occurrences", finding.occurrences},
@@ -361,6 +362,9 @@ Checkpoint parse_checkpoint(const Json& j) {
   if (report.cases != done) throw std::out_of_range("the tallies do not count the done cases");
   for (const auto& f : j.at("findings")) {
     FindingRecord record;
+    const auto judge = props::judge_named(f.at("judge").get<std::string>());
+    if (!judge) throw std::out_of_range("a finding names no judge of findings.def");
+    record.judge = *judge;
     record.signature = f.at("signature").get<std::string>();
     record.message = f.at("message").get<std::string>();
     record.first_case = count_field(f, "case_index");
@@ -387,23 +391,16 @@ std::optional<Checkpoint> checkpoint_from_json(const Json& json, std::string& er
 }
 
 Json finding_case_file(const Report& report, const FindingRecord& finding) {
-  Case c = finding.reproducer;
-  c.name = finding.signature;
-  const bool other_target = !report.options.eval.target.empty();
-  if ((report.options.eval.policy == Policy::legacy || other_target) &&
-      finding.signature.rfind("silently-wrong", 0) == 0) {
-    // Found under the legacy model or another implementation: strict must refuse it.
-    c.expect = Outcome::refused;
-    if (!other_target) c.legacy_expect = Outcome::wrong;
-  }
-  Json j = encode_case(c);
-  j["signature"] = finding.signature;
-  j["comment"] = fmt::format("found by shardcheck campaign --seed {} (case {}, {} {}): {}",
-                             report.options.seed, finding.first_case, other_target ? "target" : "policy",
-                             other_target ? report.options.eval.target
-                                          : std::string(policy_name(report.options.eval.policy)),
-                             finding.message);
-  return j;
+  const props::EvalOptions& eval = report.options.eval;
+  const bool other_target = !eval.target.empty();
+  props::FoundWith found;
+  found.policy = eval.policy;
+  found.target = eval.target;
+  found.by = fmt::format("shardcheck campaign --seed {} (case {}, {} {})", report.options.seed, finding.first_case,
+                         other_target ? "target" : "policy",
+                         other_target ? eval.target : std::string(policy_name(eval.policy)));
+  return props::finding_case_file(props::Finding{finding.judge, finding.signature, finding.message, finding.reproducer},
+                                  found);
 }
 
 std::string finding_file_name(std::string_view signature) {

@@ -47,6 +47,7 @@ class RangeSet {
 
 // One signature's best case so far.
 struct FindingState {
+  props::JudgeId judge = props::JudgeId::unusable_case;
   std::string signature;
   std::string message;
   Index index = 0;
@@ -59,6 +60,7 @@ struct FindingState {
   // The report's record of this finding (without its reproducer), and back.
   FindingRecord record() const {
     FindingRecord r;
+    r.judge = judge;
     r.signature = signature;
     r.message = message;
     r.first_case = index;
@@ -69,7 +71,7 @@ struct FindingState {
     return r;
   }
   static FindingState from(const FindingRecord& r) {
-    return FindingState{r.signature, r.message, r.first_case, r.occurrences, r.numel, r.pieces, r.has_case};
+    return FindingState{r.judge, r.signature, r.message, r.first_case, r.occurrences, r.numel, r.pieces, r.has_case};
   }
 };
 
@@ -96,7 +98,7 @@ std::optional<FindingState> run_case(const Options& options, Index index, BatchR
                                      const std::function<void(int phase)>& phase = {});
 
 // The tally and finding of a case that took its worker down: `kind` is "crash:<why>",
-// "timeout" or "oom". The case is generated again here (generation succeeded in the
+// "timeout" or "oom" (the judges worker_crash, worker_timeout and worker_oom). The case is generated again here (generation succeeded in the
 // worker: it died evaluating) for its constructor, corruption and size.
 void record_worker_death(const Options& options, Index index, const std::string& kind,
                          const std::string& message, bool generated, BatchResult& into);

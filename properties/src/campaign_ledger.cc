@@ -121,7 +121,7 @@ std::optional<FindingState> run_case(const Options& options, Index index, BatchR
   for (const auto& [op, category] : evaluation.ops) into.by_op[std::string(op_name(op))].add(category);
   if (!evaluation.finding) return std::nullopt;
   // evaluate_case's reproducer is the case itself, so the index alone brings it back.
-  FindingState finding{evaluation.finding->signature, evaluation.finding->message, index, 1};
+  FindingState finding{evaluation.finding->judge, evaluation.finding->signature, evaluation.finding->message, index, 1};
   size_of(c, finding);
   into.add_finding(finding);
   return finding;
@@ -140,11 +140,17 @@ void record_worker_death(const Options& options, Index index, const std::string&
     constructor = c.constructor;
     corruption = corruption_of(c);
     size_of(c, finding);
-    finding.signature = kind + ":" + constructor + "/" + corruption;
   } else {
-    finding.signature = kind + ":generator";
     finding.has_case = false;
   }
+  // kind: "crash:<why>", "timeout" or "oom", as the parent names a worker's death.
+  const std::string_view cause = std::string_view(kind).substr(0, kind.find(':'));
+  finding.judge = cause == "timeout" ? props::JudgeId::worker_timeout
+                  : cause == "oom"   ? props::JudgeId::worker_oom
+                                     : props::JudgeId::worker_crash;
+  const std::string why = kind.find(':') == std::string::npos ? std::string() : kind.substr(kind.find(':') + 1) + ":";
+  finding.signature =
+      props::signature_of(finding.judge, generated ? why + constructor + "/" + corruption : why + "generator");
   into.by_constructor[constructor].add_crashed();
   into.by_corruption[corruption].add_crashed();
   into.add_finding(finding);

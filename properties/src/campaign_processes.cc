@@ -168,6 +168,7 @@ std::string batch_frame(Range range, const BatchResult& result) {
   e.tallies(result.by_op);
   e.u32(static_cast<std::uint32_t>(result.findings.size()));
   for (const auto& [signature, f] : result.findings) {
+    e.u32(static_cast<std::uint32_t>(f.judge));
     e.str(f.signature);
     e.str(f.message);
     for (Index v : {f.index, f.occurrences, f.numel, f.pieces, Index{f.has_case}}) e.i64(v);
@@ -185,6 +186,10 @@ bool decode_batch(Decoder& d, Range& range, BatchResult& result) {
   const std::uint32_t n = d.u32();
   for (std::uint32_t i = 0; d.ok() && i < n; ++i) {
     FindingState f;
+    const std::uint32_t judge = d.u32();
+    // A worker whose memory was damaged may send any number: only a row of the table.
+    if (judge >= props::judges().size()) return false;
+    f.judge = static_cast<props::JudgeId>(judge);
     f.signature = d.str();
     f.message = d.str();
     f.index = d.i64();

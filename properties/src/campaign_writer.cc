@@ -37,8 +37,7 @@ void Writer::start(const std::vector<FindingRecord>& known, bool threaded) {
   // killed run may have left a case that its checkpoint never committed).
   std::vector<FindingState> rewrite;
   for (const auto& record : known) {
-    FindingState state{record.signature, record.message, record.first_case, record.occurrences,
-                       record.numel, record.pieces, record.has_case};
+    FindingState state = FindingState::from(record);
     best_[record.signature] = state;
     rewrite.push_back(std::move(state));
   }
@@ -132,8 +131,7 @@ void Writer::finish(bool complete) {
   // from a run that was killed before committing it: the record decides.
   std::vector<FindingState> committed;
   for (const auto& record : ledger_.snapshot(0, complete).report.findings) {
-    committed.push_back(FindingState{record.signature, record.message, record.first_case, record.occurrences,
-                                     record.numel, record.pieces, record.has_case});
+    committed.push_back(FindingState::from(record));
   }
   write_findings(std::move(committed), true);
   write_state(complete);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <memory>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "shardcheck/digest.h"
 #include "shardcheck/json.h"
 #include "shardcheck/oracles/reference.h"
+#include "properties_internal.h"
 
 namespace shardcheck::props {
 
@@ -25,9 +27,9 @@ std::string constructor_label(const Case& c) {
   return c.constructor.empty() ? std::string("unknown") : c.constructor;
 }
 
-Finding make_finding(const Case& c, std::string signature, std::string message) {
-  return Finding{std::move(signature), std::move(message), c};
-}
+// "constructor/corruption": how most signatures end, so that a campaign tells the
+// generators' places apart.
+std::string case_label(const Case& c) { return constructor_label(c) + "/" + corruption_label(c); }
 
 // The columns of planted_bugs.def.
 enum class Alone { any_finding, truth_oracle, truth_oracle_digests, masked };
@@ -81,12 +83,10 @@ ConvertOptions convert_options(const Case& c, const EvalOptions& options) {
   return convert;
 }
 
-// Whether the map under test means exactly what the truth map means: the reference
-// model accepts it and pairs every element of F with the same shard address of the same
-// rank at the same scale (an uncorrupted map, or a corruption that only rewrote the same
-// layout), and it records the same content digests. The shards the oracle converts are
-// then exactly the ones it describes, so a refusal or a wrong tensor is a bug, as on an
-// uncorrupted map in property 1. Supplied shards are judged by the case's expectations.
+}  // namespace
+
+// An uncorrupted map, or a corruption that only rewrote the same layout: the shards the
+// oracle converts are then exactly the ones it describes, as in property 1.
 bool equivalent_to_truth(const Case& c, bool map_valid) {
   if (!map_valid || c.undecoded_map || c.shards || c.digest || c.expect || c.expect_error) return false;
   if (!c.truth) return true;
@@ -96,8 +96,6 @@ bool equivalent_to_truth(const Case& c, bool map_valid) {
   const auto truth = oracles::reference_pairing(*c.truth);
   return truth && *mine == *truth;
 }
-
-}  // namespace
 
 namespace {
 
@@ -120,24 +118,29 @@ std::optional<Finding> agree_with_reference(const Case& c, const Map& map, const
     const std::string_view proof = boxes ? "fast" : "runs";
     const std::string_view checks = boxes ? "the core checks" : "the core checks' run sweeps";
     if (fast.ok() && reference.kind) {
-      return make_finding(c, fmt::format("reference:{}-accepts:{}:{}", proof, kind_name(*reference.kind), where),
+      return make_finding(JudgeId::reference_verdict,
+                          fmt::format("{}-accepts:{}:{}", proof, kind_name(*reference.kind), where),
                           fmt::format("{} accept a map the reference model refuses ({}: {})", checks,
-                                      kind_name(*reference.kind), reference.reason));
+                                      kind_name(*reference.kind), reference.reason),
+                          c);
     }
     if (!fast.ok() && !reference.kind) {
-      return make_finding(c, fmt::format("reference:{}-refuses:{}:{}", proof, kind_name(fast.error().kind), where),
+      return make_finding(JudgeId::reference_verdict,
+                          fmt::format("{}-refuses:{}:{}", proof, kind_name(fast.error().kind), where),
                           fmt::format("{} refuse a map the reference model accepts: {}", checks,
-                                      fast.error().to_string()));
+                                      fast.error().to_string()),
+                          c);
     }
     if (!fast.ok() && reference.kind && fast.error().kind != *reference.kind) {
       // The conservative stride rule is the one documented place where the two may
       // legitimately see different first conditions.
       if (reference.refused_only_by_stride_rule && fast.error().kind == ErrorKind::itself) continue;
-      return make_finding(c,
-                          fmt::format("reference:kind{}:{}-vs-{}:{}", boxes ? "" : "-runs", kind_name(fast.error().kind),
+      return make_finding(JudgeId::reference_verdict,
+                          fmt::format("kind{}:{}-vs-{}:{}", boxes ? "" : "-runs", kind_name(fast.error().kind),
                                       kind_name(*reference.kind), where),
                           fmt::format("{} refuse with {} but the reference model with {} ({})", checks,
-                                      fast.error().to_string(), kind_name(*reference.kind), reference.reason));
+                                      fast.error().to_string(), kind_name(*reference.kind), reference.reason),
+                          c);
     }
   }
   return std::nullopt;
@@ -206,9 +209,10 @@ std::optional<Finding> agree_on_digest_shares(const Case& c, const Map& map, std
   const auto shares = digest_shares(map, shards.value(), c.scale_power);
   if (expected && shares && shares.value() == *expected) return std::nullopt;
   if (!expected && !shares) return std::nullopt;
-  return make_finding(c, fmt::format("digest-shares:{}/{}{}", constructor_label(c), corruption_label(c), what),
+  return make_finding(JudgeId::digest_shares, case_label(c) + std::string(what),
                       shares ? "digest_shares gives shares that are not the reference model's count"
-                             : "digest_shares refuses a valid map: " + shares.error().to_string());
+                             : "digest_shares refuses a valid map: " + shares.error().to_string(),
+                      c);
 }
 
 // Another element type of the same width, as a reader that compares sizes would mistake.
@@ -248,13 +252,13 @@ std::optional<Finding> agree_on_retyped_shards(const Case& c, const PlantedBugs&
   const std::string said = got.ok() ? "accepted" : std::string(kind_name(got.error().kind));
   const std::string wanted = expected.ok() ? "accepted" : std::string(kind_name(expected.error().kind));
   if (said == wanted) return std::nullopt;
-  return make_finding(c,
-                      fmt::format("reference:shards-{}:{}-vs-{}:{}/{}", dtype_name(other), said, wanted,
-                                  constructor_label(c), corruption_label(c)),
+  return make_finding(JudgeId::retyped_shards,
+                      fmt::format("{}:{}-vs-{}:{}", dtype_name(other), said, wanted, case_label(c)),
                       fmt::format("rebuild from shards of {} for {} data: strict {}, the reference model {}",
                                   dtype_name(other), dtype_name(c.dtype),
                                   got.ok() ? "accepts" : got.error().to_string(),
-                                  expected.ok() ? "accepts" : expected.error().to_string()));
+                                  expected.ok() ? "accepts" : expected.error().to_string()),
+                      c);
 }
 
 // Contract section 3: the verdict, and the kind, rank, piece and address of the error,
@@ -272,12 +276,12 @@ std::optional<Finding> order_independent(const Case& c, const Map& map, const Pl
   const std::string told = order_free_verdict(map, listed);
   const std::string told_reversed = order_free_verdict(reversed, other);
   if (told == told_reversed) return std::nullopt;
-  return make_finding(c,
-                      fmt::format("order:check:{}:{}/{}{}", listed.ok() ? "valid" : kind_name(listed.error().kind),
-                                  constructor_label(c), corruption_label(c), what),
+  return make_finding(JudgeId::check_order,
+                      fmt::format("{}:{}{}", listed.ok() ? "valid" : kind_name(listed.error().kind), case_label(c), what),
                       fmt::format("the core checks' verdict depends on rank or piece order: {} as listed, {} "
                                   "with ranks and pieces reversed",
-                                  told, told_reversed));
+                                  told, told_reversed),
+                      c);
 }
 
 // The map with a twin of one piece that differs only in scale (doubled), at the same
@@ -384,214 +388,298 @@ Result<oracles::CaseOutcome> run_on_target(const Case& c, const EvalOptions& opt
     outcome.fault = oracles::TargetFault{oracles::FaultKind::crash, "start", target.error};
     outcome.message = target.error;
     outcome.target = options.target;
-    start_failure = make_finding(c, "target-crash:start", target.error);
+    start_failure = make_finding(JudgeId::target_crash, "start", target.error, c);
     return outcome;
   }
   return oracles::run_case(c, *target.target, options.oracle);
 }
 
-}  // namespace
+// What the judges of one case share: the case, the outcome of its conversion, and what
+// is worth computing once (the reference model's verdict, the strict policy's outcome
+// for another implementation, whether the map means what the truth map means).
+class CaseJudgement {
+ public:
+  CaseJudgement(const Case& c, const EvalOptions& options) : c(c), options(options) {}
 
-Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
+  const Case& c;
+  const EvalOptions& options;
   Evaluation evaluation;
-  if (options.compare_reference) {
-    evaluation.finding = check_reference_agreement(c, options.bugs);
-    // The codec is judged on every map too: the map (and the truth map) must read back
-    // from its own encoding as itself.
-    if (!evaluation.finding) evaluation.finding = check_json_roundtrip(c);
+  // The conversion's outcome; none when the planted bugs make conversion memory-unsafe
+  // (then only the map is judged).
+  std::optional<Result<oracles::CaseOutcome>> converted;
+  std::optional<Finding> start_failure;  // an implementation under test that did not start
+  // Whether the map means what the truth map means, so that the case must convert
+  // exactly (set by categorise, for a case that did not).
+  bool must_convert_exactly = false;
+
+  // The outcome, when the case converted and could be run.
+  const oracles::CaseOutcome* result() const {
+    return converted && converted->ok() ? &converted->value() : nullptr;
   }
-  const bool reference_disagrees = evaluation.finding.has_value();
-  if (!conversion_is_memory_safe(options.bugs)) {
-    evaluation.category = check_map(c.map, CheckOptions{options.bugs, {}}).ok() ? Outcome::exact
-                                                                              : Outcome::refused;
-    return evaluation;
+
+  const oracles::ReferenceVerdict& reference_verdict() {
+    if (!reference_) reference_ = oracles::reference_check(c.map);
+    return *reference_;
   }
-  std::optional<Finding> start_failure;
-  const auto outcome = run_on_target(c, options, start_failure);
-  if (!outcome) {
-    evaluation.category = Outcome::refused;
-    evaluation.refusal = outcome.error().kind;
-    if (!evaluation.finding) {
-      evaluation.finding = make_finding(c, fmt::format("unusable-case:{}", constructor_label(c)),
-                                        "the generated case cannot be run: " +
-                                            outcome.error().to_string());
-    }
-    return evaluation;
-  }
-  const oracles::CaseOutcome& result = outcome.value();
+
   // Fully valid = conditions 1-6 by the reference model and, for a rebuild, condition 7
   // (replica data) by the clean strict policy on the very shards the oracle converted. An
   // extract reads no shard data, so 1-6 decide it alone.
-  // The reference model's verdict on the map, computed once, when a judgement needs it.
-  std::optional<oracles::ReferenceVerdict> reference;
-  auto reference_verdict = [&]() -> const oracles::ReferenceVerdict& {
-    if (!reference) reference = oracles::reference_check(c.map);
-    return *reference;
-  };
-  std::optional<Result<oracles::CaseOutcome>> strict;
-  auto fully_valid = [&](const oracles::OpOutcome& op) {
+  bool fully_valid(const oracles::OpOutcome& op) {
     if (op.digest_ignored) return false;
-    if (!reference_verdict().valid() || (op.op == Op::rebuild && !result.valid_layout)) return false;
+    if (!reference_verdict().valid() || (op.op == Op::rebuild && !result()->valid_layout)) return false;
     if (options.target.empty()) return true;
     // Another implementation's wrong tensor on a valid map is its own bug unless the
     // strict policy, on the same case, is wrong the same way (a different layout).
-    if (!strict) {
+    if (!strict_) {
       ConvertOptions clean;
       clean.scale_power = c.scale_power;
-      strict = oracles::run_case(c, clean, options.oracle);
+      strict_ = oracles::run_case(c, clean, options.oracle);
     }
-    if (!strict->ok()) return false;
-    for (const auto& same : strict->value().ops) {
+    if (!strict_->ok()) return false;
+    for (const auto& same : strict_->value().ops) {
       if (same.op == op.op && same.verdict == Outcome::wrong) return true;
     }
     return false;
-  };
+  }
+
+ private:
+  std::optional<oracles::ReferenceVerdict> reference_;
+  std::optional<Result<oracles::CaseOutcome>> strict_;
+};
+
+// The campaign table's view of the case: its category, its refusal's kind, and each
+// operation's category. Judges no finding.
+void categorise(CaseJudgement& judged) {
+  Evaluation& evaluation = judged.evaluation;
+  const Case& c = judged.c;
+  if (!judged.converted) {
+    const bool valid = check_map(c.map, CheckOptions{judged.options.bugs, {}}).ok();
+    evaluation.category = valid ? Outcome::exact : Outcome::refused;
+    return;
+  }
+  if (!judged.converted->ok()) {
+    evaluation.category = Outcome::refused;
+    evaluation.refusal = judged.converted->error().kind;
+    return;
+  }
+  const oracles::CaseOutcome& result = *judged.result();
   for (const auto& op : result.ops) {
     Outcome category = op.verdict;
-    if (op.verdict == Outcome::wrong && fully_valid(op)) category = Outcome::wrong_valid_layout;
+    if (op.verdict == Outcome::wrong && judged.fully_valid(op)) category = Outcome::wrong_valid_layout;
     evaluation.ops.emplace_back(op.op, category);
   }
-  switch (result.verdict) {
-    case Outcome::refused:
-      evaluation.category = Outcome::refused;
-      if (result.error) evaluation.refusal = result.error->kind;
-      break;
-    case Outcome::exact:
-      evaluation.category = Outcome::exact;
-      break;
-    case Outcome::target_fault: {
-      evaluation.category = Outcome::target_fault;
-      if (start_failure) {
-        evaluation.finding = std::move(start_failure);
-        break;
-      }
-      // Crash, hang and garbage are findings whatever else was found: never a pass.
-      const oracles::OpOutcome* shown = nullptr;
-      for (const auto& op : result.ops) {
-        if (op.fault && shown == nullptr) shown = &op;
-      }
-      const oracles::TargetFault& fault = *result.fault;
-      evaluation.finding = make_finding(
-          c,
-          fmt::format("target-{}:{}:{}:{}/{}", oracles::fault_name(fault.kind),
-                      shown ? op_name(shown->op) : "start", fault.reason, constructor_label(c),
-                      corruption_label(c)),
-          result.message);
-      break;
-    }
-    case Outcome::wrong:
-    case Outcome::wrong_valid_layout: {
-      const oracles::OpOutcome* silently_wrong = nullptr;
-      const oracles::OpOutcome* different = nullptr;
-      for (std::size_t i = 0; i < result.ops.size(); ++i) {
-        const oracles::OpOutcome& op = result.ops[i];
-        if (op.verdict != Outcome::wrong) continue;
-        const bool valid = evaluation.ops[i].second == Outcome::wrong_valid_layout;
-        const oracles::OpOutcome*& first = valid ? different : silently_wrong;
-        if (!first) first = &op;
-      }
-      evaluation.category = silently_wrong ? Outcome::wrong : Outcome::wrong_valid_layout;
-      const oracles::OpOutcome* shown = silently_wrong ? silently_wrong : different;
-      if ((silently_wrong || options.strict_layout) && !evaluation.finding && shown) {
-        evaluation.finding = make_finding(
-            c,
-            fmt::format("{}:{}{}:{}/{}", silently_wrong ? "silently-wrong" : "valid-but-different",
-                        op_name(shown->op), shown->digest_ignored ? "-ignoring-digest" : "",
-                        constructor_label(c), corruption_label(c)),
-            result.message);
-      }
-      break;
-    }
+  evaluation.category = result.verdict;
+  if (result.verdict == Outcome::refused && result.error) evaluation.refusal = result.error->kind;
+  if (result.verdict == Outcome::wrong || result.verdict == Outcome::wrong_valid_layout) {
+    const bool silently_wrong = std::any_of(evaluation.ops.begin(), evaluation.ops.end(),
+                                            [](const auto& op) { return op.second == Outcome::wrong; });
+    evaluation.category = silently_wrong ? Outcome::wrong : Outcome::wrong_valid_layout;
   }
-  if (options.oracle == oracles::OracleKind::truth && !result.no_correct_rebuild &&
-      result.verdict != Outcome::exact) {
-    if (equivalent_to_truth(c, reference_verdict().valid())) {
-      bool reported = reference_disagrees;
-      for (std::size_t i = 0; i < result.ops.size(); ++i) {
-        const oracles::OpOutcome& op = result.ops[i];
-        // A target that crashed or hung said nothing about the map: that is its own finding.
-        if (op.verdict == Outcome::exact || op.verdict == Outcome::target_fault) continue;
-        const bool refused = op.verdict == Outcome::refused;
-        if (!refused) {
-          evaluation.ops[i].second = Outcome::wrong;
-          evaluation.category = Outcome::wrong;
-        }
-        if (!reported) {
-          reported = true;
-          evaluation.finding = make_finding(
-              c,
-              fmt::format("{}:{}:{}/{}", refused ? "false-refusal" : "valid-map-wrong", op_name(op.op),
-                          constructor_label(c), corruption_label(c)),
-              fmt::format("a map equivalent to the truth map must convert exactly: {}", op.message));
-        }
-      }
-    }
+  judged.must_convert_exactly = judged.options.oracle == oracles::OracleKind::truth && !result.no_correct_rebuild &&
+                                result.verdict != Outcome::exact &&
+                                equivalent_to_truth(c, judged.reference_verdict().valid());
+  if (!judged.must_convert_exactly) return;
+  // A map that means what the truth map means has no valid-but-different: every tensor
+  // it gives other than F is wrong.
+  for (std::size_t i = 0; i < result.ops.size(); ++i) {
+    const Outcome verdict = result.ops[i].verdict;
+    if (verdict == Outcome::exact || verdict == Outcome::target_fault || verdict == Outcome::refused) continue;
+    evaluation.ops[i].second = Outcome::wrong;
+    evaluation.category = Outcome::wrong;
   }
-  // A refusal must report what is there: the values a condition-7 error names.
-  for (const auto& op : result.ops) {
-    if (op.misreported.empty() || evaluation.finding) continue;
-    evaluation.finding = make_finding(
-        c,
-        fmt::format("refusal-misreported:{}:{}:{}/{}", op_name(op.op), op.error ? kind_name(op.error->kind) : "unknown",
-                    constructor_label(c), corruption_label(c)),
-        op.misreported);
+}
+
+// The judges of a case, each one question of findings.def. A judge that needs the
+// conversion's outcome asks nothing of a case that has none.
+using CaseJudge = std::optional<Finding> (*)(CaseJudgement&);
+
+// target-crash / target-timeout / target-garbage: crash, hang and garbage are findings
+// whatever else was found, never a pass.
+std::optional<Finding> judge_target_fault(CaseJudgement& judged) {
+  if (judged.start_failure) return judged.start_failure;
+  const oracles::CaseOutcome* result = judged.result();
+  if (result == nullptr || result->verdict != Outcome::target_fault) return std::nullopt;
+  const oracles::OpOutcome* shown = nullptr;
+  for (const auto& op : result->ops) {
+    if (op.fault && shown == nullptr) shown = &op;
   }
-  if (!result.digest_shares_wrong.empty() && !evaluation.finding) {
-    evaluation.finding = make_finding(
-        c, fmt::format("digest-shares:{}/{}", constructor_label(c), corruption_label(c)), result.digest_shares_wrong);
+  const oracles::TargetFault& fault = *result->fault;
+  JudgeId judge = JudgeId::target_crash;
+  switch (fault.kind) {
+    case oracles::FaultKind::crash: judge = JudgeId::target_crash; break;
+    case oracles::FaultKind::timeout: judge = JudgeId::target_timeout; break;
+    case oracles::FaultKind::garbage: judge = JudgeId::target_garbage; break;
   }
-  // Strict promises a refusal for every map that breaks conditions 1-6 or section 1.2,
-  // whatever the data: a tensor returned for one is a bug even when it happens to be
-  // the right one (a scale on integers moved bit for bit, say).
-  const auto accepted = std::find_if(result.ops.begin(), result.ops.end(),
+  return make_finding(judge,
+                      fmt::format("{}:{}:{}", shown ? op_name(shown->op) : "start", fault.reason, case_label(judged.c)),
+                      result->message, judged.c);
+}
+
+// Property 3 on the case's map and the maps derived from it.
+std::optional<Finding> judge_reference_agreement(CaseJudgement& judged) {
+  if (!judged.options.compare_reference) return std::nullopt;
+  return check_reference_agreement(judged.c, judged.options.bugs);
+}
+
+// Property 6: the codec is judged on every map too.
+std::optional<Finding> judge_json_roundtrip(CaseJudgement& judged) {
+  if (!judged.options.compare_reference) return std::nullopt;
+  return check_json_roundtrip(judged.c);
+}
+
+// unusable-case: the generators must only make cases that can be run.
+std::optional<Finding> judge_unusable_case(CaseJudgement& judged) {
+  if (!judged.converted || judged.converted->ok()) return std::nullopt;
+  return make_finding(JudgeId::unusable_case, constructor_label(judged.c),
+                      "the generated case cannot be run: " + judged.converted->error().to_string(), judged.c);
+}
+
+// false-refusal / valid-map-wrong: a map equivalent to the truth map must convert exactly.
+std::optional<Finding> judge_equivalent_map(CaseJudgement& judged) {
+  if (!judged.must_convert_exactly) return std::nullopt;
+  for (const oracles::OpOutcome& op : judged.result()->ops) {
+    // A target that crashed or hung said nothing about the map: that is its own finding.
+    if (op.verdict == Outcome::exact || op.verdict == Outcome::target_fault) continue;
+    const bool refused = op.verdict == Outcome::refused;
+    return make_finding(refused ? JudgeId::false_refusal : JudgeId::valid_map_wrong,
+                        fmt::format("{}:{}", op_name(op.op), case_label(judged.c)),
+                        fmt::format("a map equivalent to the truth map must convert exactly: {}", op.message),
+                        judged.c);
+  }
+  return std::nullopt;
+}
+
+// silently-wrong, or valid-but-different (a finding only with strict_layout): the first
+// wrong operation, a silently wrong one first.
+std::optional<Finding> judge_wrong_tensor(CaseJudgement& judged) {
+  const oracles::CaseOutcome* result = judged.result();
+  if (result == nullptr || (result->verdict != Outcome::wrong && result->verdict != Outcome::wrong_valid_layout)) {
+    return std::nullopt;
+  }
+  const oracles::OpOutcome* silently_wrong = nullptr;
+  const oracles::OpOutcome* different = nullptr;
+  for (std::size_t i = 0; i < result->ops.size(); ++i) {
+    const oracles::OpOutcome& op = result->ops[i];
+    if (op.verdict != Outcome::wrong) continue;
+    const bool valid = judged.evaluation.ops[i].second == Outcome::wrong_valid_layout;
+    const oracles::OpOutcome*& first = valid ? different : silently_wrong;
+    if (!first) first = &op;
+  }
+  const oracles::OpOutcome* shown = silently_wrong ? silently_wrong : different;
+  if (shown == nullptr || (!silently_wrong && !judged.options.strict_layout)) return std::nullopt;
+  return make_finding(silently_wrong ? JudgeId::silently_wrong : JudgeId::valid_but_different,
+                      fmt::format("{}{}:{}", op_name(shown->op), shown->digest_ignored ? "-ignoring-digest" : "",
+                                  case_label(judged.c)),
+                      result->message, judged.c);
+}
+
+// refusal-misreported: a refusal must report what is there, the values a condition-7
+// error names.
+std::optional<Finding> judge_refusal_report(CaseJudgement& judged) {
+  const oracles::CaseOutcome* result = judged.result();
+  if (result == nullptr) return std::nullopt;
+  for (const auto& op : result->ops) {
+    if (op.misreported.empty()) continue;
+    return make_finding(JudgeId::refusal_misreported,
+                        fmt::format("{}:{}:{}", op_name(op.op), op.error ? kind_name(op.error->kind) : "unknown",
+                                    case_label(judged.c)),
+                        op.misreported, judged.c);
+  }
+  return std::nullopt;
+}
+
+// digest-shares: each rank's share of digest(F), on a case that verifies digests.
+std::optional<Finding> judge_digest_shares(CaseJudgement& judged) {
+  const oracles::CaseOutcome* result = judged.result();
+  if (result == nullptr || result->digest_shares_wrong.empty()) return std::nullopt;
+  return make_finding(JudgeId::digest_shares, case_label(judged.c), result->digest_shares_wrong, judged.c);
+}
+
+// strict-accepts: strict promises a refusal for every map that breaks conditions 1-6 or
+// section 1.2, whatever the data: a tensor returned for one is a bug even when it
+// happens to be the right one (a scale on integers moved bit for bit, say).
+std::optional<Finding> judge_strict_accepts(CaseJudgement& judged) {
+  const oracles::CaseOutcome* result = judged.result();
+  if (result == nullptr || result->policy != Policy::strict || judged.c.map_text) return std::nullopt;
+  const auto accepted = std::find_if(result->ops.begin(), result->ops.end(),
                                      [](const oracles::OpOutcome& op) { return op.verdict == Outcome::exact; });
-  if (result.policy == Policy::strict && !evaluation.finding && !c.map_text && accepted != result.ops.end()) {
-    const oracles::ReferenceVerdict& verdict = reference_verdict();
-    std::optional<Error> refusal = verdict.error;
-    if (verdict.refused_only_by_stride_rule || verdict.too_large) refusal.reset();
-    if (verdict.valid()) {
-      if (Status scale = oracles::reference_scale_refusal(c.map, c.dtype, c.scale_power); !scale.ok()) {
-        refusal = scale.error();
-      }
-    }
-    if (refusal) {
-      evaluation.finding = make_finding(
-          c,
-          fmt::format("strict-accepts:{}:{}:{}/{}", op_name(accepted->op), kind_name(refusal->kind),
-                      constructor_label(c), corruption_label(c)),
-          fmt::format("strict conversion returned a tensor for a map the reference model refuses: {}",
-                      refusal->to_string()));
+  if (accepted == result->ops.end()) return std::nullopt;
+  const oracles::ReferenceVerdict& verdict = judged.reference_verdict();
+  std::optional<Error> refusal = verdict.error;
+  if (verdict.refused_only_by_stride_rule || verdict.too_large) refusal.reset();
+  if (verdict.valid()) {
+    const Case& c = judged.c;
+    if (Status scale = oracles::reference_scale_refusal(c.map, c.dtype, c.scale_power); !scale.ok()) {
+      refusal = scale.error();
     }
   }
-  // A case that states what strict must do (a damaged replica in the supplied shards, a
-  // map text to refuse) is judged by that statement too.
-  if (options.policy == Policy::strict && options.oracle == oracles::OracleKind::truth &&
-      !result.matches_expectation && !evaluation.finding) {
-    evaluation.finding = make_finding(
-        c, fmt::format("expectation:{}:{}/{}", outcome_name(result.verdict), constructor_label(c), corruption_label(c)),
-        result.expectation_message + ": " + result.message);
+  if (!refusal) return std::nullopt;
+  return make_finding(
+      JudgeId::strict_accepts,
+      fmt::format("{}:{}:{}", op_name(accepted->op), kind_name(refusal->kind), case_label(judged.c)),
+      fmt::format("strict conversion returned a tensor for a map the reference model refuses: {}",
+                  refusal->to_string()),
+      judged.c);
+}
+
+// expectation: a case that states what strict must do (a damaged replica in the supplied
+// shards, a map text to refuse) is judged by that statement too.
+std::optional<Finding> judge_case_expectation(CaseJudgement& judged) {
+  const oracles::CaseOutcome* result = judged.result();
+  if (result == nullptr || judged.options.policy != Policy::strict ||
+      judged.options.oracle != oracles::OracleKind::truth || result->matches_expectation) {
+    return std::nullopt;
   }
-  // A neutral edit of the text must read as the map it means (a text that does not
-  // decode was judged above, by its expected refusal).
-  if (c.map_text && !evaluation.finding) {
-    auto read = decode_map_text(*c.map_text);
-    if (read && !(read.value() == c.map)) {
-      evaluation.finding = make_finding(c, fmt::format("json-text-misread:{}/{}", constructor_label(c), corruption_label(c)),
-                                        "the map text decodes to another map than the one it means");
+  return make_finding(JudgeId::expectation,
+                      fmt::format("{}:{}", outcome_name(result->verdict), case_label(judged.c)),
+                      result->expectation_message + ": " + result->message, judged.c);
+}
+
+// json-text-misread: a neutral edit of the text must read as the map it means (a text
+// that does not decode is judged by its expected refusal).
+std::optional<Finding> judge_map_text(CaseJudgement& judged) {
+  const Case& c = judged.c;
+  if (judged.result() == nullptr || !c.map_text) return std::nullopt;
+  auto read = decode_map_text(*c.map_text);
+  if (!read || read.value() == c.map) return std::nullopt;
+  return make_finding(JudgeId::map_text_misread, case_label(c),
+                      "the map text decodes to another map than the one it means", c);
+}
+
+// In order of precedence: the first judge that finds something names the case's finding.
+constexpr std::array<CaseJudge, 11> kCaseJudges = {
+    judge_target_fault,   judge_reference_agreement, judge_json_roundtrip,   judge_unusable_case,
+    judge_equivalent_map, judge_wrong_tensor,        judge_refusal_report,   judge_digest_shares,
+    judge_strict_accepts, judge_case_expectation,    judge_map_text,
+};
+
+}  // namespace
+
+Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
+  CaseJudgement judged(c, options);
+  // Conversion with some checks disabled may address memory outside the buffers: then
+  // only the map is judged.
+  if (conversion_is_memory_safe(options.bugs)) judged.converted = run_on_target(c, options, judged.start_failure);
+  categorise(judged);
+  for (const CaseJudge judge : kCaseJudges) {
+    if (auto finding = judge(judged)) {
+      judged.evaluation.finding = std::move(finding);
+      break;
     }
   }
-  return evaluation;
+  return std::move(judged.evaluation);
 }
 
 std::optional<Finding> check_constructor_roundtrip(const Case& c) {
   const Map& layout = c.truth_map();
   if (Status refused = check_map(layout); !refused.ok()) {
-    return make_finding(c,
-                        fmt::format("roundtrip:refused:{}:{}", kind_name(refused.error().kind), constructor_label(c)),
-                        "a constructor map is refused: " + refused.error().to_string());
+    return make_finding(JudgeId::constructor_roundtrip,
+                        fmt::format("refused:{}:{}", kind_name(refused.error().kind), constructor_label(c)),
+                        "a constructor map is refused: " + refused.error().to_string(), c);
   }
   auto numel = checked_numel(layout.logical_shape);
-  if (!numel) return make_finding(c, "roundtrip:numel", "the constructor map's numel overflows");
+  if (!numel) return make_finding(JudgeId::constructor_roundtrip, "numel", "the constructor map's numel overflows", c);
   Buffer full = marker_buffer(c.dtype, *numel);
   if (c.full && static_cast<Index>(c.full->size()) == *numel) {
     for (Index i = 0; i < *numel; ++i) full.set_bits(i, (*c.full)[static_cast<std::size_t>(i)]);
@@ -599,27 +687,29 @@ std::optional<Finding> check_constructor_roundtrip(const Case& c) {
   ConvertOptions options;
   auto shards = extract_all(layout, full, options);
   if (!shards) {
-    return make_finding(c, fmt::format("roundtrip:extract:{}:{}", kind_name(shards.error().kind), constructor_label(c)),
-                        "extracting a constructor map is refused: " + shards.error().to_string());
+    return make_finding(JudgeId::constructor_roundtrip,
+                        fmt::format("extract:{}:{}", kind_name(shards.error().kind), constructor_label(c)),
+                        "extracting a constructor map is refused: " + shards.error().to_string(), c);
   }
   // What a correct round trip gives is the reference model's: F itself for exact scales,
   // F as rounded by a scale that is not a power of two (contract section 1.2), and a
   // different_data refusal where replicas scaled differently no longer agree.
   auto truth_shards = oracles::reference_extract_all(layout, full);
   if (!truth_shards || !(shards.value() == truth_shards.value())) {
-    return make_finding(c, fmt::format("roundtrip:extract-differs:{}", constructor_label(c)),
-                        "extract of a constructor map differs from the reference model's");
+    return make_finding(JudgeId::constructor_roundtrip, "extract-differs:" + constructor_label(c),
+                        "extract of a constructor map differs from the reference model's", c);
   }
   auto expected = oracles::reference_rebuild(layout, truth_shards.value(), c.dtype);
   auto rebuilt = rebuild(layout, shards.value(), c.dtype, options);
   if (!rebuilt) {
     if (!expected && expected.error().kind == rebuilt.error().kind) return std::nullopt;
-    return make_finding(c, fmt::format("roundtrip:rebuild:{}:{}", kind_name(rebuilt.error().kind), constructor_label(c)),
-                        "rebuilding a constructor map is refused: " + rebuilt.error().to_string());
+    return make_finding(JudgeId::constructor_roundtrip,
+                        fmt::format("rebuild:{}:{}", kind_name(rebuilt.error().kind), constructor_label(c)),
+                        "rebuilding a constructor map is refused: " + rebuilt.error().to_string(), c);
   }
   if (!expected || !(rebuilt.value() == expected.value())) {
-    return make_finding(c, fmt::format("roundtrip:not-exact:{}", constructor_label(c)),
-                        "a constructor map does not round-trip bit-exact");
+    return make_finding(JudgeId::constructor_roundtrip, "not-exact:" + constructor_label(c),
+                        "a constructor map does not round-trip bit-exact", c);
   }
   return std::nullopt;
 }
@@ -660,17 +750,17 @@ std::optional<Finding> check_order_independence(const Case& c, gen::ChoiceSource
   permuted.map = permute_order(c.map, choices);
   const auto shuffled = oracles::run_case(permuted, options);
   if (original.ok() != shuffled.ok()) {
-    return make_finding(permuted, "order:usable", "the case is usable in one order only");
+    return make_finding(JudgeId::outcome_order, "usable", "the case is usable in one order only", permuted);
   }
   if (!original.ok()) return std::nullopt;
   const std::string a = order_fingerprint(original.value());
   const std::string b = order_fingerprint(shuffled.value());
   if (a != b) {
-    return make_finding(permuted,
-                        fmt::format("order:{}:{}/{}", outcome_name(original.value().verdict),
-                                    constructor_label(c), corruption_label(c)),
+    return make_finding(JudgeId::outcome_order,
+                        fmt::format("{}:{}", outcome_name(original.value().verdict), case_label(c)),
                         fmt::format("the outcome depends on rank or piece order: '{}' vs '{}'",
-                                    original.value().message, shuffled.value().message));
+                                    original.value().message, shuffled.value().message),
+                        permuted);
   }
   return std::nullopt;
 }
@@ -678,18 +768,40 @@ std::optional<Finding> check_order_independence(const Case& c, gen::ChoiceSource
 std::optional<Finding> check_json_roundtrip(const Case& c) {
   for (const Map* map : {&c.map, c.truth ? &*c.truth : nullptr}) {
     if (map == nullptr) continue;
+    // Through text (what a case file and a checkpoint hold), and through a Json value
+    // (what the Python module and the protocol hand over).
     const std::string encoded = encode_map_text(*map, RankOrder::as_given);
     auto decoded = parse_map(encoded);
     if (!decoded) {
-      return make_finding(c, fmt::format("json:decode:{}", corruption_label(c)),
-                          "an encoded map does not decode: " + decoded.error().to_string());
+      return make_finding(JudgeId::json_roundtrip, "decode:" + corruption_label(c),
+                          "an encoded map does not decode: " + decoded.error().to_string(), c);
     }
     if (!(decoded.value() == *map)) {
-      return make_finding(c, fmt::format("json:differs:{}", corruption_label(c)),
-                          "decode(encode(map)) differs from the map: " + encoded);
+      return make_finding(JudgeId::json_roundtrip, "differs:" + corruption_label(c),
+                          "decode(encode(map)) differs from the map: " + encoded, c);
+    }
+    auto from_value = decode_map(encode_map(*map, RankOrder::as_given));
+    if (!from_value) {
+      return make_finding(JudgeId::json_roundtrip, "decode-value:" + corruption_label(c),
+                          "a map encoded as a Json value does not decode: " + from_value.error().to_string(), c);
+    }
+    if (!(from_value.value() == *map)) {
+      return make_finding(JudgeId::json_roundtrip, "differs-value:" + corruption_label(c),
+                          "decode_map(encode_map(map)) differs from the map: " + encoded, c);
     }
   }
   return std::nullopt;
+}
+
+std::optional<Finding> check_verdict_order(const Case& c, const PlantedBugs& bugs) {
+  CheckOptions check_options;
+  check_options.bugs = bugs;
+  const Status verdict = check_map(c.map, check_options);
+  if (!verdict.ok() && verdict.error().message.empty()) {
+    return make_finding(JudgeId::refusal_unexplained, kind_name(verdict.error().kind),
+                        "a refusal without a message: " + verdict.error().to_string(), c);
+  }
+  return order_independent(c, c.map, bugs, "", &verdict);
 }
 
 namespace {
@@ -731,9 +843,10 @@ std::optional<Finding> check_text_readings(std::string_view text, const Result<s
   c.name = "json-text";
   c.constructor = "json";
   c.map_text = std::string(text);
-  return Finding{"json:readings-differ", fmt::format("{} answer differently: '{}' vs '{}'", what,
-                                                     direct.substr(0, 300), via_json.substr(0, 300)),
-                 std::move(c)};
+  return make_finding(JudgeId::json_readings, "",
+                      fmt::format("{} answer differently: '{}' vs '{}'", what, direct.substr(0, 300),
+                                  via_json.substr(0, 300)),
+                      std::move(c));
 }
 
 std::span<const PlantedScenario> planted_scenarios() {

@@ -14,6 +14,13 @@ this process, from 1):
   --garbage-on N   answer request N with a line that is not JSON
   --lax-locations  accept locations that repeat a rank (this file's own bug, found by
                    the campaign's strict-accepts judgement; tests plant it back)
+
+Planted bugs that depend on the case alone, so that a finding they cause replays (the
+finding files of a campaign must fail `shardcheck repro` with this target):
+  --refuse-replicas  refuse, kind holders, every map with a replicated piece
+  --ignore-scale     move data without scaling it
+  --crash-on-extract-of RANK
+                     exit with status 3 instead of answering an extract of that rank
 """
 
 import argparse
@@ -108,6 +115,8 @@ def parse_map(doc):
 
 
 LAX_LOCATIONS = False
+REFUSE_REPLICAS = False
+IGNORE_SCALE = False
 
 
 def check_map(shape, ranks):
@@ -209,7 +218,7 @@ def scaled(dtype, bits, scale, multiply):
     """Contract 1.2: bits * scale (extract) or bits / scale (rebuild) in float32 for the
     16-bit types (float64 for float64), rounded once to the dtype; a NaN keeps its bits;
     a value that becomes infinite or zero where it was not is refused."""
-    if scale == 1.0:
+    if scale == 1.0 or IGNORE_SCALE:
         return bits
     factor = arithmetic_factor(dtype, scale)
     values = widen(dtype, bits)
@@ -244,10 +253,16 @@ def tensor_out(bits, dtype):
     return {'dtype': dtype, 'shape': [int(bits.size)], 'data': base64.b64encode(bits.tobytes()).decode('ascii')}
 
 
+def refuse_replicas(ranks):
+    if REFUSE_REPLICAS and any(len(p['locations']) >= 2 for _, pieces in ranks.values() for p in pieces):
+        raise Refused('holders', 'replicated pieces are refused (--refuse-replicas)')
+
+
 def rebuild(request):
     dtype = request['dtype']
     shape, ranks = parse_map(request['map'])
     check_map(shape, ranks)
+    refuse_replicas(ranks)
     check_scale(ranks, dtype, request['scale_power'])
     shards = {int(rank): tensor_in(t, dtype) for rank, t in request['shards'].items()}
     full = np.zeros(numel(shape), dtype=BITS[dtype])
@@ -275,6 +290,7 @@ def extract(request):
     dtype = request['dtype']
     shape, ranks = parse_map(request['map'])
     check_map(shape, ranks)
+    refuse_replicas(ranks)
     check_scale(ranks, dtype, request['scale_power'])
     rank = request['rank']
     if rank not in ranks:
@@ -314,15 +330,20 @@ def main():
     parser.add_argument('--hang-on', type=int, default=0)
     parser.add_argument('--garbage-on', type=int, default=0)
     parser.add_argument('--lax-locations', action='store_true')
+    parser.add_argument('--refuse-replicas', action='store_true')
+    parser.add_argument('--ignore-scale', action='store_true')
+    parser.add_argument('--crash-on-extract-of', type=int, default=-1)
     args = parser.parse_args()
-    global LAX_LOCATIONS
+    global LAX_LOCATIONS, REFUSE_REPLICAS, IGNORE_SCALE
     LAX_LOCATIONS = args.lax_locations
+    REFUSE_REPLICAS = args.refuse_replicas
+    IGNORE_SCALE = args.ignore_scale
     served = 0
     for line in sys.stdin.buffer:
         request = json.loads(line)
         if request.get('op') != 'hello':
             served += 1
-            if served == args.crash_on:
+            if served == args.crash_on or (request.get('op') == 'extract' and request.get('rank') == args.crash_on_extract_of):
                 os._exit(3)
             if served == args.hang_on:
                 while True:

@@ -68,6 +68,7 @@ struct Options {
 
 // The smallest case seen for one finding signature (minimised by size, then index).
 struct FindingRecord {
+  props::JudgeId judge = props::JudgeId::unusable_case;  // the judge that found it (findings.def)
   std::string signature;
   std::string message;
   Index first_case = 0;  // index of the kept case
@@ -155,7 +156,8 @@ Report run(const Options& options, const std::function<void(Index done)>& progre
 std::string format_table(const Report& report);
 // report.json
 Json report_to_json(const Report& report);
-// A ready regression case file for a finding (signature and message included).
+// A ready regression case file for a finding (props::finding_case_file, with the
+// campaign's seed, case and policy or target).
 Json finding_case_file(const Report& report, const FindingRecord& finding);
 // The file name of a finding's case file inside findings/.
 std::string finding_file_name(std::string_view signature);

@@ -21,11 +21,74 @@
 
 namespace shardcheck::props {
 
+// The judges of findings.def: every finding names the judge that made it.
+enum class JudgeId {
+#define SHARDCHECK_JUDGE(id, prefix, finding_class, expectation, doc) id,
+#include "shardcheck/findings.def"
+#undef SHARDCHECK_JUDGE
+};
+
+// findings.def's class column: what went wrong, and whose defect it is.
+enum class FindingClass {
+  silently_wrong,
+  false_refusal,
+  accepts_invalid,
+  valid_but_different,
+  misreport,
+  target_fault,
+  worker_death,
+  disagreement,
+  harness_defect,
+};
+
+// findings.def's expectation column: what a finding file of the judge expects.
+enum class FindingExpectation { refused, exact, wrong_valid_layout, contract, the_case, none };
+
+struct JudgeRow {
+  JudgeId id;
+  std::string_view name;    // the id as text, as checkpoints and finding files record it
+  std::string_view prefix;  // how its signatures begin
+  FindingClass finding_class;
+  FindingExpectation expectation;
+  std::string_view doc;
+};
+
+// Every row of findings.def, in its order.
+std::span<const JudgeRow> judges();
+const JudgeRow& judge_row(JudgeId judge);
+std::optional<JudgeId> judge_named(std::string_view name);
+std::string_view finding_class_name(FindingClass finding_class);
+std::string_view expectation_name(FindingExpectation expectation);
+
+// The judge's prefix, and ":detail" unless the detail is empty.
+std::string signature_of(JudgeId judge, std::string_view detail);
+
 struct Finding {
-  std::string signature;  // one line, stable across runs: "<property>:<detail>:..."
+  JudgeId judge = JudgeId::unusable_case;
+  std::string signature;  // one line, stable across runs: signature_of(judge, detail)
   std::string message;
   Case reproducer;
 };
+
+Finding make_finding(JudgeId judge, std::string_view detail, std::string message, Case reproducer);
+
+// What produced a finding: a policy, or an implementation under test (a target name as
+// oracles::make_target takes it; empty: the policy), and who ran it, for the comment.
+struct FoundWith {
+  Policy policy = Policy::strict;
+  std::string target;
+  std::string by;  // "shardcheck campaign --seed 3 (case 12)", "fuzz target conversion"
+};
+
+// The one way a finding becomes a case file, ready for corpus/regressions/: the
+// reproducer, with the expectations its judge's row names (findings.def) so that
+// `shardcheck repro` fails on it until the bug is fixed, plus `signature`, `judge`,
+// `policy` or `target` (what repro replays it with by default) and a `comment`.
+Json finding_case_file(const Finding& finding, const FoundWith& found);
+
+// The policy or target a case file's `policy` / `target` fields record (empty when it
+// records none): what `shardcheck repro` replays the case with when not told otherwise.
+std::string recorded_target(const Json& case_file);
 
 struct EvalOptions {
   Policy policy = Policy::strict;
@@ -75,8 +138,14 @@ std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBug
 // `choices` draws the permutations.
 std::optional<Finding> check_order_independence(const Case& c, gen::ChoiceSource& choices);
 
-// Property 6: decode(encode(map)) == map, for the map under test and the truth map.
+// Property 6: decode(encode(map)) == map, for the map under test and the truth map,
+// through a Json value and through text.
 std::optional<Finding> check_json_roundtrip(const Case& c);
+
+// Contract section 3 on the case's map alone: the core checks' verdict and the kind,
+// rank, address and piece (by its content) of their error do not depend on the order
+// in which ranks and pieces are listed; and a refusal carries a message.
+std::optional<Finding> check_verdict_order(const Case& c, const PlantedBugs& bugs = {});
 
 // Property 6 on untrusted text: read straight into maps (parse_document; with `as_map`,
 // parse_map with path "$.m" too) it answers as read into a Json value first and decoded
