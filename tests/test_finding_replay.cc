@@ -121,7 +121,7 @@ TEST_F(FindingReplay, EveryFindingOfAnExecCampaignFailsWithTheTargetItRecords) {
   }
   // Refused replicas (false refusals), unscaled data (wrong tensors), a crash on one
   // rank's extract; and, alone since a refused replica would hide it, repeated locations
-  // accepted (strict-accepts).
+  // accepted (accepts-invalid, naming the implementation).
   const std::string planted = impl_target("--refuse-replicas --ignore-scale --crash-on-extract-of 6");
   const std::string lax = impl_target("--lax-locations");
   std::vector<std::pair<std::string, fs::path>> findings;
@@ -133,7 +133,7 @@ TEST_F(FindingReplay, EveryFindingOfAnExecCampaignFailsWithTheTargetItRecords) {
   std::vector<fs::path> files;
   for (const auto& [target, file] : findings) files.push_back(file);
   const auto seen = judges(files);
-  for (const char* judge : {"false_refusal", "valid_map_wrong", "target_crash", "strict_accepts"}) {
+  for (const char* judge : {"false_refusal", "valid_map_wrong", "target_wrong", "target_crash", "accepts_invalid"}) {
     EXPECT_TRUE(seen.count(judge)) << judge << " not found; found " << ::testing::PrintToString(seen);
   }
   for (const auto& [target, file] : findings) {

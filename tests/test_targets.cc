@@ -226,10 +226,11 @@ TEST_F(ExecTarget, IgnoredDigestIsWrongOnlyWhereItWouldHaveRefused) {
   EXPECT_EQ(refused.error->kind, ErrorKind::digest);
 }
 
-// Strict promises a refusal for every map the reference model refuses, even where the
-// tensor returned happens to be right: locations that repeat a rank are format. The
-// campaign found protocol_impl.py accepting them; --lax-locations plants that bug back.
-// Red when evaluate_case's strict-accepts judgement is removed.
+// The contract refuses every map the reference model refuses, even where the tensor
+// returned happens to be right: locations that repeat a rank are format. The campaign
+// found protocol_impl.py accepting them; --lax-locations plants that bug back. An
+// implementation under test that accepts is an accepts-invalid finding naming it
+// (contract 9), not strict-accepts. Red when that judgement is removed.
 TEST_F(ExecTarget, AcceptingAMapTheReferenceRefusesIsAFindingEvenWhenTheTensorIsRight) {
   Map map = contiguous_split_map({4, 6}, {4, 2}, 1).value();
   map.ranks[0].pieces[0].locations = {map.ranks[0].rank, map.ranks[0].rank};
@@ -244,7 +245,7 @@ TEST_F(ExecTarget, AcceptingAMapTheReferenceRefusesIsAFindingEvenWhenTheTensorIs
   options.target = impl_spec("--lax-locations");
   const props::Evaluation accepted = props::evaluate_case(c, options);
   ASSERT_TRUE(accepted.finding);
-  EXPECT_EQ(accepted.finding->signature, "strict-accepts:rebuild:format:hand/locations_add")
+  EXPECT_EQ(accepted.finding->signature, "accepts-invalid:exec:rebuild:format:hand/locations_add")
       << accepted.finding->message;
 }
 

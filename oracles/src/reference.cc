@@ -1018,7 +1018,13 @@ std::optional<Buffer> reference_agreed_rebuild(const Map& map, const ShardSet& s
       for_each_index(p.shape, [&](std::span<const Index> index) {
         const Index src = *address_of(p.source, index);
         std::uint64_t value = shard->second.bits(*address_of(p.dest, index));
-        if (p.scale != 1.0) value = reference_scale(dtype, value, p.scale, scale_power, false);
+        if (p.scale != 1.0) {
+          const Reading before = read_bits(dtype, value);
+          value = reference_scale(dtype, value, p.scale, scale_power, false);
+          const Reading after = read_bits(dtype, value);
+          // A value scaling overflows or flushes cannot come back (1.2): no tensor is determined.
+          if ((after.infinite && !before.infinite) || (after.zero && !before.zero)) agree = false;
+        }
         auto& seen = covered[static_cast<std::size_t>(src)];
         if (seen == 0) {
           seen = 1;

@@ -156,15 +156,17 @@ bool is_power_of_two(double scale) {
   return std::fabs(std::frexp(scale, &exponent)) == 0.5;
 }
 
-// Whether a nonzero value lies below the dtype's smallest normal: scaling into that range
-// keeps fewer bits, so even a power-of-two scale may not give the value back. The
-// smallest normal of each dtype is the model's own list, not the core's.
-bool is_subnormal(DType dtype, std::uint64_t bits) {
-  const double v = std::fabs(bits_to_double(dtype, bits));
+// Whether value * scale, exactly (a double holds the product of two such values unless it
+// is a float64 one far below 2^-1022, which then underflows all the more), lies below the
+// dtype's smallest normal: scaling into that range keeps fewer bits (gradual underflow,
+// even rounding up to the smallest normal), so a power-of-two scale may not give the value
+// back. The smallest normal of each dtype is the model's own list, not the core's.
+bool underflows(DType dtype, std::uint64_t bits, double scale) {
+  const double v = std::fabs(bits_to_double(dtype, bits)) * std::fabs(scale);
   double smallest_normal = 0x1p-126;
   if (dtype == DType::float16) smallest_normal = 0x1p-14;
   if (dtype == DType::float64) smallest_normal = 0x1p-1022;
-  return v > 0 && v < smallest_normal;
+  return v < smallest_normal && bits_to_double(dtype, bits) != 0;
 }
 
 // Contract 8: the expected tensor is the truth map's own rebuild of the shards; where it
@@ -197,8 +199,7 @@ ExpectedVsFull compare_with_full(const Case& c, const Buffer& expected, const Bu
     bool underflowed = false;
     for (const auto& pair : pairing->pairs) {
       if (pair.element != e || pair.scale == 1.0) continue;
-      const std::uint64_t written = reference_scale(c.dtype, full.bits(e), pair.scale, c.scale_power, true);
-      underflowed = underflowed || is_subnormal(c.dtype, written);
+      underflowed = underflowed || underflows(c.dtype, full.bits(e), pair.scale);
     }
     if (!underflowed) {
       out.harness_defect = fmt::format(
@@ -209,7 +210,8 @@ ExpectedVsFull compare_with_full(const Case& c, const Buffer& expected, const Bu
       return out;
     }
   }
-  out.reason = fmt::format("{}: a power-of-two scale wrote it as a subnormal with fewer bits (gradual underflow)",
+  out.reason = fmt::format("{}: a power-of-two scale wrote it below the smallest normal, with fewer bits "
+                           "(gradual underflow)",
                            where);
   return out;
 }
@@ -317,6 +319,18 @@ Result<Inputs> prepare_truth(const Case& c) {
       return in;
     }
     if (c.truth) return reworded(shards.error(), "in the truth map, " + shards.error().sentence);
+    if (reference_check(c.map).valid()) {
+      // A valid map that cannot write F. A scale no conversion of this dtype may apply
+      // (contract 1.2) leaves no correct tensor, and strict owes its refusal whatever the
+      // shards hold: they are what the producer wrote. An element of F the scale would
+      // overflow or flush is data the map could not have written: the case is unusable.
+      if (reference_scale_refusal(c.map, c.dtype, c.scale_power).ok()) {
+        return reworded(shards.error(), "the map cannot write F, " + shards.error().sentence);
+      }
+      in.shards = producer_shards(c.map, *in.full, c.scale_power);
+      in.no_truth = shards.error();
+      return in;
+    }
     // Nothing is known about the data but the reported map: it wrote the shards.
     in.shards = producer_shards(c.map, *in.full, c.scale_power);
     in.expected = in.full;
@@ -447,6 +461,12 @@ OpOutcome extract_one(const Case& c, const Inputs& in, Rank rank, Target& target
   Buffer* got = take_answer(out, answer);
   if (got == nullptr) return out;
   const Map& truth = c.truth_map();
+  if (!has_shard(truth, rank) && got->numel() == 0) {
+    // An empty shard for a rank the truth map does not list holds no data: nothing differs.
+    out.message = "exact";
+    out.output = std::move(*got);
+    return out;
+  }
   if (!has_shard(truth, rank)) {
     out.verdict = Outcome::wrong;
     out.message = fmt::format("WRONG: extract returned a shard for rank {}, which the truth map "

@@ -431,16 +431,30 @@ class CaseJudgement {
     if (options.target.empty()) return true;
     // Another implementation's wrong tensor on a valid map is its own bug unless the
     // strict policy, on the same case, is wrong the same way (a different layout).
+    return strict_verdict(op.op) == Outcome::wrong;
+  }
+
+  // What the strict policy does with the same case and operation (for an implementation
+  // under test); nullopt when the case cannot run under strict.
+  std::optional<Outcome> strict_verdict(Op op) {
     if (!strict_) {
       ConvertOptions clean;
       clean.scale_power = c.scale_power;
       strict_ = oracles::run_case(c, clean, options.oracle);
     }
-    if (!strict_->ok()) return false;
+    if (!strict_->ok()) return std::nullopt;
     for (const auto& same : strict_->value().ops) {
-      if (same.op == op.op && same.verdict == Outcome::wrong) return true;
+      if (same.op == op) return same.verdict;
     }
-    return false;
+    return std::nullopt;
+  }
+
+  // The implementation that acted, as a signature names it: "legacy", "deepspeed",
+  // "exec" (a command line is no name), or "strict".
+  std::string implementation() const {
+    if (options.target.empty()) return std::string(policy_name(options.policy));
+    if (options.target.rfind("exec:", 0) == 0) return "exec";
+    return options.target;
   }
 
  private:
@@ -568,6 +582,14 @@ std::optional<Finding> judge_wrong_tensor(CaseJudgement& judged) {
   }
   const oracles::OpOutcome* shown = silently_wrong ? silently_wrong : different;
   if (shown == nullptr || (!silently_wrong && !judged.options.strict_layout)) return std::nullopt;
+  // An implementation's wrong tensor from a valid map that strict converts exactly: the
+  // contract's outcome is that tensor, not a refusal.
+  if (silently_wrong && !judged.options.target.empty() && judged.reference_verdict().valid() && result->valid_layout &&
+      judged.strict_verdict(shown->op) == Outcome::exact) {
+    return make_finding(JudgeId::target_wrong,
+                        fmt::format("{}:{}:{}", judged.implementation(), op_name(shown->op), case_label(judged.c)),
+                        result->message, judged.c);
+  }
   return make_finding(silently_wrong ? JudgeId::silently_wrong : JudgeId::valid_but_different,
                       fmt::format("{}{}:{}", op_name(shown->op), shown->digest_ignored ? "-ignoring-digest" : "",
                                   case_label(judged.c)),
@@ -601,7 +623,9 @@ std::optional<Finding> judge_digest_shares(CaseJudgement& judged) {
 // happens to be the right one (a scale on integers moved bit for bit, say).
 std::optional<Finding> judge_strict_accepts(CaseJudgement& judged) {
   const oracles::CaseOutcome* result = judged.result();
-  if (result == nullptr || result->policy != Policy::strict || judged.c.map_text) return std::nullopt;
+  if (result == nullptr || result->policy != Policy::strict || !judged.options.target.empty() || judged.c.map_text) {
+    return std::nullopt;
+  }
   const auto accepted = std::find_if(result->ops.begin(), result->ops.end(),
                                      [](const oracles::OpOutcome& op) { return op.verdict == Outcome::exact; });
   if (accepted == result->ops.end()) return std::nullopt;
@@ -621,6 +645,41 @@ std::optional<Finding> judge_strict_accepts(CaseJudgement& judged) {
       fmt::format("strict conversion returned a tensor for a map the reference model refuses: {}",
                   refusal->to_string()),
       judged.c);
+}
+
+// accepts-invalid: an implementation under test (DeepSpeed, an exec target) returned the
+// right tensor through a map the contract refuses (contract 9: reported apart
+// from the data verdict, which is exact; a wrong tensor is silently-wrong instead).
+std::optional<Finding> judge_accepts_invalid(CaseJudgement& judged) {
+  const oracles::CaseOutcome* result = judged.result();
+  if (result == nullptr || !result->accepted_invalid || result->verdict != Outcome::exact) return std::nullopt;
+  // The legacy model accepts invalid maps by design (it models DeepSpeed before the fix,
+  // which checked counts alone): what a legacy campaign is for is its wrong tensors.
+  if (judged.options.target.empty()) return std::nullopt;
+  const oracles::ReferenceVerdict& verdict = judged.reference_verdict();
+  std::optional<ErrorKind> kind = verdict.kind;
+  if (!kind) {
+    const Case& c = judged.c;
+    Status scale = oracles::reference_scale_refusal(c.map, c.dtype, c.scale_power);
+    kind = scale.ok() ? ErrorKind::different_data : scale.error().kind;
+  }
+  const auto accepted = std::find_if(result->ops.begin(), result->ops.end(),
+                                     [](const oracles::OpOutcome& op) { return op.verdict == Outcome::exact; });
+  return make_finding(JudgeId::accepts_invalid,
+                      fmt::format("{}:{}:{}:{}", judged.implementation(), op_name(accepted->op), kind_name(*kind),
+                                  case_label(judged.c)),
+                      fmt::format("{} returned the right tensor through a map the contract refuses ({})",
+                                  judged.implementation(), kind_name(*kind)),
+                      judged.c);
+}
+
+// harness:expected-not-f: with power-of-two truth scales the truth oracle's expected
+// tensor must be F but where scaling wrote below the smallest normal (contract 8).
+std::optional<Finding> judge_expected_tensor(CaseJudgement& judged) {
+  const oracles::CaseOutcome* result = judged.result();
+  if (result == nullptr || result->expected_vs_full.harness_defect.empty()) return std::nullopt;
+  return make_finding(JudgeId::expected_not_full, case_label(judged.c), result->expected_vs_full.harness_defect,
+                      judged.c);
 }
 
 // expectation: a case that states what strict must do (a damaged replica in the supplied
@@ -648,10 +707,11 @@ std::optional<Finding> judge_map_text(CaseJudgement& judged) {
 }
 
 // In order of precedence: the first judge that finds something names the case's finding.
-constexpr std::array<CaseJudge, 11> kCaseJudges = {
-    judge_target_fault,   judge_reference_agreement, judge_json_roundtrip,   judge_unusable_case,
-    judge_equivalent_map, judge_wrong_tensor,        judge_refusal_report,   judge_digest_shares,
-    judge_strict_accepts, judge_case_expectation,    judge_map_text,
+constexpr std::array<CaseJudge, 13> kCaseJudges = {
+    judge_target_fault,     judge_expected_tensor, judge_reference_agreement, judge_json_roundtrip,
+    judge_unusable_case,    judge_equivalent_map,  judge_wrong_tensor,        judge_refusal_report,
+    judge_digest_shares,    judge_strict_accepts,  judge_accepts_invalid,     judge_case_expectation,
+    judge_map_text,
 };
 
 }  // namespace

@@ -144,12 +144,18 @@ Reading read_element(FloatBits f, std::uint64_t bits) {
 }
 
 // Whether the truth map can write `bits` through a piece of scale `scale` (p = 1):
-// contract 1.2 refuses an extract that overflows a finite element or flushes a nonzero one.
+// contract 1.2 refuses an extract that overflows a finite element or flushes a nonzero one,
+bool keeps(FloatBits f, std::uint64_t before_bits, std::uint64_t after_bits) {
+  const Reading before = read_element(f, before_bits);
+  const Reading after = read_element(f, after_bits);
+  return before.nan || (!(after.infinite && !before.infinite) && !(after.zero && !before.zero));
+}
+
+// ... and rebuild it again: a value that rounded up on the way out may overflow on the
+// way back.
 bool survives_scale(DType dtype, FloatBits f, std::uint64_t bits, double scale) {
-  const Reading before = read_element(f, bits);
-  if (before.nan) return true;
-  const Reading after = read_element(f, oracles::reference_scale(dtype, bits, scale, 1, true));
-  return !(after.infinite && !before.infinite) && !(after.zero && !before.zero);
+  const std::uint64_t written = oracles::reference_scale(dtype, bits, scale, 1, true);
+  return keeps(f, bits, written) && keeps(f, written, oracles::reference_scale(dtype, written, scale, 1, false));
 }
 
 }  // namespace
