@@ -148,22 +148,38 @@ TEST(Targets, Base64RoundTripsAndRefusesJunk) {
   EXPECT_FALSE(oracles::base64_decode("TW!u"));
 }
 
+// DeepSpeed's refusals name their kind in its adapter (adapters/deepspeed/serve.py,
+// REFUSAL_KINDS), which answers the protocol's `kind` field; asked here through Python.
 TEST(Targets, DeepSpeedRefusalsMapToKinds) {
-  auto rules = oracles::deepspeed_refusal_rules();
-  using oracles::classify_refusal;
-  EXPECT_EQ(classify_refusal(rules, "ValueError", "Rank 1 holds a shard of 4 elements but its pieces account for 2."),
-            ErrorKind::count);
-  EXPECT_EQ(classify_refusal(rules, "ValueError", "Rank 0 writes shard address 0 twice, so one piece would"),
-            ErrorKind::twice);
-  EXPECT_EQ(classify_refusal(rules, "NotImplementedError", "Converting an optimizer state through a scaled piece"),
-            ErrorKind::scale);
-  EXPECT_EQ(classify_refusal(rules, "KeyError", "'shard_shape'"), ErrorKind::format);
-  EXPECT_EQ(classify_refusal(rules, "KeyError", "3"), ErrorKind::shape);
-  EXPECT_EQ(classify_refusal(rules, "RuntimeError", "unsupported operation: more than one element of the written-to "
-                                                    "tensor refers to a single memory location."),
-            ErrorKind::itself);
-  EXPECT_FALSE(classify_refusal(rules, "TypeError", "unsupported operand"));
-  EXPECT_FALSE(classify_refusal(rules, "RuntimeError", "something else"));
+  if (std::system(fmt::format("{} -c 'import numpy, torch' >/dev/null 2>&1", python()).c_str()) != 0) {
+    GTEST_SKIP() << python() << " cannot import torch and numpy, which the adapter needs (apt-get install python3-torch)";
+  }
+  const std::string script = fmt::format(
+      "import sys; sys.path.insert(0, '{}/adapters/deepspeed'); import serve\n"
+      "cases = [('ValueError', 'Rank 1 holds a shard of 4 elements but its pieces account for 2.'),\n"
+      "         ('ValueError', 'Rank 0 writes shard address 0 twice, so one piece would'),\n"
+      "         ('NotImplementedError', 'Converting an optimizer state through a scaled piece'),\n"
+      "         ('KeyError', \"'shard_shape'\"), ('KeyError', '3'),\n"
+      "         ('RuntimeError', 'unsupported operation: more than one element of the written-to tensor refers to "
+      "a single memory location.'),\n"
+      "         ('JSONDecodeError', 'Extra data: line 1 column 3'),\n"
+      "         ('TypeError', 'unsupported operand'), ('RuntimeError', 'something else')]\n"
+      "print(' '.join(str(serve.refusal_kind(t, m)) for t, m in cases))\n",
+      SHARDCHECK_SOURCE_DIR);
+  const std::string path = ::testing::TempDir() + "/refusal_kinds.py";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(script.c_str(), f);
+    std::fclose(f);
+  }
+  std::FILE* pipe = popen(fmt::format("{} {} 2>&1", python(), path).c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buffer[512];
+  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
+  EXPECT_EQ(pclose(pipe), 0) << out;
+  EXPECT_EQ(out, "count twice scale format shape itself format None None\n");
 }
 
 class ExecTarget : public ::testing::Test {

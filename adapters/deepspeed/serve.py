@@ -143,6 +143,63 @@ def tensor_out(tensor):
     return {'dtype': name, 'shape': list(tensor.shape), 'data': base64.b64encode(data).decode('ascii')}
 
 
+# How DeepSpeed's refusals map to shardcheck's error kinds (README, "Error kinds"): its
+# exception types and message texts are stable enough to name a kind. One row per rule,
+# the first whose type and message substring both match wins (an empty substring matches
+# anything); a refusal no row names stays of kind "unknown" on shardcheck's side.
+REFUSAL_KINDS = [
+    ('ValueError', 'pieces account for', 'count'),
+    ('ValueError', 'outside the shard', 'bounds'),
+    ('ValueError', 'twice', 'twice'),
+    ('ValueError', 'hold different data', 'different_data'),
+    ('ValueError', 'supplied a shard of', 'shape'),
+    ('ValueError', 'zero scale', 'scale'),
+    ('NotImplementedError', 'scaled piece', 'scale'),
+    ('AssertionError', 'uncovered', 'uncovered'),
+    ('AssertionError', 'held by', 'holders'),
+    # The map's text is not JSON, or a number in it is not one int() can read.
+    ('JSONDecodeError', '', 'format'),
+    ('ValueError', 'invalid literal for int()', 'format'),
+    ('TypeError', 'int() argument', 'format'),
+    # A missing key of the map's JSON, or a shard for a rank the map does not list (or
+    # none for one it does): the key's text tells them apart.
+    ('KeyError', "'", 'format'),
+    ('KeyError', '', 'shape'),
+    ('StopIteration', '', 'shape'),
+    # torch's own checks on as_strided views and in-place writes.
+    ('RuntimeError', 'out of bounds for storage', 'bounds'),
+    ('RuntimeError', 'refers to a single memory location', 'itself'),
+    ('RuntimeError', 'Negative strides', 'format'),
+    ('RuntimeError', 'negative dimension', 'format'),
+    ('RuntimeError', 'storage offset', 'format'),
+    ('RuntimeError', "can't be cast to the desired output type", 'scale'),
+]
+
+
+def refusal_kind(type_name, message):
+    for rule_type, substring, kind in REFUSAL_KINDS:
+        if type_name == rule_type and substring in message:
+            return kind
+    return None
+
+
+def refusal(error):
+    """The module's refusal, in its own words, with the kind a rule names."""
+    out = {'type': type(error).__name__, 'message': str(error)}
+    kind = refusal_kind(out['type'], out['message'])
+    if kind is not None:
+        out['kind'] = kind
+    return out
+
+
+def map_document(request):
+    """The map as DeepSpeed loads one: the JSON value, or the case's text parsed by Python's
+    json module (which keeps the last of two equal keys), never shardcheck's decoder."""
+    if 'map_text' in request:
+        return json.loads(request['map_text'])
+    return request['map']
+
+
 class Server:
 
     def __init__(self, module, implementation):
@@ -157,7 +214,7 @@ class Server:
         if op not in ('check', 'rebuild', 'extract'):
             return {'ok': False, 'error': {'type': 'UnsupportedOperation', 'message': f'op {op!r} is not served'}}
         try:
-            affine_map = self.module.ParamAffineMap.from_dict(request['map'])
+            affine_map = self.module.ParamAffineMap.from_dict(map_document(request))
             if op == 'check':
                 affine_map.validate_coverage()
                 return {'ok': True}
@@ -168,7 +225,7 @@ class Server:
             full = tensor_in(request['full'])
             return {'ok': True, 'result': tensor_out(affine_map.extract(full, int(request['rank']), scale_power=power))}
         except Exception as error:  # the module's refusal, in its own words
-            return {'ok': False, 'error': {'type': type(error).__name__, 'message': str(error)}}
+            return {'ok': False, 'error': refusal(error)}
 
 
 def main():

@@ -1,8 +1,10 @@
-// The built-in targets (shardcheck's strict and legacy policies), the target factory,
-// the refusal tables of named exec targets and the protocol's base64.
+// The built-in targets (shardcheck's strict and legacy policies), the table of named
+// targets, the target factory and the protocol's base64.
 #include "shardcheck/oracles/target.h"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 
@@ -85,6 +87,11 @@ class PolicyTarget final : public Target {
   template <class Fn>
   auto with_map(const TargetMap& map, Fn&& fn) -> decltype(fn(std::declval<const Map&>())) {
     if (map.map != nullptr) return fn(*map.map);
+    if (map.text != nullptr) {
+      auto decoded = parse_one_map(*map.text, "$.map_text");
+      if (!decoded) return refusal_of(decoded.error());
+      return fn(decoded.value());
+    }
     if (map.json == nullptr) return refusal_of(make_error(ErrorKind::format, "no map was given"));
     auto decoded = decode_map(*map.json);
     if (!decoded) return refusal_of(decoded.error());
@@ -95,30 +102,11 @@ class PolicyTarget final : public Target {
   std::string name_;
 };
 
-// DeepSpeed's module refuses with Python exceptions whose texts are stable enough to
-// name a kind; anything else stays "unknown". Order matters: the first match wins.
-constexpr std::array kDeepSpeedRules = {
-    RefusalRule{"ValueError", "pieces account for", ErrorKind::count},
-    RefusalRule{"ValueError", "outside the shard", ErrorKind::bounds},
-    RefusalRule{"ValueError", "twice", ErrorKind::twice},
-    RefusalRule{"ValueError", "hold different data", ErrorKind::different_data},
-    RefusalRule{"ValueError", "supplied a shard of", ErrorKind::shape},
-    RefusalRule{"ValueError", "zero scale", ErrorKind::scale},
-    RefusalRule{"NotImplementedError", "scaled piece", ErrorKind::scale},
-    RefusalRule{"AssertionError", "uncovered", ErrorKind::uncovered},
-    RefusalRule{"AssertionError", "held by", ErrorKind::holders},
-    // A missing key of the map's JSON, or a shard for a rank the map does not list
-    // (or none for one it does): the adapter tells them apart by the key's text.
-    RefusalRule{"KeyError", "'", ErrorKind::format},
-    RefusalRule{"KeyError", "", ErrorKind::shape},
-    RefusalRule{"StopIteration", "", ErrorKind::shape},
-    // torch's own checks on as_strided views and in-place writes.
-    RefusalRule{"RuntimeError", "out of bounds for storage", ErrorKind::bounds},
-    RefusalRule{"RuntimeError", "refers to a single memory location", ErrorKind::itself},
-    RefusalRule{"RuntimeError", "Negative strides", ErrorKind::format},
-    RefusalRule{"RuntimeError", "negative dimension", ErrorKind::format},
-    RefusalRule{"RuntimeError", "storage offset", ErrorKind::format},
-    RefusalRule{"RuntimeError", "can't be cast to the desired output type", ErrorKind::scale},
+constexpr NamedTarget kNamedTargets[] = {
+    {"strict", Policy::strict, "", "shardcheck's strict policy: refused or bit-exact (contract 4)"},
+    {"legacy", Policy::legacy, "", "DeepSpeed before the fix, as shardcheck models it (contract 4.1)"},
+    {"deepspeed", std::nullopt, "adapters/deepspeed/serve.py",
+     "DeepSpeed's released deepspeed/checkpoint/affine.py (contract 4.2), loaded by path from its sdist"},
 };
 
 constexpr std::string_view kExecPrefix = "exec:";
@@ -139,28 +127,19 @@ std::string shell_word(const std::string& text) {
   return out + "'";
 }
 
-std::optional<ErrorKind> classify_refusal(std::span<const RefusalRule> rules, std::string_view type,
-                                          std::string_view message) {
-  for (const RefusalRule& rule : rules) {
-    if (!rule.type.empty() && type != rule.type) continue;
-    if (!rule.message.empty() && message.find(rule.message) == std::string_view::npos) continue;
-    return rule.kind;
-  }
-  return std::nullopt;
-}
-
-std::span<const RefusalRule> deepspeed_refusal_rules() { return kDeepSpeedRules; }
-
 std::unique_ptr<Target> make_policy_target(const ConvertOptions& options) {
   return std::make_unique<PolicyTarget>(options);
 }
 
-std::string deepspeed_command() {
-  if (const char* command = std::getenv("SHARDCHECK_DEEPSPEED_COMMAND"); command && *command) {
-    return command;
-  }
+std::span<const NamedTarget> named_targets() { return kNamedTargets; }
+
+std::string adapter_command(const NamedTarget& target) {
+  std::string variable = "SHARDCHECK_";
+  for (char ch : target.name) variable += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  variable += "_COMMAND";
+  if (const char* command = std::getenv(variable.c_str()); command && *command) return command;
   namespace fs = std::filesystem;
-  const fs::path relative = fs::path("adapters") / "deepspeed" / "serve.py";
+  const fs::path relative(target.adapter);
   fs::path script = relative;
   std::error_code ec;
 #ifdef SHARDCHECK_SOURCE_TREE
@@ -173,17 +152,17 @@ std::string deepspeed_command() {
 
 MadeTarget make_target(std::string_view spec, const TargetOptions& options) {
   MadeTarget made;
-  if (auto policy = parse_policy(spec)) {
+  std::string command;
+  const auto row = std::find_if(std::begin(kNamedTargets), std::end(kNamedTargets),
+                                [&](const NamedTarget& t) { return t.name == spec; });
+  if (row != std::end(kNamedTargets) && row->policy) {
     ConvertOptions convert = options.convert;
-    convert.policy = *policy;
+    convert.policy = *row->policy;
     made.target = make_policy_target(convert);
     return made;
   }
-  std::string command;
-  std::span<const RefusalRule> rules;
-  if (spec == "deepspeed") {
-    command = deepspeed_command();
-    rules = deepspeed_refusal_rules();
+  if (row != std::end(kNamedTargets)) {
+    command = adapter_command(*row);
   } else if (spec.substr(0, kExecPrefix.size()) == kExecPrefix) {
     command = std::string(spec.substr(kExecPrefix.size()));
     if (command.empty()) {
@@ -191,10 +170,12 @@ MadeTarget make_target(std::string_view spec, const TargetOptions& options) {
       return made;
     }
   } else {
-    made.error = fmt::format("unknown target '{}' (strict, legacy, deepspeed or exec:COMMAND)", spec);
+    std::string names;
+    for (const NamedTarget& t : kNamedTargets) names += std::string(t.name) + ", ";
+    made.error = fmt::format("unknown target '{}' ({}or exec:COMMAND)", spec, names);
     return made;
   }
-  auto target = std::make_unique<ExecTarget>(std::string(spec), command, rules, options);
+  auto target = std::make_unique<ExecTarget>(std::string(spec), command, options);
   if (std::string error = target->start(); !error.empty()) {
     made.error = fmt::format("target {} did not start: {}", spec, error);
     return made;

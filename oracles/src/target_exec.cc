@@ -58,10 +58,18 @@ Json tensor_json(const Buffer& buffer, const Extents& shape) {
   return out;
 }
 
-Json map_json(const TargetMap& map) {
-  if (map.json != nullptr) return *map.json;
-  if (map.map != nullptr) return encode_map(*map.map, RankOrder::as_given);
-  return Json();
+// The map as the request carries it: `map_text` where the case holds text (the target
+// reads it itself), else `map`, the JSON as written or the decoded map encoded.
+void put_map(Json& request, const TargetMap& map) {
+  if (map.text != nullptr) {
+    request["map_text"] = *map.text;
+  } else if (map.json != nullptr) {
+    request["map"] = *map.json;
+  } else if (map.map != nullptr) {
+    request["map"] = encode_map(*map.map, RankOrder::as_given);
+  } else {
+    request["map"] = Json();
+  }
 }
 
 int remaining_ms(std::chrono::steady_clock::time_point deadline) {
@@ -72,9 +80,8 @@ int remaining_ms(std::chrono::steady_clock::time_point deadline) {
 
 }  // namespace
 
-ExecTarget::ExecTarget(std::string name, std::string command, std::span<const RefusalRule> rules,
-                       const TargetOptions& options)
-    : name_(std::move(name)), command_(std::move(command)), rules_(rules), options_(options) {}
+ExecTarget::ExecTarget(std::string name, std::string command, const TargetOptions& options)
+    : name_(std::move(name)), command_(std::move(command)), options_(options) {}
 
 ExecTarget::~ExecTarget() { stop(std::chrono::milliseconds(2000)); }
 
@@ -338,7 +345,6 @@ TargetResult<Json> ExecTarget::exchange(Json request, double timeout_seconds, st
   if (error->contains("kind") && (*error)["kind"].is_string()) {
     refusal.kind = parse_kind((*error)["kind"].get<std::string>());
   }
-  if (!refusal.kind) refusal.kind = classify_refusal(rules_, refusal.type, refusal.message);
   return refusal;
 }
 
@@ -386,7 +392,8 @@ TargetResult<Buffer> ExecTarget::tensor_request(Json request, DType dtype, Index
 }
 
 TargetResult<Accepted> ExecTarget::check(const TargetMap& map) {
-  Json request = {{"op", "check"}, {"map", map_json(map)}};
+  Json request = {{"op", "check"}};
+  put_map(request, map);
   auto answer = exchange(std::move(request), options_.timeout_seconds, 0);
   if (auto* f = std::get_if<TargetFault>(&answer)) return std::move(*f);
   if (auto* r = std::get_if<TargetRefusal>(&answer)) return std::move(*r);
@@ -395,8 +402,8 @@ TargetResult<Accepted> ExecTarget::check(const TargetMap& map) {
 
 TargetResult<Buffer> ExecTarget::rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
                                          int scale_power, const RebuildDigest& digest) {
-  Json request = {{"op", "rebuild"}, {"map", map_json(map)}, {"dtype", std::string(dtype_name(dtype))},
-                  {"scale_power", scale_power}};
+  Json request = {{"op", "rebuild"}, {"dtype", std::string(dtype_name(dtype))}, {"scale_power", scale_power}};
+  put_map(request, map);
   if (digest.expected) request["digest"] = format_digest(*digest.expected);
   if (digest.state) request["digest_state"] = *digest.state;
   Json tensors = Json::object();
@@ -414,8 +421,9 @@ TargetResult<Buffer> ExecTarget::extract(const TargetMap& map, const Buffer& ful
       std::all_of(map.map->logical_shape.begin(), map.map->logical_shape.end(), [](Index e) { return e >= 0; })) {
     shape = map.map->logical_shape;
   }
-  Json request = {{"op", "extract"}, {"map", map_json(map)}, {"dtype", std::string(dtype_name(full.dtype()))},
+  Json request = {{"op", "extract"}, {"dtype", std::string(dtype_name(full.dtype()))},
                   {"scale_power", scale_power}, {"rank", rank}, {"full", tensor_json(full, shape)}};
+  put_map(request, map);
   Index expected = 0;
   if (const RankEntry* entry = map.map != nullptr ? map.map->find_rank(rank) : nullptr; entry && entry->shard_shape) {
     expected = checked_numel(*entry->shard_shape).value_or(0);

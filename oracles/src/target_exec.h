@@ -14,8 +14,7 @@ namespace shardcheck::oracles {
 
 class ExecTarget final : public Target {
  public:
-  ExecTarget(std::string name, std::string command, std::span<const RefusalRule> rules,
-             const TargetOptions& options);
+  ExecTarget(std::string name, std::string command, const TargetOptions& options);
   ~ExecTarget() override;
   ExecTarget(const ExecTarget&) = delete;
   ExecTarget& operator=(const ExecTarget&) = delete;
@@ -24,6 +23,7 @@ class ExecTarget final : public Target {
   std::string start();
 
   const std::string& name() const override { return name_; }
+  bool reads_map_itself() const override { return true; }
   TargetResult<Accepted> check(const TargetMap& map) override;
   TargetResult<Buffer> rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
                                int scale_power, const RebuildDigest& digest) override;
@@ -53,7 +53,6 @@ class ExecTarget final : public Target {
 
   std::string name_;
   std::string command_;
-  std::span<const RefusalRule> rules_;
   TargetOptions options_;
   std::string implementation_;
   pid_t pid_ = -1;

@@ -658,6 +658,7 @@ std::optional<Finding> judge_accepts_invalid(CaseJudgement& judged) {
   if (judged.options.target.empty()) return std::nullopt;
   const oracles::ReferenceVerdict& verdict = judged.reference_verdict();
   std::optional<ErrorKind> kind = verdict.kind;
+  if (Status undecoded = undecoded_map_error(judged.c); !undecoded.ok()) kind = ErrorKind::format;
   if (!kind) {
     const Case& c = judged.c;
     Status scale = oracles::reference_scale_refusal(c.map, c.dtype, c.scale_power);

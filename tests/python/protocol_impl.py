@@ -73,14 +73,67 @@ def unique_by_rule(shape, strides):
     return True
 
 
+def map_document(request):
+    """The map of a request: its JSON value, or the case's text (`map_text`), read strictly:
+    a key given twice, a NaN or Infinity literal, or anything but JSON is refused."""
+    if 'map_text' not in request:
+        return request['map']
+
+    def pairs(items):
+        keys = [key for key, _ in items]
+        if len(set(keys)) != len(keys):
+            raise Refused('format', 'a key appears twice in one object')
+        return dict(items)
+
+    def constant(name):
+        raise Refused('format', f'{name} is not a JSON number')
+
+    try:
+        doc = json.loads(request['map_text'], object_pairs_hook=pairs, parse_constant=constant)
+    except json.JSONDecodeError as error:
+        raise Refused('format', str(error))
+    if isinstance(doc, dict) and 'version' in doc:  # an envelope of one parameter's map
+        params = doc.get('params')
+        if doc.get('version') != 1 or not isinstance(params, dict) or len(params) != 1:
+            raise Refused('format', 'an envelope must be version 1 and hold one parameter')
+        doc = next(iter(params.values()))
+    return doc
+
+
+def integer(value):
+    """A JSON integer as it is: a quoted number, a fraction or a bool is no integer."""
+    if type(value) is not int or not -2**63 <= value < 2**63:
+        raise TypeError(f'{value!r} is not a 64-bit integer')
+    return value
+
+
+def ranks_object(ranks):
+    """The ranks as an object keyed by id: DeepSpeed's to_dict may also write a list of
+    entries that each carry their "rank"."""
+    if isinstance(ranks, dict):
+        return ranks
+    if not isinstance(ranks, list):
+        return None
+    out = {}
+    for entry in ranks:
+        if not isinstance(entry, dict) or type(entry.get('rank')) is not int or entry['rank'] < 0:
+            raise Refused('format', 'a ranks list entry needs a non-negative integer "rank"')
+        key = str(entry['rank'])
+        if key in out:
+            raise Refused('format', f'rank {key} appears twice')
+        out[key] = {k: v for k, v in entry.items() if k != 'rank'}
+    return out
+
+
 def parse_map(doc):
-    if not isinstance(doc, dict) or not isinstance(doc.get('ranks'), dict):
+    ranks_doc = ranks_object(doc.get('ranks')) if isinstance(doc, dict) else None
+    if ranks_doc is None:
         raise Refused('format', 'the map needs logical_shape and a ranks object')
     shape = doc.get('logical_shape')
-    if not isinstance(shape, list) or any(not isinstance(e, int) or e < 0 for e in shape):
+    if not isinstance(shape, list) or any(type(e) is not int or not 0 <= e < 2**63 for e in shape):
         raise Refused('format', 'logical_shape must be a list of non-negative integers')
     ranks = {}
-    for key, entry in doc['ranks'].items():
+    for key, entry in ranks_doc.items():
         if not key.isdigit() or str(int(key)) != key:
             raise Refused('format', f'rank key {key!r} is not a canonical decimal id')
         rank = int(key)
@@ -95,16 +148,16 @@ def parse_map(doc):
             raise Refused('format', f'rank {rank} lists pieces but no shard_shape')
         else:
             shard_shape = [0]  # a rank with no pieces may omit it: its shard is empty
-        if not isinstance(shard_shape, list) or any(not isinstance(e, int) or e < 0 for e in shard_shape):
+        if not isinstance(shard_shape, list) or any(type(e) is not int or not 0 <= e < 2**63 for e in shard_shape):
             raise Refused('format', f'rank {rank}: shard_shape must be a list of non-negative integers')
         parsed = []
         for index, p in enumerate(pieces):
             try:
                 piece = {
-                    'shape': [int(e) for e in p['shape']],
-                    'src': (int(p['source'][0]), [int(s) for s in p['source'][1]]),
-                    'dst': (int(p['dest'][0]), [int(s) for s in p['dest'][1]]),
-                    'locations': [int(r) for r in p['locations']],
+                    'shape': [integer(e) for e in p['shape']],
+                    'src': (integer(p['source'][0]), [integer(s) for s in p['source'][1]]),
+                    'dst': (integer(p['dest'][0]), [integer(s) for s in p['dest'][1]]),
+                    'locations': [integer(r) for r in p['locations']],
                     'scale': float(p.get('scale', 1.0)),
                 }
             except (KeyError, TypeError, ValueError, IndexError) as error:
@@ -260,7 +313,7 @@ def refuse_replicas(ranks):
 
 def rebuild(request):
     dtype = request['dtype']
-    shape, ranks = parse_map(request['map'])
+    shape, ranks = parse_map(map_document(request))
     check_map(shape, ranks)
     refuse_replicas(ranks)
     check_scale(ranks, dtype, request['scale_power'])
@@ -288,7 +341,7 @@ def rebuild(request):
 
 def extract(request):
     dtype = request['dtype']
-    shape, ranks = parse_map(request['map'])
+    shape, ranks = parse_map(map_document(request))
     check_map(shape, ranks)
     refuse_replicas(ranks)
     check_scale(ranks, dtype, request['scale_power'])
@@ -313,7 +366,7 @@ def answer(request):
         return {'ok': True, 'protocol': 1, 'implementation': 'protocol_impl.py (numpy)'}
     try:
         if op == 'check':
-            check_map(*parse_map(request['map']))
+            check_map(*parse_map(map_document(request)))
             return {'ok': True}
         if op == 'rebuild':
             return {'ok': True, 'result': tensor_out(rebuild(request), request['dtype'])}

@@ -53,13 +53,16 @@ using TargetResult = std::variant<T, TargetRefusal, TargetFault>;
 
 struct Accepted {};  // a check that passed
 
-// The map under test as handed to an implementation: decoded, and where the case keeps
-// it, the JSON as written (an exec target then sends those exact bytes, so rank keys such
-// as "1" and "01" reach it unchanged). Without `json` the map is encoded in its own
-// rank and piece order.
+// The map under test as handed to an implementation (contract 9: as the case holds it).
+// `map`: decoded, when it decodes. `json`: the JSON as written, where the case keeps it
+// (an exec target then sends those exact bytes, so rank keys such as "1" and "01" reach it
+// unchanged). `text`: the map's text, where the case holds text ("map_text", or an inline
+// map JSON could not hold): an exec target sends it as `map_text` and reads it itself.
+// Without `json` or `text` the map is encoded in its own rank and piece order.
 struct TargetMap {
   const Map* map = nullptr;
   const Json* json = nullptr;
+  const std::string* text = nullptr;
 };
 
 // The content digest (contract section 10) a rebuild is asked to verify: a value the
@@ -81,6 +84,10 @@ class Target {
   virtual bool judges_kinds() const { return false; }
   // The legacy model is judged against a case's `legacy` expectations, not the contract's.
   virtual bool is_legacy_model() const { return false; }
+  // Whether it reads the map itself (an exec target: DeepSpeed decodes the JSON with its
+  // own from_dict), so that a map shardcheck's decoder refuses is still its to judge.
+  // The built-in policies read maps with shardcheck's decoder.
+  virtual bool reads_map_itself() const { return false; }
 
   // Conditions 1-6 on the map alone.
   virtual TargetResult<Accepted> check(const TargetMap& map) = 0;
@@ -117,21 +124,22 @@ MadeTarget make_target(std::string_view spec, const TargetOptions& options = {})
 // A built-in policy as a target (no process, never fails to start).
 std::unique_ptr<Target> make_policy_target(const ConvertOptions& options);
 
-// The command `deepspeed` runs: $SHARDCHECK_DEEPSPEED_COMMAND, else /usr/bin/python3 on
-// adapters/deepspeed/serve.py (found relative to the working directory, else in the
-// source tree shardcheck was built from).
-std::string deepspeed_command();
-
-// How a named exec target's error texts map to kinds: first rule whose type and message
-// substrings both match (an empty substring matches anything).
-struct RefusalRule {
-  std::string_view type;
-  std::string_view message;
-  ErrorKind kind;
+// The named implementations, one row each (a new one is a row here and, for an exec
+// target, its adapter script): the built-in policies, and adapters that serve another
+// implementation over the protocol (docs/protocol.md). An adapter's refusals name their
+// kind themselves (the protocol's `kind` field).
+struct NamedTarget {
+  std::string_view name;
+  std::optional<Policy> policy;  // a built-in policy, or
+  std::string_view adapter;      // the adapter script, relative to the repository
+  std::string_view doc;
 };
-std::optional<ErrorKind> classify_refusal(std::span<const RefusalRule> rules, std::string_view type,
-                                          std::string_view message);
-std::span<const RefusalRule> deepspeed_refusal_rules();
+std::span<const NamedTarget> named_targets();
+
+// The command an adapter runs: $SHARDCHECK_<NAME>_COMMAND (upper case), else
+// /usr/bin/python3 on the adapter script (found relative to the working directory, else
+// in the source tree shardcheck was built from).
+std::string adapter_command(const NamedTarget& target);
 
 // Base64 (RFC 4648, with padding) for the protocol's tensor bytes.
 std::string base64_encode(const std::byte* data, std::size_t size);
