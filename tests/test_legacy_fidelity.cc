@@ -123,10 +123,19 @@ bool differ_only_in_nan_bits(DType dtype, const oracles::OpOutcome& a, const ora
 //    not fit in 64 bits as bytes (torch 1.13, Debian's): DeepSpeed then reads wrapped
 //    memory (silently wrong, sometimes by luck exact) or its process dies, where the model
 //    refuses as torch means to. Either is a finding of any campaign against DeepSpeed;
+//  - a map shardcheck's decoder refuses (a float or quoted number, a repeated key): the
+//    model reads it as the built-in policies do, DeepSpeed with from_dict (contract 9);
 //  - a NaN through torch's bfloat16 scaling comes out as 0x7fc0 from its scalar loop and
 //    as 0xffff from its vectorised loop, and which loop runs depends on the view's layout
 //    and the CPU; the model writes the quiet NaN with its sign (contract section 4.1).
 std::string explanation(const Case& c, const oracles::OpOutcome& legacy, const oracles::OpOutcome& deepspeed) {
+  // DeepSpeed reads the map's JSON or text itself (contract 9): from_dict's int() takes a
+  // float or quoted extent, Python's json a repeated key. The model reads maps with
+  // shardcheck's decoder, as the built-in policies do, and refuses them format.
+  if (legacy.verdict == Outcome::refused && legacy.error && legacy.error->kind == ErrorKind::format &&
+      !undecoded_map_error(c).ok()) {
+    return "DeepSpeed reads a map shardcheck's decoder refuses";
+  }
   if (c.dtype == DType::bfloat16 && has_scaled_piece(c.map) && differ_only_in_nan_bits(c.dtype, legacy, deepspeed)) {
     return "bfloat16 NaN bits from torch's scaling loop";
   }

@@ -82,6 +82,16 @@ Status check_piece(const Piece& piece, Rank rank, Index index, Index numel_f, In
   return {};
 }
 
+// DeepSpeed's from_dict reads every rank's shard_shape, so a rank entry without one,
+// even one with no pieces (which the contract allows, section 2), is a KeyError before
+// any conversion: format.
+Status every_rank_has_a_shape(const Map& map) {
+  for (const auto& entry : map.ranks) {
+    if (!entry.shard_shape) return fault::missing_shard_shape(entry.rank);
+  }
+  return {};
+}
+
 // DeepSpeed's only map check: each rank's pieces hold as many elements as its shard,
 // for every rank the map lists (a rank with no pieces must have an empty shard). Its
 // piece constructor refuses a zero scale, so no map holding one is ever built.
@@ -93,9 +103,8 @@ Status check_counts(const Map& map) {
       }
     }
   }
+  if (Status e = every_rank_has_a_shape(map); !e.ok()) return e;
   for (const auto& entry : map.ranks) {
-    if (entry.pieces.empty() && !entry.shard_shape) continue;  // an empty shard
-    if (!entry.shard_shape) return fault::missing_shard_shape(entry.rank);
     auto expected = signed_product(*entry.shard_shape);
     if (!expected) return fault::bad_shard_shape(entry.rank, *entry.shard_shape);
     Index total = 0;
@@ -282,6 +291,7 @@ Result<Buffer> legacy_rebuild(const Map& map, const ShardSet& shards, DType dtyp
 }
 
 Result<Buffer> legacy_extract(const Map& map, const Buffer& full, Rank rank, int scale_power) {
+  if (Status e = every_rank_has_a_shape(map); !e.ok()) return e.error();
   const RankEntry* entry = map.find_rank(rank);
   if (entry == nullptr || !entry->shard_shape) return fault::no_shard_to_extract(rank);
   auto numel_f = numel_of(map.logical_shape);

@@ -107,15 +107,20 @@ Buffer* take_answer(OpOutcome& out, TargetResult<Buffer>& answer) {
   return &std::get<Buffer>(answer);
 }
 
-// The map under test as the case holds it (contract 9): its text where the case gives
-// text, its JSON where it does not decode, and the decoded map wherever it decodes (an
-// exec target sends the text or JSON; a built-in policy reads the decoded map).
+// The map under test for a target. A map shardcheck decodes goes as DeepSpeed writes it
+// (encoded from the decoded map, rank and piece order as given), so that what every target
+// reads is the format itself and not a spelling of it that only shardcheck's decoder
+// accepts (ranks as a list, -0). A map it refuses goes as the case holds it (contract 9),
+// its text or its JSON: an exec target reads it itself, a built-in policy refuses it.
 TargetMap target_map(const Case& c) {
-  const bool decodes = undecoded_map_error(c).ok();
   TargetMap out;
-  out.map = decodes ? &c.map : nullptr;
-  if (c.map_text) out.text = &*c.map_text;
-  else if (c.undecoded_map) out.json = &*c.undecoded_map;
+  if (undecoded_map_error(c).ok()) {
+    out.map = &c.map;
+  } else if (c.map_text) {
+    out.text = &*c.map_text;
+  } else if (c.undecoded_map) {
+    out.json = &*c.undecoded_map;
+  }
   return out;
 }
 
