@@ -248,17 +248,23 @@ bool is_power_of_two(double scale) {
   return std::fabs(std::frexp(scale, &exponent)) == 0.5;
 }
 
-// Whether value * scale, exactly (a double holds the product of two such values unless it
-// is a float64 one far below 2^-1022, which then underflows all the more), lies below the
-// dtype's smallest normal: scaling into that range keeps fewer bits (gradual underflow,
-// even rounding up to the smallest normal), so a power-of-two scale may not give the value
-// back. The smallest normal of each dtype is the model's own list, not the core's.
+// Whether value * scale, exactly, lies below the dtype's smallest normal: scaling into
+// that range keeps fewer bits (gradual underflow, even rounding up to the smallest
+// normal), so a power-of-two scale may not give the value back. The smallest normal of
+// each dtype is the model's own list, not the core's.
 bool underflows(DType dtype, std::uint64_t bits, double scale) {
-  const double v = std::fabs(bits_to_double(dtype, bits)) * std::fabs(scale);
-  double smallest_normal = 0x1p-126;
-  if (dtype == DType::float16) smallest_normal = 0x1p-14;
-  if (dtype == DType::float64) smallest_normal = 0x1p-1022;
-  return v < smallest_normal && bits_to_double(dtype, bits) != 0;
+  const double value = std::fabs(bits_to_double(dtype, bits));
+  if (value == 0 || std::isnan(value) || std::isinf(value)) return false;
+  // value * scale, exactly: with value = mv * 2^ev and scale = ms * 2^es (frexp), the
+  // product is mv * ms * 2^(ev + es), computed without forming it (a double product of
+  // two float64 values may itself round across the smallest normal).
+  int ev = 0, es = 0;
+  const double mv = std::frexp(value, &ev);
+  const double ms = std::frexp(std::fabs(scale), &es);
+  int smallest_normal_exponent = -126;
+  if (dtype == DType::float16) smallest_normal_exponent = -14;
+  if (dtype == DType::float64) smallest_normal_exponent = -1022;
+  return std::ldexp(mv * ms, ev + es - smallest_normal_exponent) < 1.0;
 }
 
 // Contract 8: the expected tensor is the truth map's own rebuild of the shards; where it
