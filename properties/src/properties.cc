@@ -626,19 +626,30 @@ std::optional<Finding> judge_strict_accepts(CaseJudgement& judged) {
   if (result == nullptr || result->policy != Policy::strict || !judged.options.target.empty() || judged.c.map_text) {
     return std::nullopt;
   }
-  const auto accepted = std::find_if(result->ops.begin(), result->ops.end(),
-                                     [](const oracles::OpOutcome& op) { return op.verdict == Outcome::exact; });
-  if (accepted == result->ops.end()) return std::nullopt;
-  const oracles::ReferenceVerdict& verdict = judged.reference_verdict();
-  std::optional<Error> refusal = verdict.error;
-  if (verdict.refused_only_by_stride_rule || verdict.too_large) refusal.reset();
-  if (verdict.valid()) {
-    const Case& c = judged.c;
-    if (Status scale = oracles::reference_scale_refusal(c.map, c.dtype, c.scale_power); !scale.ok()) {
-      refusal = scale.error();
+  const oracles::OpOutcome* accepted = nullptr;
+  std::optional<Error> refusal;
+  const auto exact = std::find_if(result->ops.begin(), result->ops.end(),
+                                  [](const oracles::OpOutcome& op) { return op.verdict == Outcome::exact; });
+  if (exact != result->ops.end()) {
+    const oracles::ReferenceVerdict& verdict = judged.reference_verdict();
+    if (!verdict.refused_only_by_stride_rule && !verdict.too_large) refusal = verdict.error;
+    if (verdict.valid()) {
+      const Case& c = judged.c;
+      if (Status scale = oracles::reference_scale_refusal(c.map, c.dtype, c.scale_power); !scale.ok()) {
+        refusal = scale.error();
+      }
+    }
+    if (refusal) accepted = &*exact;
+  }
+  // An element the scale overflows or flushes (contract 1.2): a refusal owed on the data
+  // at hand, which no check of the map sees.
+  for (const auto& op : result->ops) {
+    if (accepted == nullptr && op.owed_refusal && (op.verdict == Outcome::exact || op.verdict == Outcome::wrong)) {
+      accepted = &op;
+      refusal = op.owed_refusal;
     }
   }
-  if (!refusal) return std::nullopt;
+  if (accepted == nullptr) return std::nullopt;
   return make_finding(
       JudgeId::strict_accepts,
       fmt::format("{}:{}:{}", op_name(accepted->op), kind_name(refusal->kind), case_label(judged.c)),

@@ -54,6 +54,9 @@ struct OpOutcome {
   // its text names no kind: "unknown"), or what went wrong with the process.
   std::optional<TargetRefusal> refusal;
   std::optional<TargetFault> fault;
+  // A tensor returned through a scaled map where the reference model refuses the same
+  // conversion (contract 1.2: an element the scale overflows or flushes): the refusal owed.
+  std::optional<Error> owed_refusal;
 };
 
 struct CaseOutcome {
