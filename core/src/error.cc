@@ -11,23 +11,24 @@
 namespace shardcheck {
 
 namespace {
-struct KindName {
+struct KindRow {
   ErrorKind kind;
   std::string_view name;
+  std::string_view contract;
+  std::string_view meaning;
 };
-constexpr std::array<KindName, 11> kKindNames{{
-    {ErrorKind::count, "count"},
-    {ErrorKind::bounds, "bounds"},
-    {ErrorKind::itself, "itself"},
-    {ErrorKind::twice, "twice"},
-    {ErrorKind::uncovered, "uncovered"},
-    {ErrorKind::different_data, "different_data"},
-    {ErrorKind::holders, "holders"},
-    {ErrorKind::scale, "scale"},
-    {ErrorKind::shape, "shape"},
-    {ErrorKind::digest, "digest"},
-    {ErrorKind::format, "format"},
-}};
+constexpr KindRow kKindRows[] = {
+#define SHARDCHECK_ERROR_KIND(name, contract, sentence) {ErrorKind::name, #name, contract, sentence},
+#include "shardcheck/error_kinds.def"
+};
+static_assert(std::size(kKindRows) == std::size(kAllErrorKinds));
+
+const KindRow& kind_row(ErrorKind kind) {
+  for (const auto& row : kKindRows) {
+    if (row.kind == kind) return row;
+  }
+  return kKindRows[static_cast<std::size_t>(ErrorKind::format)];
+}
 
 std::string location_text(const Where& where) {
   if (!where.path.empty()) return where.path;
@@ -48,16 +49,13 @@ std::string location_text(const Where& where) {
 }
 }  // namespace
 
-std::string_view kind_name(ErrorKind kind) {
-  for (const auto& entry : kKindNames) {
-    if (entry.kind == kind) return entry.name;
-  }
-  return "format";
-}
+std::string_view kind_name(ErrorKind kind) { return kind_row(kind).name; }
+std::string_view kind_contract(ErrorKind kind) { return kind_row(kind).contract; }
+std::string_view kind_meaning(ErrorKind kind) { return kind_row(kind).meaning; }
 
 std::optional<ErrorKind> parse_kind(std::string_view name) {
-  for (const auto& entry : kKindNames) {
-    if (entry.name == name) return entry.kind;
+  for (const auto& row : kKindRows) {
+    if (row.name == name) return row.kind;
   }
   return std::nullopt;
 }
@@ -124,7 +122,6 @@ namespace fault {
 namespace {
 
 std::string list_text(std::span<const Index> values) { return fmt::format("{}", fmt::join(values, ",")); }
-std::string shape_text(const Extents& shape) { return "(" + list_text(shape) + ")"; }
 std::string ranks_text(std::span<const Rank> ranks) { return "{" + list_text(ranks) + "}"; }
 
 Where where_of(const PieceAt& at) { return Where::in_piece(at.rank, at.written, *at.piece); }

@@ -47,30 +47,24 @@ namespace shardcheck {
 struct Piece;
 enum class DType;
 
-// Stable kinds; their names (kind_name) are spelled in CLI output and stored files, so they never change.
+// Stable kinds, one row each in error_kinds.def (name, contract section, meaning);
+// their names (kind_name) are spelled in CLI output and stored files, so they never change.
 enum class ErrorKind {
-  count,           // a rank's pieces hold a different number of elements than its shard
-  bounds,          // a view reaches outside F or outside its shard
-  itself,          // a view overlaps itself (not is_unique)
-  twice,           // an address or element written twice where that is not allowed
-  uncovered,       // an element of F or a shard address nobody writes
-  different_data,  // replicas of one element hold different bits
-  holders,         // locations disagree with the ranks that really hold the data
-  scale,           // invalid scale, or scale with scale_power != 1, or on a non-float dtype
-  shape,           // a supplied buffer has the wrong element count
-  digest,          // the rebuilt tensor's content digest is not the one expected (contract section 10)
-  format,          // malformed input: types, missing keys, negative numbers, overflow
+#define SHARDCHECK_ERROR_KIND(name, contract, sentence) name,
+#include "shardcheck/error_kinds.def"
 };
 
-// Every kind, in the order above.
+// Every kind, in the table's order.
 inline constexpr ErrorKind kAllErrorKinds[] = {
-    ErrorKind::count,     ErrorKind::bounds,         ErrorKind::itself,
-    ErrorKind::twice,     ErrorKind::uncovered,      ErrorKind::different_data,
-    ErrorKind::holders,   ErrorKind::scale,          ErrorKind::shape,
-    ErrorKind::digest,    ErrorKind::format};
+#define SHARDCHECK_ERROR_KIND(name, contract, sentence) ErrorKind::name,
+#include "shardcheck/error_kinds.def"
+};
 
+// The kind's stable name, its contract section and its one-sentence meaning (the table).
 std::string_view kind_name(ErrorKind kind);
 std::optional<ErrorKind> parse_kind(std::string_view name);
+std::string_view kind_contract(ErrorKind kind);
+std::string_view kind_meaning(ErrorKind kind);
 
 // Which buffer an `address` refers to.
 enum class Side { none, full, shard };
