@@ -22,6 +22,7 @@
 #include "shardcheck/campaign.h"
 #include "shardcheck/json.h"
 #include "shardcheck/oracles/target.h"
+#include "shardcheck/oracles/truth.h"
 
 namespace shardcheck::cli {
 
@@ -32,7 +33,7 @@ struct CampaignArgs {
   std::optional<Index> cases;
   std::optional<double> time_seconds;
   std::string policy = "strict";
-  std::string oracle = "truth";
+  std::string oracle{oracles::oracle_kind_name(oracles::OracleKind::truth)};
   std::string target;
   double target_timeout = 10.0;
   int jobs = 0;
@@ -186,10 +187,11 @@ int options_from_args(const CampaignArgs& args, campaign::Options& options) {
       options.eval.target_timeout_seconds = args.target_timeout;
     }
   }
-  if (args.oracle == "truth") options.eval.oracle = oracles::OracleKind::truth;
-  else if (args.oracle == "same-map") options.eval.oracle = oracles::OracleKind::same_map;
-  else {
-    std::fprintf(stderr, "shardcheck campaign: unknown oracle '%s' (truth or same-map)\n", args.oracle.c_str());
+  if (auto oracle = oracles::parse_oracle_kind(args.oracle)) {
+    options.eval.oracle = *oracle;
+  } else {
+    std::fprintf(stderr, "shardcheck campaign: unknown oracle '%s' (%s)\n", args.oracle.c_str(),
+                 oracles::oracle_choices().c_str());
     return kExitUsage;
   }
   options.eval.strict_layout = args.strict_layout;
@@ -299,7 +301,7 @@ int run_campaign(const CampaignArgs& args) {
                options.eval.target.empty() ? "policy" : "target",
                options.eval.target.empty() ? std::string(policy_name(options.eval.policy)).c_str()
                                            : options.eval.target.c_str(),
-               options.eval.oracle == oracles::OracleKind::truth ? "truth" : "same-map", options.jobs,
+               std::string(oracles::oracle_kind_name(options.eval.oracle)).c_str(), options.jobs,
                options.isolate ? " (isolated)" : "", shard.c_str(), options.generate.record_digest ? ", digests" : "");
   ProgressPrinter printer(options.cases, options.time_seconds, already_done,
                           args.resume.empty() ? 0.0 : checkpoint.report.seconds, args.quiet);
@@ -363,7 +365,7 @@ void register_campaign(CLI::App& app, RunState& state) {
                           "Number of cases (deterministic)"));
   defining(add_seconds_option(sub, "--time", args->time_seconds, "Time budget in seconds (default 60 without --cases)"));
   defining(sub->add_option("--policy", args->policy, "strict (default) or legacy"));
-  defining(sub->add_option("--oracle", args->oracle, "truth (default) or same-map"));
+  defining(sub->add_option("--oracle", args->oracle, oracle_help()));
   add_int_option(sub, "--jobs", args->jobs, 0, 4096, "Worker processes or threads, at most 4096; 0 (the default) means all cores");
   defining(sub->add_option("--shard", args->shard, "Run part I of N (I/N), tables add up"));
   defining(sub->add_option("--out", args->out, "Directory for report.json and findings/ (default campaign-out)"));

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -28,6 +29,10 @@ void register_check(CLI::App& app, RunState& state);
 void register_repro(CLI::App& app, RunState& state);
 void register_digest(CLI::App& app, RunState& state);
 void register_campaign(CLI::App& app, RunState& state);
+
+// --oracle: the names of oracles::kOracleNames, the first the default.
+std::vector<std::string> oracle_names();
+std::string oracle_help();  // "truth (default) or same-map"
 
 // --- numeric options, parsed exactly and refused in plain words ----------------------
 // CLI11's own conversions wrap "-1" into an unsigned value, saturate what does not fit,

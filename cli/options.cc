@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "shardcheck/oracles/truth.h"
 
 namespace shardcheck::cli {
 
@@ -33,6 +34,23 @@ std::optional<std::uint64_t> magnitude(const std::string& text, std::size_t from
 constexpr double kMaxSeconds = 1e9;
 
 }  // namespace
+
+std::vector<std::string> oracle_names() {
+  std::vector<std::string> out;
+  for (const auto& row : oracles::kOracleNames) out.emplace_back(row.name);
+  return out;
+}
+
+std::string oracle_help() {
+  std::string out;
+  const std::size_t n = std::size(oracles::kOracleNames);
+  for (std::size_t k = 0; k < n; ++k) {
+    if (k > 0) out += k + 1 == n ? " or " : ", ";
+    out += oracles::kOracleNames[k].name;
+    if (k == 0) out += " (default)";
+  }
+  return out;
+}
 
 std::uint64_t parse_uint64_option(const std::string& name, const std::string& text) {
   constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();

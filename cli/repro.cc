@@ -21,7 +21,7 @@ namespace {
 struct ReproArgs {
   std::string path;
   std::string policy_name = "strict";
-  std::string oracle_name = "truth";
+  std::string oracle_name{oracles::oracle_kind_name(oracles::OracleKind::truth)};
   std::string target;  // overrides the policy: strict, legacy, deepspeed, exec:COMMAND
   double target_timeout = 10.0;
   bool json = false;
@@ -90,8 +90,8 @@ int run_repro(const ReproArgs& args) {
     fmt::print(stderr, "shardcheck: {}\n", made.error);
     return kExitUsage;
   }
-  auto oracle = args.oracle_name == "same-map" ? oracles::OracleKind::same_map
-                                               : oracles::OracleKind::truth;
+  // CLI11 has checked the name against the table.
+  const oracles::OracleKind oracle = oracles::parse_oracle_kind(args.oracle_name).value_or(oracles::OracleKind::truth);
   auto outcome = oracles::run_case(c.value(), *made.target, oracle);
   if (!outcome) {
     fmt::print(stderr, "shardcheck: {}: the case cannot be run: {}\n", args.path,
@@ -160,8 +160,7 @@ void register_repro(CLI::App& app, RunState& state) {
                                         "conversion policy: strict or legacy (default: the policy or target the "
                                         "case file records, else strict)")
                             ->check(CLI::IsMember({"strict", "legacy"}));
-  sub->add_option("--oracle", args->oracle_name, "truth (default) or same-map")
-      ->check(CLI::IsMember({"truth", "same-map"}));
+  sub->add_option("--oracle", args->oracle_name, oracle_help())->check(CLI::IsMember(oracle_names()));
   CLI::Option* target = sub->add_option(
       "--target", args->target,
       "implementation under test: strict, legacy, deepspeed or exec:COMMAND (overrides --policy; a case file's "

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardcheck/case.h"
@@ -14,6 +15,34 @@
 namespace shardcheck::oracles {
 
 enum class OracleKind { truth, same_map };
+
+// The oracles' names, as the command line takes them (--oracle) and reports print them:
+// the one table of them.
+struct OracleName {
+  OracleKind kind;
+  std::string_view name;
+};
+inline constexpr OracleName kOracleNames[] = {
+    {OracleKind::truth, "truth"},
+    {OracleKind::same_map, "same-map"},
+};
+
+constexpr std::string_view oracle_kind_name(OracleKind kind) {
+  for (const auto& row : kOracleNames) {
+    if (row.kind == kind) return row.name;
+  }
+  return "truth";
+}
+
+constexpr std::optional<OracleKind> parse_oracle_kind(std::string_view name) {
+  for (const auto& row : kOracleNames) {
+    if (row.name == name) return row.kind;
+  }
+  return std::nullopt;
+}
+
+// "truth or same-map": the names, for help texts and refusals.
+std::string oracle_choices(std::string_view last_separator = " or ");
 
 // First element that differs between expected and actual output.
 struct Difference {
