@@ -7,6 +7,7 @@
 
 #include "element_types.h"
 #include "shardcheck/backend.h"
+#include "two_view_walk.h"
 
 namespace shardcheck {
 
@@ -37,9 +38,7 @@ struct Slab {
 template <class Fn>
 void for_each_slab(const Extents& shape, const StridedView& from, const StridedView& to, Fn&& fn) {
   const std::size_t d = shape.size();
-  for (Index e : shape) {
-    if (e == 0) return;
-  }
+  if (detail::has_zero_extent(shape)) return;
   Slab slab{from.offset, to.offset, 1, 1, 0, 0, 0, 0, 0};
   if (d >= 1) {
     slab.cols = shape[d - 1];
@@ -51,30 +50,16 @@ void for_each_slab(const Extents& shape, const StridedView& from, const StridedV
     slab.from_row_stride = from.strides[d - 2];
     slab.to_row_stride = to.strides[d - 2];
   }
-  const std::size_t outer = d >= 2 ? d - 2 : 0;
+  std::array<detail::WalkAxis, 64> axes;
+  const int outer = detail::outer_axes(shape, from, to, d >= 2 ? d - 2 : 0, axes);
   const Index slab_size = slab.rows * slab.cols;
-  std::vector<Index> counter(outer, 0);
-  Index from_base = from.offset;
-  Index to_base = to.offset;
+  detail::TwoViewWalk walk(axes.data(), outer, from.offset, to.offset);
   for (Index first = 0;; first += slab_size) {
-    slab.from_offset = from_base;
-    slab.to_offset = to_base;
+    slab.from_offset = walk.from();
+    slab.to_offset = walk.to();
     slab.first_index = first;
     if (fn(slab)) return;
-    std::size_t k = outer;
-    while (k > 0) {
-      --k;
-      if (++counter[k] < shape[k]) {
-        from_base += from.strides[k];
-        to_base += to.strides[k];
-        break;
-      }
-      from_base -= (shape[k] - 1) * from.strides[k];
-      to_base -= (shape[k] - 1) * to.strides[k];
-      counter[k] = 0;
-      if (k == 0) return;
-    }
-    if (outer == 0) return;
+    if (!walk.next()) return;
   }
 }
 

@@ -16,6 +16,7 @@
 #include "element_types.h"
 #include "shardcheck/digest.h"
 #include "threads.h"
+#include "two_view_walk.h"
 
 namespace shardcheck::wide {
 
@@ -23,11 +24,7 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little);
 
-struct Axis {
-  Index extent;
-  Index from_stride;
-  Index to_stride;
-};
+using Axis = detail::WalkAxis;
 
 // A block reduced to rows: axes of extent 1 dropped, neighbouring axes merged where
 // both views are contiguous across them (which keeps the row-major element order), the
@@ -115,30 +112,10 @@ bool make_plan(const Block& b, std::size_t index, std::vector<Axis>& axes, Plan&
 // Calls fn(from_offset, to_offset, row) for rows [row_begin, row_end) of a plan.
 template <class Fn>
 void for_rows(const Plan& p, const Axis* axes, Index row_begin, Index row_end, Fn&& fn) {
-  // Only the plan's outer axes are used, each set below: zeroing the whole array cost
-  // more than copying a 2 KiB row.
-  std::array<Index, 64> counter;
-  Index from = p.from_offset;
-  Index to = p.to_offset;
-  Index rest = row_begin;
-  for (std::int32_t k = p.axes_count; k-- > 0;) {
-    counter[k] = rest % axes[k].extent;
-    rest /= axes[k].extent;
-    from += counter[k] * axes[k].from_stride;
-    to += counter[k] * axes[k].to_stride;
-  }
+  detail::TwoViewWalk rows(axes, p.axes_count, p.from_offset, p.to_offset, row_begin);
   for (Index row = row_begin; row < row_end; ++row) {
-    fn(from, to, row);
-    for (std::int32_t k = p.axes_count; k-- > 0;) {
-      if (++counter[k] < axes[k].extent) {
-        from += axes[k].from_stride;
-        to += axes[k].to_stride;
-        break;
-      }
-      from -= (axes[k].extent - 1) * axes[k].from_stride;
-      to -= (axes[k].extent - 1) * axes[k].to_stride;
-      counter[k] = 0;
-    }
+    fn(rows.from(), rows.to(), row);
+    rows.next();
   }
 }
 
