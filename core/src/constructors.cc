@@ -28,10 +28,6 @@ Error bad(std::string_view who, std::string_view what, std::optional<Rank> rank 
   return make_error(ErrorKind::format, fmt::format("in {}, {}", who, what), where);
 }
 
-std::string shape_text(const Extents& shape) {
-  return fmt::format("({})", fmt::join(shape, ","));
-}
-
 Status check_shape(std::string_view who, const Extents& shape) {
   for (std::size_t k = 0; k < shape.size(); ++k) {
     if (shape[k] < 0) {

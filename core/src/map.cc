@@ -90,6 +90,13 @@ std::string join(std::span<const Index> values) {
 }
 }  // namespace
 
+std::string shape_text(std::span<const Index> values) {
+  std::string out = "(";
+  append_ints(out, values);
+  out += ')';
+  return out;
+}
+
 // Every refusal names its piece this way, so it is written straight into one string,
 // with no formatting pass per field. Spec notation writes a 1-d stride as "(1)", not "(1,)".
 std::string describe(const Piece& piece) {
