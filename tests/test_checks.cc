@@ -1,4 +1,4 @@
-// Map checks of spec section 3 (conditions 1-6): the reported corruptions of spec 6,
+// Map checks of contract 3 (conditions 1-6): the reported corruptions of contract 6,
 // valid layouts, overflow inputs, order independence, planted bugs, large maps, and a
 // cross-check against a naive element-by-element model for many small random maps.
 #include "shardcheck/checks.h"
@@ -41,7 +41,7 @@ Error expect_refused(const Map& map, ErrorKind kind, const CheckOptions& options
   return err.error();
 }
 
-// ---- spec section 6: reported corruptions -----------------------------------------
+// ---- contract 6: reported corruptions -----------------------------------------
 
 Map spec6_1() {
   return M({8}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0})}),
@@ -319,7 +319,9 @@ TEST(Structure, ZeroExtentBesideOverflowingExtentsNeverUB) {
     const Status boxes = check_map(map);
     const Status walked = check_map(map, runs);
     ASSERT_EQ(boxes.ok(), walked.ok());
-    if (!boxes.ok()) EXPECT_EQ(boxes.error().to_string(), walked.error().to_string());
+    if (!boxes.ok()) {
+      EXPECT_EQ(boxes.error().to_string(), walked.error().to_string());
+    }
   }
 }
 
@@ -693,7 +695,7 @@ NaiveVerdict naive(const Map& input) {
 }
 
 // Small maps from a valid column or row split (some columns replicated), then a few
-// single-field edits in the spirit of the spec 7 catalogue.
+// single-field edits in the spirit of the contract 7 catalogue.
 Map random_map(std::mt19937& rng) {
   auto pick = [&](Index lo, Index hi) { return std::uniform_int_distribution<Index>(lo, hi)(rng); };
   const Index rows = pick(1, 3), cols = pick(1, 6);

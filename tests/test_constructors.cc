@@ -1,4 +1,4 @@
-// The constructors of spec section 5: the worked example, argument errors, and
+// The constructors of contract 5: the worked example, argument errors, and
 // round trips over random layouts and every dtype.
 #include <gtest/gtest.h>
 
@@ -15,22 +15,13 @@
 #include "shardcheck/constructors.h"
 #include "shardcheck/convert.h"
 #include "shardcheck/dtype.h"
+#include "support/spec_maps.h"
 
 namespace shardcheck {
 namespace {
 
 constexpr std::uint64_t kSeed = 0x5eedc7a5;
 constexpr int kCases = 300;
-
-Piece make_piece(Extents shape, Index src, Strides src_strides, Index dst, Strides dst_strides,
-                 std::vector<Rank> locations) {
-  Piece piece;
-  piece.shape = std::move(shape);
-  piece.source = {src, std::move(src_strides)};
-  piece.dest = {dst, std::move(dst_strides)};
-  piece.locations = std::move(locations);
-  return piece;
-}
 
 void expect_format_error(const Result<Map>& result, std::string_view needle,
                          std::optional<Rank> rank = std::nullopt) {
@@ -175,14 +166,14 @@ TEST(SubParamMap, WorkedExampleFieldByField) {
   EXPECT_EQ(map.ranks[0].rank, 0);
   EXPECT_EQ(map.ranks[0].shard_shape, (Extents{2, 3}));
   ASSERT_EQ(map.ranks[0].pieces.size(), 2u);
-  EXPECT_EQ(map.ranks[0].pieces[0], make_piece({2, 2}, 0, {6, 1}, 0, {3, 1}, {0}));
-  EXPECT_EQ(map.ranks[0].pieces[1], make_piece({2, 1}, 4, {6, 1}, 2, {3, 1}, {0}));
+  EXPECT_EQ(map.ranks[0].pieces[0], build::P({2, 2}, 0, {6, 1}, 0, {3, 1}, {0}));
+  EXPECT_EQ(map.ranks[0].pieces[1], build::P({2, 1}, 4, {6, 1}, 2, {3, 1}, {0}));
 
   EXPECT_EQ(map.ranks[1].rank, 1);
   EXPECT_EQ(map.ranks[1].shard_shape, (Extents{2, 3}));
   ASSERT_EQ(map.ranks[1].pieces.size(), 2u);
-  EXPECT_EQ(map.ranks[1].pieces[0], make_piece({2, 2}, 2, {6, 1}, 0, {3, 1}, {1}));
-  EXPECT_EQ(map.ranks[1].pieces[1], make_piece({2, 1}, 5, {6, 1}, 2, {3, 1}, {1}));
+  EXPECT_EQ(map.ranks[1].pieces[0], build::P({2, 2}, 2, {6, 1}, 0, {3, 1}, {1}));
+  EXPECT_EQ(map.ranks[1].pieces[1], build::P({2, 1}, 5, {6, 1}, 2, {3, 1}, {1}));
 
   EXPECT_EQ(describe(map.ranks[1].pieces[1]), "P(2,1) src(5,(6,1)) dst(2,(3,1)) loc{1}");
   expect_round_trip(map);
@@ -197,7 +188,7 @@ TEST(ReplicatedMap, EveryRankHoldsTheWholeTensor) {
   for (const RankEntry& entry : result.value().ranks) {
     EXPECT_EQ(entry.shard_shape, (Extents{3, 2}));
     ASSERT_EQ(entry.pieces.size(), 1u);
-    EXPECT_EQ(entry.pieces[0], make_piece({3, 2}, 0, {2, 1}, 0, {2, 1}, {0, 1, 2}));
+    EXPECT_EQ(entry.pieces[0], build::P({3, 2}, 0, {2, 1}, 0, {2, 1}, {0, 1, 2}));
   }
   expect_round_trip(result.value());
 }
@@ -208,7 +199,7 @@ TEST(ReplicatedMap, ZeroDimensionalTensor) {
   ASSERT_EQ(result.value().ranks.size(), 2u);
   EXPECT_EQ(result.value().ranks[1].shard_shape, Extents{});
   ASSERT_EQ(result.value().ranks[1].pieces.size(), 1u);
-  EXPECT_EQ(result.value().ranks[1].pieces[0], make_piece({}, 0, {}, 0, {}, {0, 1}));
+  EXPECT_EQ(result.value().ranks[1].pieces[0], build::P({}, 0, {}, 0, {}, {0, 1}));
   expect_round_trip(result.value());
 }
 
@@ -245,19 +236,19 @@ TEST(ContiguousSplitMap, UnevenSizesWithAZeroWidthRank) {
   expect_conventions(map, 3);
   EXPECT_EQ(map.ranks[0].shard_shape, (Extents{4, 4}));
   ASSERT_EQ(map.ranks[0].pieces.size(), 1u);
-  EXPECT_EQ(map.ranks[0].pieces[0], make_piece({4, 4}, 0, {6, 1}, 0, {4, 1}, {0}));
+  EXPECT_EQ(map.ranks[0].pieces[0], build::P({4, 4}, 0, {6, 1}, 0, {4, 1}, {0}));
   // A zero-width rank keeps its shard shape and lists no piece.
   EXPECT_EQ(map.ranks[1].shard_shape, (Extents{4, 0}));
   EXPECT_TRUE(map.ranks[1].pieces.empty());
   ASSERT_EQ(map.ranks[2].pieces.size(), 1u);
-  EXPECT_EQ(map.ranks[2].pieces[0], make_piece({4, 2}, 4, {6, 1}, 0, {2, 1}, {2}));
+  EXPECT_EQ(map.ranks[2].pieces[0], build::P({4, 2}, 4, {6, 1}, 0, {2, 1}, {2}));
   expect_round_trip(map);
 }
 
 TEST(ContiguousSplitMap, RowSplitIsDense) {
   auto result = contiguous_split_map({4, 3}, {1, 3}, 0);
   ASSERT_TRUE(result.ok()) << result.error().to_string();
-  EXPECT_EQ(result.value().ranks[1].pieces[0], make_piece({3, 3}, 3, {3, 1}, 0, {3, 1}, {1}));
+  EXPECT_EQ(result.value().ranks[1].pieces[0], build::P({3, 3}, 3, {3, 1}, 0, {3, 1}, {1}));
   expect_round_trip(result.value());
 }
 
@@ -269,12 +260,12 @@ TEST(SegmentedMap, ReplicatedSegmentGoesToEveryRank) {
   expect_conventions(map, 2);
   EXPECT_EQ(map.ranks[0].shard_shape, (Extents{5, 2}));
   ASSERT_EQ(map.ranks[0].pieces.size(), 2u);
-  EXPECT_EQ(map.ranks[0].pieces[0], make_piece({3, 2}, 0, {2, 1}, 0, {2, 1}, {0}));
-  EXPECT_EQ(map.ranks[0].pieces[1], make_piece({2, 2}, 8, {2, 1}, 6, {2, 1}, {0, 1}));
+  EXPECT_EQ(map.ranks[0].pieces[0], build::P({3, 2}, 0, {2, 1}, 0, {2, 1}, {0}));
+  EXPECT_EQ(map.ranks[0].pieces[1], build::P({2, 2}, 8, {2, 1}, 6, {2, 1}, {0, 1}));
   EXPECT_EQ(map.ranks[1].shard_shape, (Extents{3, 2}));
   ASSERT_EQ(map.ranks[1].pieces.size(), 2u);
-  EXPECT_EQ(map.ranks[1].pieces[0], make_piece({1, 2}, 6, {2, 1}, 0, {2, 1}, {1}));
-  EXPECT_EQ(map.ranks[1].pieces[1], make_piece({2, 2}, 8, {2, 1}, 2, {2, 1}, {0, 1}));
+  EXPECT_EQ(map.ranks[1].pieces[0], build::P({1, 2}, 6, {2, 1}, 0, {2, 1}, {1}));
+  EXPECT_EQ(map.ranks[1].pieces[1], build::P({2, 2}, 8, {2, 1}, 2, {2, 1}, {0, 1}));
   expect_round_trip(map);
 }
 
@@ -285,13 +276,13 @@ TEST(BlockGatherMap, ConsecutiveIdsMergeOthersDoNot) {
   expect_conventions(map, 2);
   EXPECT_EQ(map.ranks[0].shard_shape, (Extents{2, 6}));
   ASSERT_EQ(map.ranks[0].pieces.size(), 2u);
-  EXPECT_EQ(map.ranks[0].pieces[0], make_piece({2, 4}, 0, {12, 1}, 0, {6, 1}, {0}));
-  EXPECT_EQ(map.ranks[0].pieces[1], make_piece({2, 2}, 8, {12, 1}, 4, {6, 1}, {0}));
+  EXPECT_EQ(map.ranks[0].pieces[0], build::P({2, 4}, 0, {12, 1}, 0, {6, 1}, {0}));
+  EXPECT_EQ(map.ranks[0].pieces[1], build::P({2, 2}, 8, {12, 1}, 4, {6, 1}, {0}));
   // 3 then 2 runs backwards and 2 then 5 skips: three pieces, in listed order.
   ASSERT_EQ(map.ranks[1].pieces.size(), 3u);
-  EXPECT_EQ(map.ranks[1].pieces[0], make_piece({2, 2}, 6, {12, 1}, 0, {6, 1}, {1}));
-  EXPECT_EQ(map.ranks[1].pieces[1], make_piece({2, 2}, 4, {12, 1}, 2, {6, 1}, {1}));
-  EXPECT_EQ(map.ranks[1].pieces[2], make_piece({2, 2}, 10, {12, 1}, 4, {6, 1}, {1}));
+  EXPECT_EQ(map.ranks[1].pieces[0], build::P({2, 2}, 6, {12, 1}, 0, {6, 1}, {1}));
+  EXPECT_EQ(map.ranks[1].pieces[1], build::P({2, 2}, 4, {12, 1}, 2, {6, 1}, {1}));
+  EXPECT_EQ(map.ranks[1].pieces[2], build::P({2, 2}, 10, {12, 1}, 4, {6, 1}, {1}));
   expect_round_trip(map);
 }
 
@@ -303,13 +294,13 @@ TEST(ExpertPlacementMap, ReplicatedExpertsAndAnIdleRank) {
   expect_conventions(map, 3);
   EXPECT_EQ(map.ranks[0].shard_shape, (Extents{3, 3}));
   ASSERT_EQ(map.ranks[0].pieces.size(), 2u);
-  EXPECT_EQ(map.ranks[0].pieces[0], make_piece({2, 3}, 0, {3, 1}, 0, {3, 1}, {0}));
-  EXPECT_EQ(map.ranks[0].pieces[1], make_piece({1, 3}, 6, {3, 1}, 6, {3, 1}, {0, 2}));
+  EXPECT_EQ(map.ranks[0].pieces[0], build::P({2, 3}, 0, {3, 1}, 0, {3, 1}, {0}));
+  EXPECT_EQ(map.ranks[0].pieces[1], build::P({1, 3}, 6, {3, 1}, 6, {3, 1}, {0, 2}));
   EXPECT_EQ(map.ranks[1].shard_shape, (Extents{0, 3}));
   EXPECT_TRUE(map.ranks[1].pieces.empty());
   ASSERT_EQ(map.ranks[2].pieces.size(), 2u);
-  EXPECT_EQ(map.ranks[2].pieces[0], make_piece({1, 3}, 9, {3, 1}, 0, {3, 1}, {2}));
-  EXPECT_EQ(map.ranks[2].pieces[1], make_piece({1, 3}, 6, {3, 1}, 3, {3, 1}, {0, 2}));
+  EXPECT_EQ(map.ranks[2].pieces[0], build::P({1, 3}, 9, {3, 1}, 0, {3, 1}, {2}));
+  EXPECT_EQ(map.ranks[2].pieces[1], build::P({1, 3}, 6, {3, 1}, 3, {3, 1}, {0, 2}));
   expect_round_trip(map);
 }
 
@@ -318,9 +309,9 @@ TEST(ExpertPlacementMap, ReplicatedNeighboursStayOneExpertPieces) {
   ASSERT_TRUE(result.ok()) << result.error().to_string();
   const Map& map = result.value();
   ASSERT_EQ(map.ranks[0].pieces.size(), 3u);
-  EXPECT_EQ(map.ranks[0].pieces[0], make_piece({1}, 0, {1}, 0, {1}, {0, 1}));
-  EXPECT_EQ(map.ranks[0].pieces[1], make_piece({1}, 1, {1}, 1, {1}, {0, 1}));
-  EXPECT_EQ(map.ranks[0].pieces[2], make_piece({1}, 2, {1}, 2, {1}, {0}));
+  EXPECT_EQ(map.ranks[0].pieces[0], build::P({1}, 0, {1}, 0, {1}, {0, 1}));
+  EXPECT_EQ(map.ranks[0].pieces[1], build::P({1}, 1, {1}, 1, {1}, {0, 1}));
+  EXPECT_EQ(map.ranks[0].pieces[2], build::P({1}, 2, {1}, 2, {1}, {0}));
   expect_round_trip(map);
 }
 

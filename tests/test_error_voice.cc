@@ -250,5 +250,25 @@ TEST(ErrorVoice, TheGrammarRefusesOtherVoices) {
   EXPECT_TRUE(follows_grammar(located.to_string()));
 }
 
+// error_kinds.def is the one list of kinds: every row parses back from its name, has a
+// contract section and a meaning, and is a row of the contract's table of error kinds.
+TEST(ErrorKinds, TheTableMatchesTheContract) {
+  std::ifstream in(std::string(SHARDCHECK_SOURCE_DIR) + "/docs/contract.md");
+  ASSERT_TRUE(in) << "docs/contract.md not found";
+  std::stringstream contract;
+  contract << in.rdbuf();
+  std::set<std::string_view> names;
+  for (ErrorKind kind : kAllErrorKinds) {
+    const std::string_view name = kind_name(kind);
+    EXPECT_TRUE(names.insert(name).second) << "two kinds named " << name;
+    EXPECT_EQ(parse_kind(name), kind) << name;
+    EXPECT_FALSE(kind_contract(kind).empty()) << name;
+    EXPECT_FALSE(kind_meaning(kind).empty()) << name;
+    EXPECT_NE(contract.str().find(fmt::format("| `{}` |", name)), std::string::npos)
+        << "docs/contract.md's table of error kinds has no row for " << name;
+  }
+  EXPECT_FALSE(parse_kind("no_such_kind").has_value());
+}
+
 }  // namespace
 }  // namespace shardcheck

@@ -16,6 +16,7 @@
 #include "shardcheck/gen/corruption.h"
 #include "shardcheck/gen/layout.h"
 #include "shardcheck/gen/rapidcheck_choices.h"
+#include "support/spec_maps.h"
 
 namespace shardcheck::gen {
 namespace {
@@ -324,26 +325,16 @@ TEST(Generators, QuestionsGrowWithSizeNotMore) {
 
 // --- corruptions -----------------------------------------------------------------
 
-Piece make_piece(Extents shape, Index src, Strides src_strides, Index dst, Strides dst_strides,
-                 std::vector<Rank> locations) {
-  Piece piece;
-  piece.shape = std::move(shape);
-  piece.source = {src, std::move(src_strides)};
-  piece.dest = {dst, std::move(dst_strides)};
-  piece.locations = std::move(locations);
-  return piece;
-}
-
 // F (4,6) split by columns; rank 7 holds its half as two row blocks, so every kind,
 // including "another piece's dest offset", has something to change.
 Map two_rank_split() {
   Map map;
   map.logical_shape = {4, 6};
-  RankEntry r0{0, Extents{4, 3}, {make_piece({4, 3}, 0, {6, 1}, 0, {3, 1}, {0})}};
+  RankEntry r0{0, Extents{4, 3}, {build::P({4, 3}, 0, {6, 1}, 0, {3, 1}, {0})}};
   RankEntry r7{7,
                Extents{4, 3},
-               {make_piece({2, 3}, 3, {6, 1}, 0, {3, 1}, {7}),
-                make_piece({2, 3}, 15, {6, 1}, 6, {3, 1}, {7})}};
+               {build::P({2, 3}, 3, {6, 1}, 0, {3, 1}, {7}),
+                build::P({2, 3}, 15, {6, 1}, 6, {3, 1}, {7})}};
   map.ranks = {r0, r7};
   map.content_digests["param"] = 0x1cf7d5947c3fcd66ull;  // for the rows that corrupt the record
   return map;

@@ -1,4 +1,4 @@
-// The JSON codec (spec section 2): decoding DeepSpeed's format, refusing what cannot
+// The JSON codec (contract 2): decoding DeepSpeed's format, refusing what cannot
 // be represented with a located `format` error, and keeping everything else so the
 // core checks see it.
 #include <algorithm>
@@ -21,6 +21,7 @@
 #include "shardcheck/campaign.h"
 #include "shardcheck/json.h"
 #include "shardcheck/properties.h"
+#include "support/spec_maps.h"
 
 namespace shardcheck {
 namespace {
@@ -32,17 +33,11 @@ constexpr const char* kSpecExample = R"({"logical_shape": [4, 6],
    "1": {"shard_shape": [4, 2],
          "pieces": [{"shape": [4, 2], "source": [4, [6, 1]], "dest": [0, [2, 1]], "locations": [1]}]}}})";
 
-Piece piece(Extents shape, Index src, Strides src_strides, Index dst, Strides dst_strides,
-            std::vector<Rank> locations, double scale = 1.0) {
-  return Piece{std::move(shape), StridedView{src, std::move(src_strides)},
-               StridedView{dst, std::move(dst_strides)}, std::move(locations), scale};
-}
-
 Map spec_example_map() {
   Map map;
   map.logical_shape = {4, 6};
-  map.ranks.push_back(RankEntry{0, Extents{4, 4}, {piece({4, 4}, 0, {6, 1}, 0, {4, 1}, {0})}});
-  map.ranks.push_back(RankEntry{1, Extents{4, 2}, {piece({4, 2}, 4, {6, 1}, 0, {2, 1}, {1})}});
+  map.ranks.push_back(RankEntry{0, Extents{4, 4}, {build::P({4, 4}, 0, {6, 1}, 0, {4, 1}, {0})}});
+  map.ranks.push_back(RankEntry{1, Extents{4, 2}, {build::P({4, 2}, 4, {6, 1}, 0, {2, 1}, {1})}});
   return map;
 }
 
@@ -126,7 +121,7 @@ TEST(JsonDecode, NonContiguousRanksAndEmptyShards) {
   EXPECT_EQ(map.find_rank(9), &map.ranks[1]);
 }
 
-// Contract section 2: every rank entry has `pieces`; only the shard shape of a rank
+// Contract 2: every rank entry has `pieces`; only the shard shape of a rank
 // without pieces may be left out.
 TEST(JsonDecode, PiecesIsRequiredShardShapeOnlyWithoutPieces) {
   for (const char* text : {R"({"logical_shape": [4], "ranks": {"2": {"shard_shape": [4]}}})",
@@ -453,14 +448,14 @@ std::vector<Map> hand_built_maps() {
   maps.push_back(Map{{}, {}});  // 0-d, no ranks
   Map odd;
   odd.logical_shape = {8};
-  odd.ranks.push_back(RankEntry{0, Extents{4}, {piece({4}, -1, {1}, 0, {1}, {})}});  // negative offset, no holders
-  odd.ranks.push_back(RankEntry{3, std::nullopt, {piece({2, 2}, 4, {1}, 0, {2, 1, 7}, {3, 0}, 0.25)}});
+  odd.ranks.push_back(RankEntry{0, Extents{4}, {build::P({4}, -1, {1}, 0, {1}, {})}});  // negative offset, no holders
+  odd.ranks.push_back(RankEntry{3, std::nullopt, {build::P({2, 2}, 4, {1}, 0, {2, 1, 7}, {3, 0}, 0.25)}});
   odd.ranks.push_back(RankEntry{9, Extents{0, 4}, {}});
   maps.push_back(odd);
   Map replicated;
   replicated.logical_shape = {4};
   for (Rank r : {0, 1}) {
-    replicated.ranks.push_back(RankEntry{r, Extents{4}, {piece({4}, 0, {1}, 0, {1}, {0, 1}, 2.0)}});
+    replicated.ranks.push_back(RankEntry{r, Extents{4}, {build::P({4}, 0, {1}, 0, {1}, {0, 1}, 2.0)}});
   }
   maps.push_back(replicated);
   return maps;
@@ -681,6 +676,62 @@ RC_GTEST_PROP(JsonProperty, DamagedTextDecodesOrGivesALocatedFormatError, ()) {
     RC_ASSERT(error->message.find(error->path) != std::string::npos);
     RC_ASSERT(Json(error->message).dump().size() > 0);  // valid UTF-8, or dump would throw
   }
+}
+
+// The campaign's checkpoint reader answers every bad input with an error sentence, like
+// every other reader: a truncated file, garbage, a missing key, a wrong type or a number
+// out of range is "malformed checkpoint: ...", never an exception.
+TEST(CheckpointReader, RefusesTruncatedAndGarbageCheckpoints) {
+  campaign::Options options;
+  options.seed = 7;
+  options.cases = 30;
+  options.jobs = 1;
+  campaign::Checkpoint written;
+  written.report = campaign::run(options);
+  written.done = {{0, 30}};
+  const Json json = campaign::checkpoint_to_json(written);
+  std::string error;
+  ASSERT_TRUE(campaign::checkpoint_from_json(json, error).has_value()) << error;
+
+  int refused = 0;
+  auto expect_refused = [&](const Json& bad, const std::string& what) {
+    std::string why;
+    std::optional<campaign::Checkpoint> read;
+    EXPECT_NO_THROW(read = campaign::checkpoint_from_json(bad, why)) << what;
+    EXPECT_FALSE(read.has_value()) << what;
+    EXPECT_EQ(why.rfind("malformed checkpoint: ", 0), 0u) << what << ": " << why;
+    ++refused;
+  };
+  // Truncated: every prefix of the text that still parses as JSON (a number, say) is not
+  // a checkpoint; the others are refused by the JSON parser first.
+  const std::string text = json.dump();
+  for (std::size_t n = 0; n < text.size(); n += 7) {
+    auto parsed = parse_json(text.substr(0, n));
+    if (parsed.ok()) expect_refused(parsed.value(), "the first " + std::to_string(n) + " characters");
+  }
+  for (const char* garbage : {"null", "[]", "0", "\"checkpoint\"", "{}", R"({"shardcheck_checkpoint": 2})"}) {
+    auto parsed = parse_json(garbage);
+    ASSERT_TRUE(parsed.ok()) << garbage;
+    expect_refused(parsed.value(), garbage);
+  }
+  // Each key missing, and each key holding a value of the wrong type or range.
+  for (const auto& [key, value] : json.items()) {
+    Json missing = json;
+    missing.erase(key);
+    if (key != "target" && key != "target_timeout") expect_refused(missing, "without " + key);
+    for (const Json& wrong : {Json("x"), Json(-1), Json::array({1, 2, 3}), Json(1e300)}) {
+      if (wrong == value) continue;
+      Json bad = json;
+      bad[key] = wrong;
+      std::string why;
+      std::optional<campaign::Checkpoint> read;
+      EXPECT_NO_THROW(read = campaign::checkpoint_from_json(bad, why)) << key << " = " << wrong.dump();
+      if (!read) {
+        EXPECT_EQ(why.rfind("malformed checkpoint: ", 0), 0u) << key << ": " << why;
+      }
+    }
+  }
+  EXPECT_GT(refused, 20);
 }
 
 }  // namespace

@@ -204,7 +204,7 @@ TEST(SeededProperties, ConstructorRoundTrip) {
   }
 }
 
-// --- Content digests (contract section 10) -------------------------------------------
+// --- Content digests (contract 10) -------------------------------------------
 
 // Recorded and verified digests turn every valid-but-different rebuild into a refusal of
 // kind digest; extract keeps the class (no digest of F can judge a shard). Without them
@@ -281,6 +281,17 @@ TEST_P(PlantedBug, IsCaught) {
                 static_cast<long long>(report.findings.front().occurrences));
   }
 }
+
+}  // namespace
+}  // namespace shardcheck
+
+namespace shardcheck::props {
+// What gtest prints for a scenario (the test list, a failure): its name, not its bytes.
+void PrintTo(const PlantedScenario& scenario, std::ostream* out) { *out << scenario.name; }
+}  // namespace shardcheck::props
+
+namespace shardcheck {
+namespace {
 
 INSTANTIATE_TEST_SUITE_P(Scenarios, PlantedBug, testing::ValuesIn(props::planted_scenarios().begin(),
                                                                   props::planted_scenarios().end()),

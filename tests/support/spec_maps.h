@@ -1,5 +1,6 @@
-// Test support: terse map builders in the spec's notation, and the maps of the spec
-// section 6 reproductions, shared by the unit tests of checks and conversion.
+// Test support: terse map builders in the contract notation (build::P is the one piece
+// builder of the tests), and the maps of the contract 6 reproductions, shared by the
+// unit tests of checks and conversion.
 #pragma once
 
 #include <optional>
@@ -28,7 +29,7 @@ inline RankEntry R(Rank rank, std::optional<Extents> shard, std::vector<Piece> p
 
 inline Map M(Extents logical, std::vector<RankEntry> ranks) { return Map{std::move(logical), std::move(ranks)}; }
 
-// ---- spec 6: reported corruptions (map parts) ----------------------------------------
+// ---- contract 6: reported corruptions (map parts) ----------------------------------------
 
 inline Map repro1() {
   return M({8}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0})}), R(1, Extents{4}, {P({4}, 0, {1}, 0, {1}, {1})})});
