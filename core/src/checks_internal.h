@@ -37,7 +37,7 @@ struct Layout {
   std::int32_t axes_count = 0;
   Index run_len = 1;
   Index runs = 1;
-  bool unique = true;  // the conservative rule of spec 3.3, as is_unique in map.h
+  bool unique = true;  // the conservative rule of contract 3.3, as is_unique in map.h
 };
 
 // Everything the later conditions need about one piece, computed once. Pieces are

@@ -1,4 +1,4 @@
-// Typed errors: one table of kinds (contract section 3), one builder, one message
+// Typed errors: one table of kinds (contract 3), one builder, one message
 // grammar, and one sentence per fault.
 //
 // Message grammar. Every error reads
@@ -141,7 +141,7 @@ class [[nodiscard]] Status {
   std::optional<Error> error_;
 };
 
-// The structural faults of one piece (contract section 3, condition 1), in the order
+// The structural faults of one piece (contract 3, condition 1), in the order
 // the checks look for them.
 enum class PieceFault {
   axes,                    // shape and strides have different lengths
@@ -205,7 +205,7 @@ Error replicas_differ(const PieceAt& at, Index element, Index shard_address, DTy
                       std::uint64_t unscaled, std::uint64_t held, const PieceAt* earlier);
 Error written_twice(const PieceAt& at, Index element, const PieceAt* earlier);
 
-// Scaling (contract section 1.2).
+// Scaling (contract 1.2).
 Error scale_needs_power_one(const PieceAt& at, int scale_power);
 Error scale_on_integer(const PieceAt& at, DType dtype);
 // The scale is zero, subnormal or not finite once rounded to the dtype's arithmetic type.
@@ -225,7 +225,7 @@ Error unlisted_shard(Rank rank);
 Error full_numel(Index got, Index wanted);
 Error no_shard_to_extract(Rank rank);
 
-// Contract section 10: F as rebuilt against a content digest. `state`: the map's record
+// Contract 10: F as rebuilt against a content digest. `state`: the map's record
 // for that state was compared; nullptr: the value the caller gave.
 Error digest_differs(std::uint64_t actual, std::uint64_t expected, const std::string* state);
 Error digest_not_recorded(const std::string& state, const std::vector<std::string>& recorded_states);

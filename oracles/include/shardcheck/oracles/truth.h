@@ -1,4 +1,4 @@
-// Oracles that judge a Case (spec section 8): the truth oracle (shards written by the
+// Oracles that judge a Case (contract 8): the truth oracle (shards written by the
 // uncorrupted map, converted through the map under test) and the same-map round trip.
 #pragma once
 
@@ -89,19 +89,19 @@ struct CaseOutcome {
   // wrong if any op wrong, else target_fault if any, else refused if any, else exact
   Outcome verdict = Outcome::exact;
   std::optional<Error> error;        // the first refusal
-  bool valid_layout = false;  // the map passes every check of spec 3 (by the reference model)
+  bool valid_layout = false;  // the map passes every check of contract 3 (by the reference model)
   // The implementation returned a tensor through a map that is not valid (contract 9):
   // reported apart from the data verdict, which may still be exact.
   bool accepted_invalid = false;
   // Why the shards the truth map wrote admit no correct rebuild (replicas scaled
-  // differently that disagree once unscaled, contract section 1.2); nullopt when one exists.
+  // differently that disagree once unscaled, contract 1.2); nullopt when one exists.
   std::optional<Error> no_correct_rebuild;
   ExpectedVsFull expected_vs_full;  // truth oracle: where the expected tensor is not F
   std::vector<OpOutcome> ops;
   std::string message;  // one line: "refused twice: ...", "exact", "WRONG at element 4: ..."
   // Whether the outcome matches the case's expectations for this policy.
   // A case that verifies digests: why the core's per-rank shares of the digest
-  // (contract section 10) are not the reference model's count, or empty.
+  // (contract 10) are not the reference model's count, or empty.
   std::string digest_shares_wrong;
   bool matches_expectation = true;
   std::string expectation_message;  // why not, when it does not
@@ -111,7 +111,7 @@ struct CaseOutcome {
   std::optional<TargetFault> fault;      // the first fault, when the verdict is target_fault
 };
 
-// Runs a case. The map under test always gets a verdict (contract section 9): one that
+// Runs a case. The map under test always gets a verdict (contract 9): one that
 // does not decode is refused with kind format; with neither truth nor shards an invalid
 // one converts the shards it wrote itself through DeepSpeed's unchecked extract.
 // Errors in what the case knows about the data (a refused truth map, values of the
@@ -124,7 +124,7 @@ Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options = {},
 // target judges kinds), or the case's `legacy` block for the legacy model.
 Result<CaseOutcome> run_case(const Case& c, Target& target, OracleKind oracle = OracleKind::truth);
 
-// Contract section 10, the producer's side: digest(F) of F as the truth oracle writes the
+// Contract 10, the producer's side: digest(F) of F as the truth oracle writes the
 // shards of this case (its full tensor, or markers over the truth map's logical shape).
 // An unusable case is an error, as in run_case.
 Result<std::uint64_t> truth_digest(const Case& c);
