@@ -74,8 +74,7 @@ std::int64_t parse_int_option(const std::string& name, const std::string& text, 
   };
   const bool negative = !text.empty() && text.front() == '-';
   if (!all_digits(text, negative ? 1 : 0)) {
-    throw CLI::ValidationError(
-        fmt::format("{} must be a whole number, got {}", name, text.empty() ? "nothing" : text));
+    throw CLI::ValidationError(fmt::format("{} must be a whole number, got {}", name, text.empty() ? "nothing" : text));
   }
   const auto value = magnitude(text, negative ? 1 : 0);
   if (negative) {

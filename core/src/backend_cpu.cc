@@ -89,7 +89,7 @@ struct Scaling {
   bool active = false;
   bool up = true;
   Arithmetic arithmetic = Arithmetic::contract;
-  double factor = 1.0;           // contract: the arithmetic type's value, exact in a double
+  double factor = 1.0;            // contract: the arithmetic type's value, exact in a double
   std::uint64_t factor_bits = 0;  // legacy: scale^|power| in the element type
 };
 
@@ -116,7 +116,8 @@ std::optional<Scaling> resolve_scaling(DType dtype, const BlockCopy& copy) {
   if (copy.power == INT_MIN) return std::nullopt;  // no positive counterpart
   const int steps = copy.power > 0 ? copy.power : -copy.power;
   // 1 * s is exact, so this is s^steps in the element type, computed by apply_scale.
-  out.factor_bits = apply_scale(dtype, *bits_from_double(dtype, 1.0), copy.scale, steps, true, Arithmetic::legacy_torch);
+  out.factor_bits =
+      apply_scale(dtype, *bits_from_double(dtype, 1.0), copy.scale, steps, true, Arithmetic::legacy_torch);
   return out;
 }
 
@@ -227,7 +228,6 @@ void copy_ordered(DType dtype, const BlockCopy& copy) {
   });
 }
 
-
 class CpuBackend final : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
@@ -256,10 +256,12 @@ class CpuBackend final : public Backend {
       for (Index r = 0; r < s.rows; ++r) {
         for (Index c = 0; c < s.cols; ++c) {
           std::uint64_t a = 0, b = 0;
-          std::memcpy(&a, copy.from + (s.from_offset + r * s.from_row_stride + c * s.from_col_stride) *
-                                          static_cast<Index>(size), size);
-          std::memcpy(&b, copy.to + (s.to_offset + r * s.to_row_stride + c * s.to_col_stride) *
-                                        static_cast<Index>(size), size);
+          std::memcpy(
+              &a,
+              copy.from + (s.from_offset + r * s.from_row_stride + c * s.from_col_stride) * static_cast<Index>(size),
+              size);
+          std::memcpy(
+              &b, copy.to + (s.to_offset + r * s.to_row_stride + c * s.to_col_stride) * static_cast<Index>(size), size);
           if (is_floating(dtype) && copy.scale != 1.0 && copy.power != 0) {
             a = apply_scale(dtype, a, copy.scale, copy.power, copy.multiply, copy.arithmetic);
           }

@@ -20,8 +20,7 @@ namespace {
 // Writes lo/hi of the box `view` spans in a row-major buffer of `extents` (with
 // `strides` = its row-major strides), or returns false when the view is not such a box.
 // The caller has checked bounds, so offset < numel(extents).
-bool as_box(const Extents& shape, const StridedView& view, const Extents& extents, const Index* strides,
-            Index* out) {
+bool as_box(const Extents& shape, const StridedView& view, const Extents& extents, const Index* strides, Index* out) {
   if (shape.size() != extents.size() || extents.empty()) return false;
   Index rest = view.offset;
   for (std::size_t k = 0; k < extents.size(); ++k) {
@@ -60,8 +59,8 @@ std::optional<PieceFault> piece_structure(PieceInfo& p) {
   // Addresses are now safe to compute; bad locations or scale do not change that,
   // which matters when structure checks are planted off.
   p.sound = true;
-  p.runs_representable = src->max_address < std::numeric_limits<Index>::max() &&
-                         dst->max_address < std::numeric_limits<Index>::max();
+  p.runs_representable =
+      src->max_address < std::numeric_limits<Index>::max() && dst->max_address < std::numeric_limits<Index>::max();
   p.src_max = src->max_address;
   p.dst_max = dst->max_address;
   p.numel = src->numel;

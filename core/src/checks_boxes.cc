@@ -73,8 +73,9 @@ struct BoxSweep {
     for (std::int32_t g : present) {
       ev.emplace_back(lo(g, k), g);
     }
-    sort_events(b, ev, event_keys((*extents)[k], 1), [](const auto& e) { return e.first; },
-                [](const auto& x, const auto& y) { return x < y; });
+    sort_events(
+        b, ev, event_keys((*extents)[k], 1), [](const auto& e) { return e.first; },
+        [](const auto& x, const auto& y) { return x < y; });
     work += static_cast<Index>(ev.size());
     const Index end = (*extents)[k];
     // Sorted by start, boxes (never empty: empty pieces are left out of every slab) tile
@@ -218,8 +219,9 @@ struct BoxSweep {
       auto& ev = b.events[k];
       ev.clear();
       for (std::int32_t g : present) ev.emplace_back(lo(g, k), g);
-      sort_events(b, ev, event_keys((*extents)[k], 1), [](const auto& e) { return e.first; },
-                  [](const auto& x, const auto& y) { return x < y; });
+      sort_events(
+          b, ev, event_keys((*extents)[k], 1), [](const auto& e) { return e.first; },
+          [](const auto& x, const auto& y) { return x < y; });
       auto& by_start = b.by_start[k];
       by_start.clear();
       for (const auto& [start, g] : ev) by_start.push_back(g);
@@ -232,12 +234,12 @@ struct BoxSweep {
       ev.emplace_back(hi(g, k), ~g);  // an end: complemented id
     }
     // At one coordinate, ends before starts: boxes that only touch do not overlap.
-    sort_events(b, ev, event_keys((*extents)[k], 2),
-                [](const auto& e) { return e.first * 2 + (e.second < 0 ? 0 : 1); },
-                [](const auto& x, const auto& y) {
-                  if (x.first != y.first) return x.first < y.first;
-                  return (x.second < 0) > (y.second < 0);
-                });
+    sort_events(
+        b, ev, event_keys((*extents)[k], 2), [](const auto& e) { return e.first * 2 + (e.second < 0 ? 0 : 1); },
+        [](const auto& x, const auto& y) {
+          if (x.first != y.first) return x.first < y.first;
+          return (x.second < 0) > (y.second < 0);
+        });
     auto& cur = b.active[k];
     auto& slot = b.slots[k];
     cur.clear();
@@ -292,9 +294,8 @@ bool all_boxes(const Scratch& s, const Map& map) {
     if (r.first == r.last) continue;
     if (!r.shard_sound || !r.entry->shard_shape || r.entry->shard_shape->empty()) return false;
   }
-  return std::all_of(s.pieces.begin(), s.pieces.end(), [](const PieceInfo& p) {
-    return p.sound && p.runs_representable && (p.empty || p.box);
-  });
+  return std::all_of(s.pieces.begin(), s.pieces.end(),
+                     [](const PieceInfo& p) { return p.sound && p.runs_representable && (p.empty || p.box); });
 }
 
 // True when conditions 4-6 are proven to hold on the boxes prepare found; false

@@ -46,19 +46,19 @@ struct Layout {
 struct PieceInfo {
   const Piece* piece = nullptr;
   Rank rank = 0;
-  Index written = 0;     // index in the rank's list as written (what errors report)
+  Index written = 0;           // index in the rank's list as written (what errors report)
   std::int32_t rank_slot = 0;  // dense index of `rank` among the distinct rank ids
   std::int32_t loc_class = 0;  // pieces with equal locations share a class
   std::int32_t owner = 0;      // index into Scratch::ranks
-  bool sound = false;    // its addresses can be computed without overflow; only sound
-                         // pieces are looked at after condition 1
+  bool sound = false;          // its addresses can be computed without overflow; only sound
+                               // pieces are looked at after condition 1
   // Both views end below INT64_MAX, so "one past the last address" is representable.
   // A view ending at INT64_MAX is out of bounds (condition 2); its runs are only
   // skipped here when the bounds check is planted off.
   bool runs_representable = false;
   bool empty = true;
-  bool own_ok = false;   // locations name the listing rank
-  bool box = false;      // non-empty, and a box of F and of its shard (BoxScratch)
+  bool own_ok = false;        // locations name the listing rank
+  bool box = false;           // non-empty, and a box of F and of its shard (BoxScratch)
   bool one_location = false;  // and which: assign_classes groups on it
   Rank loc_first = 0;
   Index numel = 0;
@@ -79,8 +79,8 @@ struct RankInfo {
   Index shard_numel = 0;
   std::int32_t first = 0;  // its pieces are [first, last) in Scratch::pieces
   std::int32_t last = 0;
-  bool box_side = false;      // its pieces' boxes are looked for (prepare)
-  std::size_t dst_base = 0;   // its pieces' shard boxes in BoxScratch::dst_lo_hi
+  bool box_side = false;         // its pieces' boxes are looked for (prepare)
+  std::size_t dst_base = 0;      // its pieces' shard boxes in BoxScratch::dst_lo_hi
   std::size_t strides_base = 0;  // its shard's row-major strides in BoxScratch::shard_strides
 };
 
@@ -99,11 +99,11 @@ struct Scratch {
   std::vector<std::int32_t> order;
   std::vector<Rank> rank_ids;
   std::vector<Run> runs;
-  std::vector<PieceLayouts> layouts;  // per piece, as `pieces`
+  std::vector<PieceLayouts> layouts;                 // per piece, as `pieces`
   std::vector<std::pair<Rank, std::int32_t>> keyed;  // (location, piece)
   std::vector<std::uint8_t> faults;                  // per piece: its PieceFault or kNoFault
   bool boxes_looked_for = false;                     // by the last prepare
-  std::vector<Axis> axes;  // outer axes of every Layout
+  std::vector<Axis> axes;                            // outer axes of every Layout
   std::vector<std::pair<Index, std::int32_t>> heap;  // (end, run) of active source runs
   std::vector<std::int32_t> piece_active;
   std::vector<std::int32_t> class_active;
@@ -125,11 +125,11 @@ struct BoxScratch {
   std::vector<Index> dst_lo_hi;
   std::vector<std::vector<std::pair<Index, std::int32_t>>> events;  // per level
   std::vector<std::vector<std::int32_t>> active;                    // per level
-  std::vector<std::vector<std::int32_t>> slots;  // per level: a box's place in `active`
-  std::vector<std::vector<std::int32_t>> by_start;  // per level: boxes sorted by start
+  std::vector<std::vector<std::int32_t>> slots;                     // per level: a box's place in `active`
+  std::vector<std::vector<std::int32_t>> by_start;                  // per level: boxes sorted by start
   Strides full_strides;
   Strides shard_strides;
-  std::vector<std::uint32_t> counts;                  // sort_events
+  std::vector<std::uint32_t> counts;                   // sort_events
   std::vector<std::pair<Index, std::int32_t>> sorted;  // sort_events
 };
 
@@ -140,6 +140,7 @@ inline BoxScratch& box_scratch() {
 
 // ---- the passes, in the order check_map runs them -----------------------------------
 
+// checks.cc
 // What prepare found besides the pieces in Scratch: the first condition-1 error, and
 // F's numel when it is known (later conditions need it).
 struct Prepared {
@@ -151,10 +152,10 @@ struct Prepared {
 // Orders ranks and pieces, fills Scratch and reports the first condition-1 error. With
 // `boxes`, also finds each piece's boxes (PieceInfo::box) in the same pass over the map.
 Prepared prepare(const Map& map, Scratch& s, bool boxes = false, int threads = 1);
-Status check_bounds(const Scratch& s, Index numel_f);              // condition 2
-void build_layouts(Scratch& s);                                    // the run layouts
+Status check_bounds(const Scratch& s, Index numel_f);  // condition 2
+void build_layouts(Scratch& s);                        // the run layouts
 std::optional<Index> total_runs(const Scratch& s, bool with_dest, Index limit);
-Status check_itself(const Scratch& s);                             // condition 3
+Status check_itself(const Scratch& s);  // condition 3
 
 // checks_runs.cc
 Status check_rank_tiling(Scratch& s, const RankInfo& r);  // condition 4, one rank

@@ -70,9 +70,8 @@ Status check_rank_tiling(Scratch& s, const RankInfo& r) {
     const PieceInfo& p = s.pieces[g];
     if (p.sound && p.runs_representable && !p.empty) emit_dest_runs(s, g, runs);
   }
-  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) {
-    return a.start != b.start ? a.start < b.start : a.piece < b.piece;
-  });
+  std::sort(runs.begin(), runs.end(),
+            [](const Run& a, const Run& b) { return a.start != b.start ? a.start < b.start : a.piece < b.piece; });
 
   // Sorted by start, the first run that begins before the furthest end so far begins
   // at the lowest address written twice.
@@ -111,7 +110,7 @@ Status check_rank_tiling(Scratch& s, const RankInfo& r) {
 
 void assign_classes(Scratch& s) {
   s.class_size.clear();
-  bool single = true;     // every sound piece has one location
+  bool single = true;      // every sound piece has one location
   bool own_single = true;  // ... and it is the piece's own rank
   for (const PieceInfo& p : s.pieces) {
     if (!p.sound) continue;
@@ -209,9 +208,8 @@ void sorted_source_runs(Scratch& s) {
     const PieceInfo& p = s.pieces[g];
     if (p.sound && p.runs_representable && !p.empty) emit_source_runs(s, g, runs);
   }
-  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) {
-    return a.start != b.start ? a.start < b.start : a.piece < b.piece;
-  });
+  std::sort(runs.begin(), runs.end(),
+            [](const Run& a, const Run& b) { return a.start != b.start ? a.start < b.start : a.piece < b.piece; });
 }
 
 // The state of check_full_side's sweep: the active source runs, the counters over the

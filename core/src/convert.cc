@@ -257,8 +257,7 @@ BlockCopy single_element(const BlockCopy& block, Index from_address, Index to_ad
 Error replica_mismatch(const Visit& first, const Visit& v, const Buffer& full, DType dtype, Index element,
                        Index shard_address, int scale_power) {
   const std::uint64_t held = full.bits(element);
-  const std::uint64_t theirs =
-      apply_scale(dtype, v.shard->bits(shard_address), v.scale, scale_power, false);
+  const std::uint64_t theirs = apply_scale(dtype, v.shard->bits(shard_address), v.scale, scale_power, false);
   const PieceAt earlier = at(first);
   return fault::replicas_differ(at(v), element, shard_address, dtype, theirs, held, &earlier);
 }
@@ -275,8 +274,8 @@ Status check_shards(const std::vector<const RankEntry*>& ranks, const ShardSet& 
     }
     const Buffer& shard = it->second;
     auto expected = shard_numel_of(*entry);
-    const bool same_type = bugs.shard_dtype_by_width ? element_size(shard.dtype()) == element_size(dtype)
-                                                     : shard.dtype() == dtype;
+    const bool same_type =
+        bugs.shard_dtype_by_width ? element_size(shard.dtype()) == element_size(dtype) : shard.dtype() == dtype;
     if (!same_type) return fault::shard_dtype(entry->rank, shard.dtype(), dtype);
     // A rank with no pieces may omit its shard shape: its shard is empty (contract 2, 9).
     if (!expected && entry->pieces.empty() && shard.numel() == 0) continue;
@@ -299,8 +298,7 @@ void sorted_ranks(const Map& map, std::vector<const RankEntry*>& out) {
 
 // Moves one piece into F under the writer record. `fresh` counts the elements no
 // earlier piece wrote; they were claimed for this visit during the record pass.
-Status move_piece(Scratch& s, std::size_t vi, Index fresh, Buffer& full, DType dtype,
-                  const ConvertOptions& options) {
+Status move_piece(Scratch& s, std::size_t vi, Index fresh, Buffer& full, DType dtype, const ConvertOptions& options) {
   const Visit& v = s.visits[vi];
   Backend& backend = backend_of(options);
   const BlockCopy block = rebuild_copy(v, full, options.scale_power);
@@ -329,8 +327,8 @@ Status move_piece(Scratch& s, std::size_t vi, Index fresh, Buffer& full, DType d
       return false;
     }
     if (!compare || !backend.compare_block(dtype, one)) return false;
-    result = replica_mismatch(s.visits[s.writer[element] - 1], v, full, dtype, element, shard_address,
-                              options.scale_power);
+    result =
+        replica_mismatch(s.visits[s.writer[element] - 1], v, full, dtype, element, shard_address, options.scale_power);
     return true;
   });
   return result;
@@ -451,8 +449,7 @@ wide::Threading threading_of(const ConvertOptions& options) {
 }
 
 bool covers(const Piece& piece, Index element) {
-  return walk(piece.shape, piece.source, piece.source,
-              [&](Index, Index address, Index) { return address == element; });
+  return walk(piece.shape, piece.source, piece.source, [&](Index, Index address, Index) { return address == element; });
 }
 
 // Rebuild of a proven map: single holders are copied in any order (their elements are
@@ -475,8 +472,8 @@ Status wide_rebuild(Scratch& s, Buffer& full, DType dtype, const ConvertOptions&
   for (std::size_t vi = 0; vi < s.visits.size(); ++vi) {
     const Visit& v = s.visits[vi];
     if (v.numel == 0) continue;
-    const wide::Block block{&v.piece->shape, v.shard->data(), &v.piece->dest, full.data(), &v.piece->source,
-                            v.scale, false, v.numel};
+    const wide::Block block{&v.piece->shape,  v.shard->data(), &v.piece->dest, full.data(),
+                            &v.piece->source, v.scale,         false,          v.numel};
     if (v.replica) {
       s.replica_blocks.push_back(block);
       s.replica_visits.push_back(vi);
@@ -539,8 +536,8 @@ Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtyp
       const Index shard_numel = it->second.numel();
       for (std::size_t i = 0; i < entry->pieces.size(); ++i) {
         const Piece& piece = entry->pieces[i];
-        s.visits.push_back(Visit{entry->rank, static_cast<Index>(i), &piece, &it->second, 0, shard_numel,
-                                 read_total, piece.scale, is_replica(piece)});
+        s.visits.push_back(Visit{entry->rank, static_cast<Index>(i), &piece, &it->second, 0, shard_numel, read_total,
+                                 piece.scale, is_replica(piece)});
       }
       s.spans.push_back(ShardSpan{entry->rank, read_total, shard_numel});
       read_total += shard_numel;
@@ -606,8 +603,8 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
     s.visits.clear();
     for (std::size_t i = 0; i < entry->pieces.size(); ++i) {
       const Piece& piece = entry->pieces[i];
-      s.visits.push_back(Visit{rank, static_cast<Index>(i), &piece, nullptr, 0, *shard_numel, 0, piece.scale,
-                               is_replica(piece)});
+      s.visits.push_back(
+          Visit{rank, static_cast<Index>(i), &piece, nullptr, 0, *shard_numel, 0, piece.scale, is_replica(piece)});
     }
     if (Status e = order_and_guard(s.visits, numel_f, dtype, options.scale_power); !e.ok()) return e.error();
   }
@@ -624,8 +621,8 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
     if (deferred == nullptr) s.blocks.clear();
     for (const Visit& v : proven->visits) {
       if (v.numel == 0) continue;
-      blocks.push_back(
-          wide::Block{&v.piece->shape, full.data(), &v.piece->source, shard.data(), &v.piece->dest, v.scale, true, v.numel});
+      blocks.push_back(wide::Block{&v.piece->shape, full.data(), &v.piece->source, shard.data(), &v.piece->dest,
+                                   v.scale, true, v.numel});
     }
     if (deferred == nullptr) wide::copy_blocks(dtype, s.blocks, threading_of(options));
     return shard;

@@ -79,7 +79,7 @@ std::uint64_t sum_generic(const std::byte* data, Index stride, Index n, std::uin
 #define SHARDCHECK_DIGEST_AVX2 1
 template <class U>
 [[gnu::target("avx2")]] std::uint64_t sum_avx2(const std::byte* data, Index stride, Index n, std::uint64_t key,
-                                              std::uint64_t step) {
+                                               std::uint64_t step) {
   const auto* p = reinterpret_cast<const U*>(data);
   return stride == 1 ? sum_terms<U, true>(p, 1, n, key, step) : sum_terms<U, false>(p, stride, n, key, step);
 }
@@ -95,17 +95,21 @@ Kernels pick_kernels() {
     return {{sum_avx2<std::uint8_t>, sum_avx2<std::uint16_t>, sum_avx2<std::uint32_t>, sum_avx2<std::uint64_t>}};
   }
 #endif
-  return {{sum_generic<std::uint8_t>, sum_generic<std::uint16_t>, sum_generic<std::uint32_t>,
-           sum_generic<std::uint64_t>}};
+  return {
+      {sum_generic<std::uint8_t>, sum_generic<std::uint16_t>, sum_generic<std::uint32_t>, sum_generic<std::uint64_t>}};
 }
 
 SumFn kernel_for(DType dtype) {
   static const Kernels kernels = pick_kernels();
   switch (element_size(dtype)) {
-    case 1: return kernels.by_width[0];
-    case 2: return kernels.by_width[1];
-    case 4: return kernels.by_width[2];
-    default: return kernels.by_width[3];
+    case 1:
+      return kernels.by_width[0];
+    case 2:
+      return kernels.by_width[1];
+    case 4:
+      return kernels.by_width[2];
+    default:
+      return kernels.by_width[3];
   }
 }
 
@@ -225,10 +229,17 @@ std::uint64_t detail::digest_elements_baseline(DType dtype, const std::byte* dat
   if (count <= 0) return 0;
   SumFn sum = sum_generic<std::uint64_t>;
   switch (element_size(dtype)) {
-    case 1: sum = sum_generic<std::uint8_t>; break;
-    case 2: sum = sum_generic<std::uint16_t>; break;
-    case 4: sum = sum_generic<std::uint32_t>; break;
-    default: break;
+    case 1:
+      sum = sum_generic<std::uint8_t>;
+      break;
+    case 2:
+      sum = sum_generic<std::uint16_t>;
+      break;
+    case 4:
+      sum = sum_generic<std::uint32_t>;
+      break;
+    default:
+      break;
   }
   return sum(data, 1, count, key_of(first_index), kDigestGamma);
 }
@@ -292,9 +303,8 @@ std::optional<std::uint64_t> parse_digest(std::string_view text) {
   std::uint64_t value = 0;
   const char* first = text.data() + 2;
   const char* last = text.data() + text.size();
-  if (!std::all_of(first, last, [](char c) {
-        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-      })) {
+  if (!std::all_of(first, last,
+                   [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); })) {
     return std::nullopt;
   }
   auto [end, ec] = std::from_chars(first, last, value, 16);

@@ -124,7 +124,7 @@ struct RowOp {
   std::size_t size;
   bool scale_active;
   bool up;
-  double factor;  // the scale in the arithmetic type of contract 1.2 (exact in a double)
+  double factor;           // the scale in the arithmetic type of contract 1.2 (exact in a double)
   bool streaming = false;  // contiguous rows go around the cache (see copy_streaming)
 };
 
@@ -186,7 +186,6 @@ Index compare_row_plain(const std::byte* from, Index fs, const std::byte* to, In
   return -1;
 }
 
-
 // A copy far larger than the caches writes each destination line once and never reads
 // it back: non-temporal stores skip the read-for-ownership of every line, a third of the
 // memory traffic of a cached copy. (memcpy does the same for one large block, but a
@@ -240,27 +239,35 @@ void copy_row(const RowOp& op, const std::byte* from, Index fs, std::byte* to, I
       return;
     }
     switch (op.size) {
-      case 1: return copy_row_plain<std::uint8_t>(from, fs, to, ts, n);
-      case 2: return copy_row_plain<std::uint16_t>(from, fs, to, ts, n);
-      case 4: return copy_row_plain<std::uint32_t>(from, fs, to, ts, n);
-      default: return copy_row_plain<std::uint64_t>(from, fs, to, ts, n);
+      case 1:
+        return copy_row_plain<std::uint8_t>(from, fs, to, ts, n);
+      case 2:
+        return copy_row_plain<std::uint16_t>(from, fs, to, ts, n);
+      case 4:
+        return copy_row_plain<std::uint32_t>(from, fs, to, ts, n);
+      default:
+        return copy_row_plain<std::uint64_t>(from, fs, to, ts, n);
     }
   }
-  detail::with_float_format(op.dtype, [&]<class Format>() { copy_row_scaled<Format>(from, fs, to, ts, n, op.factor, op.up); });
+  detail::with_float_format(op.dtype,
+                            [&]<class Format>() { copy_row_scaled<Format>(from, fs, to, ts, n, op.factor, op.up); });
 }
 
 Index compare_row(const RowOp& op, const std::byte* from, Index fs, const std::byte* to, Index ts, Index n) {
   if (!op.scale_active) {
     switch (op.size) {
-      case 1: return compare_row_plain<std::uint8_t>(from, fs, to, ts, n);
-      case 2: return compare_row_plain<std::uint16_t>(from, fs, to, ts, n);
-      case 4: return compare_row_plain<std::uint32_t>(from, fs, to, ts, n);
-      default: return compare_row_plain<std::uint64_t>(from, fs, to, ts, n);
+      case 1:
+        return compare_row_plain<std::uint8_t>(from, fs, to, ts, n);
+      case 2:
+        return compare_row_plain<std::uint16_t>(from, fs, to, ts, n);
+      case 4:
+        return compare_row_plain<std::uint32_t>(from, fs, to, ts, n);
+      default:
+        return compare_row_plain<std::uint64_t>(from, fs, to, ts, n);
     }
   }
-  return detail::with_float_format(op.dtype, [&]<class Format>() {
-    return compare_row_scaled<Format>(from, fs, to, ts, n, op.factor, op.up);
-  });
+  return detail::with_float_format(
+      op.dtype, [&]<class Format>() { return compare_row_scaled<Format>(from, fs, to, ts, n, op.factor, op.up); });
 }
 
 int thread_count(const Threading& threading, Index bytes) {
@@ -387,8 +394,7 @@ PlanCopy plan_copy(DType dtype, const Block& b, const Plan& p, const Scratch& s,
 }
 
 // Copies one chunk; with `digest`, returns the digest terms of what it wrote.
-std::uint64_t copy_chunk(DType dtype, const std::vector<Block>& blocks, const Scratch& s, const Chunk& c,
-                         bool digest) {
+std::uint64_t copy_chunk(DType dtype, const std::vector<Block>& blocks, const Scratch& s, const Chunk& c, bool digest) {
   const Plan& p = s.plans[static_cast<std::size_t>(c.plan)];
   const Block& b = blocks[p.block];
   // Not a structured binding: clang 14 does not let the row lambda below capture one.
@@ -401,7 +407,9 @@ std::uint64_t copy_chunk(DType dtype, const std::vector<Block>& blocks, const Sc
   // eighth row) leave the hardware prefetcher, which stops at page boundaries, nothing
   // to follow: ask for the row after next while this one is copied.
   const Index row_bytes = p.len * size;
-  const Index ahead = p.axes_count > 0 && p.from_step == 1 && row_bytes <= 4096 ? 2 * s.axes[static_cast<std::size_t>(p.axes_begin + p.axes_count - 1)].from_stride * size : 0;
+  const Index ahead = p.axes_count > 0 && p.from_step == 1 && row_bytes <= 4096
+                          ? 2 * s.axes[static_cast<std::size_t>(p.axes_begin + p.axes_count - 1)].from_stride * size
+                          : 0;
   for_rows(p, s.axes.data() + p.axes_begin, c.row_begin, c.row_end, [&](Index from, Index to, Index) {
     if (ahead != 0) {
       const std::byte* next = b.from + from * size + ahead;
@@ -420,8 +428,7 @@ bool rows_contiguous_at_destination(const Scratch& s) {
 }
 
 // The first mismatch within a chunk, as a row-major index within its block.
-std::optional<Index> compare_chunk(DType dtype, const std::vector<Block>& blocks, const Scratch& s,
-                                   const Chunk& c) {
+std::optional<Index> compare_chunk(DType dtype, const std::vector<Block>& blocks, const Scratch& s, const Chunk& c) {
   const Plan& p = s.plans[static_cast<std::size_t>(c.plan)];
   const Block& b = blocks[p.block];
   const RowOp op = row_op(dtype, b);
@@ -551,13 +558,12 @@ bool copy_blocks(DType dtype, const std::vector<Block>& blocks, const Threading&
   // Blocks write disjoint addresses, so their chunks may go in any order: several blocks
   // out of one buffer go by source address.
   const bool one_source = blocks.size() > 1 && std::all_of(blocks.begin(), blocks.end(), [&](const Block& b) {
-    return b.from == blocks.front().from;
-  });
+                            return b.from == blocks.front().from;
+                          });
   plan_blocks(dtype, blocks, s, /*merge_rows=*/true);
   if (digest_of_written != nullptr && !rows_contiguous_at_destination(s)) return false;
-  const bool one_destination = !one_source && std::all_of(blocks.begin(), blocks.end(), [&](const Block& b) {
-    return b.to == blocks.front().to;
-  });
+  const bool one_destination = !one_source && std::all_of(blocks.begin(), blocks.end(),
+                                                          [&](const Block& b) { return b.to == blocks.front().to; });
   if ((one_source || one_destination) && side_by_side(s, one_source)) {
     chunk_side_by_side(dtype, threads, s);
   } else {

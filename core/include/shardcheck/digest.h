@@ -53,8 +53,7 @@ std::uint64_t digest_elements_baseline(DType dtype, const std::byte* data, Index
 // to digest(F) of the rebuilt tensor. Every rank with a shard gets an entry (0 when it
 // counts nothing). Refused as rebuild would refuse: an invalid map (conditions 1-6),
 // shards that do not fit it (`shape`), a scale that cannot be applied (`scale`).
-Result<std::map<Rank, std::uint64_t>> digest_shares(const Map& map, const ShardSet& shards,
-                                                    int scale_power = 1);
+Result<std::map<Rank, std::uint64_t>> digest_shares(const Map& map, const ShardSet& shards, int scale_power = 1);
 
 // "0x" followed by exactly 16 hex digits, as maps and case files carry a digest.
 std::string format_digest(std::uint64_t digest);

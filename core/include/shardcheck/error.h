@@ -72,7 +72,7 @@ enum class Side { none, full, shard };
 // Where an error points; every part is optional (see the grammar above).
 struct Where {
   std::optional<Rank> rank;
-  std::optional<Index> piece;  // index in the rank's list as written
+  std::optional<Index> piece;      // index in the rank's list as written
   const Piece* content = nullptr;  // the piece itself, for its notation
   Side side = Side::none;
   std::optional<Index> address;
@@ -87,8 +87,8 @@ struct Where {
 
 struct Error {
   ErrorKind kind = ErrorKind::format;
-  std::optional<Rank> rank;    // the rank whose piece list is concerned
-  std::optional<Index> piece;  // index of the piece in that rank's list, as written
+  std::optional<Rank> rank;      // the rank whose piece list is concerned
+  std::optional<Index> piece;    // index of the piece in that rank's list, as written
   std::optional<Index> address;  // element of F (Side::full) or shard address (Side::shard)
   Side side = Side::none;
   std::string path;      // JSON path for format errors, e.g. "$.ranks.1.pieces[0].source"
@@ -144,18 +144,18 @@ class [[nodiscard]] Status {
 // The structural faults of one piece (contract 3, condition 1), in the order
 // the checks look for them.
 enum class PieceFault {
-  axes,                    // shape and strides have different lengths
+  axes,  // shape and strides have different lengths
   negative_extent,
   negative_source_offset,
   negative_dest_offset,
   negative_source_stride,
   negative_dest_stride,
-  source_overflow,         // element count or last source address beyond 64 bits
-  dest_overflow,           // last dest address beyond 64 bits
+  source_overflow,  // element count or last source address beyond 64 bits
+  dest_overflow,    // last dest address beyond 64 bits
   no_locations,
   negative_location,
   unsorted_locations,
-  bad_scale,               // zero or not finite (kind scale)
+  bad_scale,  // zero or not finite (kind scale)
 };
 
 // One piece as an error names it: its rank, its index as written, and the piece.
@@ -201,8 +201,8 @@ Error claimed_twice(const PieceAt& at, Index element, const PieceAt& other);
 
 // Condition 7 and the writer record of rebuild.
 // `earlier`: the piece that wrote the element first, nullptr when not recorded.
-Error replicas_differ(const PieceAt& at, Index element, Index shard_address, DType dtype,
-                      std::uint64_t unscaled, std::uint64_t held, const PieceAt* earlier);
+Error replicas_differ(const PieceAt& at, Index element, Index shard_address, DType dtype, std::uint64_t unscaled,
+                      std::uint64_t held, const PieceAt* earlier);
 Error written_twice(const PieceAt& at, Index element, const PieceAt* earlier);
 
 // Scaling (contract 1.2).

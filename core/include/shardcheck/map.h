@@ -22,9 +22,9 @@ struct StridedView {
 
 // Span facts of a view over `extents`, computed with overflow checks.
 struct SpanFacts {
-  bool empty = false;          // some extent is 0: the view covers nothing
-  Index numel = 0;             // number of (multi-)indices
-  Index max_address = -1;        // the last address the view touches; -1 when empty
+  bool empty = false;      // some extent is 0: the view covers nothing
+  Index numel = 0;         // number of (multi-)indices
+  Index max_address = -1;  // the last address the view touches; -1 when empty
   // max address + 1, 0 when empty; saturates at INT64_MAX when the last address is
   // INT64_MAX itself (compare max_address against a size instead).
   Index required_span_size = 0;

@@ -67,11 +67,11 @@ struct ExpectedVsFull {
 
 struct OpOutcome {
   Op op = Op::rebuild;
-  Outcome verdict = Outcome::exact;    // refused, exact, wrong or target_fault
-  std::optional<Error> error;          // when refused
-  std::optional<Rank> rank;            // extract: the rank that was wrong or refused
+  Outcome verdict = Outcome::exact;      // refused, exact, wrong or target_fault
+  std::optional<Error> error;            // when refused
+  std::optional<Rank> rank;              // extract: the rank that was wrong or refused
   std::optional<Difference> difference;  // when wrong
-  std::optional<Buffer> output;        // the tensor returned: F (rebuild) or the shard (extract)
+  std::optional<Buffer> output;          // the tensor returned: F (rebuild) or the shard (extract)
   // Rebuild accepted although it was asked to verify a content digest that F as returned
   // does not have (or that the map does not record): wrong whatever the layout.
   bool digest_ignored = false;
@@ -88,8 +88,8 @@ struct OpOutcome {
 struct CaseOutcome {
   // wrong if any op wrong, else target_fault if any, else refused if any, else exact
   Outcome verdict = Outcome::exact;
-  std::optional<Error> error;        // the first refusal
-  bool valid_layout = false;  // the map passes every check of contract 3 (by the reference model)
+  std::optional<Error> error;  // the first refusal
+  bool valid_layout = false;   // the map passes every check of contract 3 (by the reference model)
   // The implementation returned a tensor through a map that is not valid (contract 9):
   // reported apart from the data verdict, which may still be exact.
   bool accepted_invalid = false;
@@ -104,9 +104,9 @@ struct CaseOutcome {
   // (contract 10) are not the reference model's count, or empty.
   std::string digest_shares_wrong;
   bool matches_expectation = true;
-  std::string expectation_message;  // why not, when it does not
-  Policy policy = Policy::strict;  // the policy the case ran under (for outcome_to_json)
-  std::string target;              // the implementation under test ("strict", "deepspeed", ...)
+  std::string expectation_message;       // why not, when it does not
+  Policy policy = Policy::strict;        // the policy the case ran under (for outcome_to_json)
+  std::string target;                    // the implementation under test ("strict", "deepspeed", ...)
   std::optional<TargetRefusal> refusal;  // the first refusal, from an exec target
   std::optional<TargetFault> fault;      // the first fault, when the verdict is target_fault
 };
@@ -116,8 +116,7 @@ struct CaseOutcome {
 // one converts the shards it wrote itself through DeepSpeed's unchecked extract.
 // Errors in what the case knows about the data (a refused truth map, values of the
 // wrong count for a valid map) come back as a Result error: the case is unusable.
-Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options = {},
-                             OracleKind oracle = OracleKind::truth);
+Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options = {}, OracleKind oracle = OracleKind::truth);
 // The same oracle with the conversions done by an implementation under test; the
 // ground truth (shards, expected tensors) still comes from the strict policy. The case
 // is judged against the target's expectations: the contract's (kinds only where the
