@@ -150,7 +150,7 @@ void BM_GenerateOnly(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
-// ---- content digests (contract section 10) ----------------------------------------------
+// ---- content digests (contract 10) ----------------------------------------------
 // Rebuild of 4096 x 4096 float32 at TP 8 (column split: strided destinations), with and
 // without an expected digest, and the digest alone. Each reports `vs_memcpy`: its time per
 // iteration over a memcpy of F's bytes timed in the same process just before (best of a

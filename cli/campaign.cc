@@ -12,8 +12,8 @@
 #include <random>
 #include <set>
 #include <string>
-#include <vector>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -22,6 +22,7 @@
 #include "shardcheck/campaign.h"
 #include "shardcheck/json.h"
 #include "shardcheck/oracles/target.h"
+#include "shardcheck/oracles/truth.h"
 
 namespace shardcheck::cli {
 
@@ -32,7 +33,7 @@ struct CampaignArgs {
   std::optional<Index> cases;
   std::optional<double> time_seconds;
   std::string policy = "strict";
-  std::string oracle = "truth";
+  std::string oracle{oracles::oracle_kind_name(oracles::OracleKind::truth)};
   std::string target;
   double target_timeout = 10.0;
   int jobs = 0;
@@ -99,10 +100,15 @@ std::mutex g_print_mutex;
 
 class ProgressPrinter {
  public:
-  ProgressPrinter(std::optional<Index> total, std::optional<double> seconds, Index already_done,
-                  double already_seconds, bool quiet)
-      : total_(total), seconds_(seconds), base_(already_done), base_seconds_(already_seconds), quiet_(quiet),
-        tty_(isatty(STDERR_FILENO) == 1), start_(std::chrono::steady_clock::now()) {}
+  ProgressPrinter(std::optional<Index> total, std::optional<double> seconds, Index already_done, double already_seconds,
+                  bool quiet)
+      : total_(total),
+        seconds_(seconds),
+        base_(already_done),
+        base_seconds_(already_seconds),
+        quiet_(quiet),
+        tty_(isatty(STDERR_FILENO) == 1),
+        start_(std::chrono::steady_clock::now()) {}
 
   void operator()(Index done) {
     if (g_stop.load() != 0 && !stop_announced_) {
@@ -118,22 +124,24 @@ class ProgressPrinter {
     last_line_ = elapsed;
     const double rate = elapsed > 0 ? (done - base_) / elapsed : 0.0;
     double fraction = 0.0;
-    if (total_ && *total_ > 0) fraction = static_cast<double>(done) / *total_;
-    else if (seconds_ && *seconds_ > 0) fraction = (base_seconds_ + elapsed) / *seconds_;
+    if (total_ && *total_ > 0)
+      fraction = static_cast<double>(done) / *total_;
+    else if (seconds_ && *seconds_ > 0)
+      fraction = (base_seconds_ + elapsed) / *seconds_;
     fraction = std::min(1.0, fraction);
-    const double left = total_ ? (rate > 0 ? (*total_ - done) / rate : 0.0)
-                               : (seconds_ ? *seconds_ - base_seconds_ - elapsed : 0.0);
+    const double left =
+        total_ ? (rate > 0 ? (*total_ - done) / rate : 0.0) : (seconds_ ? *seconds_ - base_seconds_ - elapsed : 0.0);
     std::lock_guard lock(g_print_mutex);
     if (tty_) {
       constexpr int kWidth = 30;
       const int filled = static_cast<int>(fraction * kWidth);
-      std::fprintf(stderr, "\r[%s%s] %3.0f%% %lld cases %.0f/s ETA %.0fs ",
-                   std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
-                   fraction * 100, static_cast<long long>(done), rate, std::max(0.0, left));
+      std::fprintf(stderr, "\r[%s%s] %3.0f%% %lld cases %.0f/s ETA %.0fs ", std::string(filled, '#').c_str(),
+                   std::string(kWidth - filled, '.').c_str(), fraction * 100, static_cast<long long>(done), rate,
+                   std::max(0.0, left));
       on_line_ = true;
     } else {
-      std::fprintf(stderr, "progress: %lld cases, %.0f cases/s, %.0f%%, ETA %.0f s\n",
-                   static_cast<long long>(done), rate, fraction * 100, std::max(0.0, left));
+      std::fprintf(stderr, "progress: %lld cases, %.0f cases/s, %.0f%%, ETA %.0f s\n", static_cast<long long>(done),
+                   rate, fraction * 100, std::max(0.0, left));
     }
     std::fflush(stderr);
   }
@@ -165,8 +173,10 @@ class ProgressPrinter {
 // The options of a new campaign from the command line.
 int options_from_args(const CampaignArgs& args, campaign::Options& options) {
   options.seed = args.seed ? *args.seed : std::random_device{}();
-  if (args.cases) options.cases = *args.cases;
-  else options.time_seconds = args.time_seconds ? *args.time_seconds : 60.0;
+  if (args.cases)
+    options.cases = *args.cases;
+  else
+    options.time_seconds = args.time_seconds ? *args.time_seconds : 60.0;
   if (args.cases && args.time_seconds) options.time_seconds = *args.time_seconds;
   if (!parse_shard(args.shard, options.shard_index, options.shard_count)) {
     std::fprintf(stderr, "shardcheck campaign: --shard wants I/N with 0 <= I < N, got '%s'\n", args.shard.c_str());
@@ -186,10 +196,11 @@ int options_from_args(const CampaignArgs& args, campaign::Options& options) {
       options.eval.target_timeout_seconds = args.target_timeout;
     }
   }
-  if (args.oracle == "truth") options.eval.oracle = oracles::OracleKind::truth;
-  else if (args.oracle == "same-map") options.eval.oracle = oracles::OracleKind::same_map;
-  else {
-    std::fprintf(stderr, "shardcheck campaign: unknown oracle '%s' (truth or same-map)\n", args.oracle.c_str());
+  if (auto oracle = oracles::parse_oracle_kind(args.oracle)) {
+    options.eval.oracle = *oracle;
+  } else {
+    std::fprintf(stderr, "shardcheck campaign: unknown oracle '%s' (%s)\n", args.oracle.c_str(),
+                 oracles::oracle_choices().c_str());
     return kExitUsage;
   }
   options.eval.strict_layout = args.strict_layout;
@@ -217,8 +228,10 @@ int options_from_checkpoint(const CampaignArgs& args, campaign::Checkpoint& chec
   auto json = parse_json(*file.text);
   std::string error;
   std::optional<campaign::Checkpoint> parsed;
-  if (json) parsed = campaign::checkpoint_from_json(json.value(), error);
-  else error = json.error().to_string();
+  if (json)
+    parsed = campaign::checkpoint_from_json(json.value(), error);
+  else
+    error = json.error().to_string();
   if (!parsed) {
     std::fprintf(stderr, "shardcheck campaign: cannot resume from %s: %s\n", path.c_str(), error.c_str());
     return kExitUsage;
@@ -229,8 +242,8 @@ int options_from_checkpoint(const CampaignArgs& args, campaign::Checkpoint& chec
 
 // The last line of a campaign: its verdict and what its exit code means.
 std::string verdict_line(const campaign::Report& report, const std::filesystem::path& out) {
-  const std::string ran = report.complete ? fmt::format("{} cases", report.cases)
-                                          : fmt::format("{} cases (stopped early)", report.cases);
+  const std::string ran =
+      report.complete ? fmt::format("{} cases", report.cases) : fmt::format("{} cases (stopped early)", report.cases);
   if (!report.failed()) {
     return fmt::format("verdict: PASS, exit 0: nothing silently wrong and no finding in {}\n", ran);
   }
@@ -257,8 +270,10 @@ int run_campaign(const CampaignArgs& args) {
   } else if (int code = options_from_args(args, options); code != kExitOk) {
     return code;
   }
-  if (args.jobs > 0) options.jobs = args.jobs;
-  else if (args.resume.empty()) options.jobs = std::max(1u, std::thread::hardware_concurrency());
+  if (args.jobs > 0)
+    options.jobs = args.jobs;
+  else if (args.resume.empty())
+    options.jobs = std::max(1u, std::thread::hardware_concurrency());
   if (args.isolate) options.isolate = true;
   if (args.no_isolate) options.isolate = false;
   if (args.case_time_limit) options.case_time_limit = *args.case_time_limit;
@@ -291,16 +306,16 @@ int run_campaign(const CampaignArgs& args) {
   // An unsharded run (1/1) names no shard.
   const std::string shard =
       options.shard_count > 1 ? fmt::format(", shard {}/{}", options.shard_index, options.shard_count) : "";
-  std::fprintf(stderr, "shardcheck campaign: %sseed %llu, %s, %s %s, oracle %s, %d jobs%s%s%s\n",
-               args.resume.empty() ? "" : fmt::format("resuming {} ({} cases done), ", out.string(), already_done).c_str(),
-               static_cast<unsigned long long>(options.seed),
-               options.cases ? fmt::format("{} cases", *options.cases).c_str()
-                             : fmt::format("{:.0f} s", *options.time_seconds).c_str(),
-               options.eval.target.empty() ? "policy" : "target",
-               options.eval.target.empty() ? std::string(policy_name(options.eval.policy)).c_str()
-                                           : options.eval.target.c_str(),
-               options.eval.oracle == oracles::OracleKind::truth ? "truth" : "same-map", options.jobs,
-               options.isolate ? " (isolated)" : "", shard.c_str(), options.generate.record_digest ? ", digests" : "");
+  std::fprintf(
+      stderr, "shardcheck campaign: %sseed %llu, %s, %s %s, oracle %s, %d jobs%s%s%s\n",
+      args.resume.empty() ? "" : fmt::format("resuming {} ({} cases done), ", out.string(), already_done).c_str(),
+      static_cast<unsigned long long>(options.seed),
+      options.cases ? fmt::format("{} cases", *options.cases).c_str()
+                    : fmt::format("{:.0f} s", *options.time_seconds).c_str(),
+      options.eval.target.empty() ? "policy" : "target",
+      options.eval.target.empty() ? std::string(policy_name(options.eval.policy)).c_str() : options.eval.target.c_str(),
+      std::string(oracles::oracle_kind_name(options.eval.oracle)).c_str(), options.jobs,
+      options.isolate ? " (isolated)" : "", shard.c_str(), options.generate.record_digest ? ", digests" : "");
   ProgressPrinter printer(options.cases, options.time_seconds, already_done,
                           args.resume.empty() ? 0.0 : checkpoint.report.seconds, args.quiet);
   campaign::Control control;
@@ -345,7 +360,8 @@ int run_campaign(const CampaignArgs& args) {
   }
   std::printf("report: %s\n", (out / "report.json").c_str());
   if (!report.complete) {
-    std::fprintf(stderr, "shardcheck campaign: stopped after %lld cases; continue with: shardcheck campaign --resume %s\n",
+    std::fprintf(stderr,
+                 "shardcheck campaign: stopped after %lld cases; continue with: shardcheck campaign --resume %s\n",
                  static_cast<long long>(report.cases), out.c_str());
   }
   std::fputs(verdict_line(report, out).c_str(), stdout);
@@ -361,10 +377,12 @@ void register_campaign(CLI::App& app, RunState& state) {
   defining(add_uint64_option(sub, "--seed", args->seed, "Seed, 0 to 2^64-1 (default: random, printed)"));
   defining(add_int_option(sub, "--cases", args->cases, Index{0}, std::numeric_limits<Index>::max(),
                           "Number of cases (deterministic)"));
-  defining(add_seconds_option(sub, "--time", args->time_seconds, "Time budget in seconds (default 60 without --cases)"));
+  defining(
+      add_seconds_option(sub, "--time", args->time_seconds, "Time budget in seconds (default 60 without --cases)"));
   defining(sub->add_option("--policy", args->policy, "strict (default) or legacy"));
-  defining(sub->add_option("--oracle", args->oracle, "truth (default) or same-map"));
-  add_int_option(sub, "--jobs", args->jobs, 0, 4096, "Worker processes or threads, at most 4096; 0 (the default) means all cores");
+  defining(sub->add_option("--oracle", args->oracle, oracle_help()));
+  add_int_option(sub, "--jobs", args->jobs, 0, 4096,
+                 "Worker processes or threads, at most 4096; 0 (the default) means all cores");
   defining(sub->add_option("--shard", args->shard, "Run part I of N (I/N), tables add up"));
   defining(sub->add_option("--out", args->out, "Directory for report.json and findings/ (default campaign-out)"));
   defining(sub->add_flag("--strict-layout", args->strict_layout, "Valid-but-different cases fail the run too"));
@@ -373,8 +391,9 @@ void register_campaign(CLI::App& app, RunState& state) {
                          "also corrupts the record"));
   defining(add_int_option(sub, "--max-elements", args->max_elements, Index{1}, Index{1} << 20,
                           "Largest numel(F) generated (default 256)"));
-  defining(sub->add_option("--target", args->target,
-                           "Implementation under test: strict, legacy, deepspeed or exec:COMMAND (overrides --policy)"));
+  defining(
+      sub->add_option("--target", args->target,
+                      "Implementation under test: strict, legacy, deepspeed or exec:COMMAND (overrides --policy)"));
   defining(add_seconds_option(sub, "--target-timeout", args->target_timeout,
                               "Seconds an exec target may take per request before it counts as hung (default 10)"));
   sub->add_flag("--quiet", args->quiet, "No progress output");

@@ -1,4 +1,4 @@
-// `shardcheck check MAP.json [--json]`: runs the spec 3 map checks (conditions 1-6) on a
+// `shardcheck check MAP.json [--json]`: runs the contract 3 map checks (conditions 1-6) on a
 // bare map or on every parameter of an envelope.
 #include <cstdio>
 #include <memory>

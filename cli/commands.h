@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -29,6 +30,10 @@ void register_repro(CLI::App& app, RunState& state);
 void register_digest(CLI::App& app, RunState& state);
 void register_campaign(CLI::App& app, RunState& state);
 
+// --oracle: the names of oracles::kOracleNames, the first the default.
+std::vector<std::string> oracle_names();
+std::string oracle_help();  // "truth (default) or same-map"
+
 // --- numeric options, parsed exactly and refused in plain words ----------------------
 // CLI11's own conversions wrap "-1" into an unsigned value, saturate what does not fit,
 // read "010" as octal and print a range check on a double ("0.000000 to 1797...").
@@ -39,8 +44,8 @@ void register_campaign(CLI::App& app, RunState& state);
 std::uint64_t parse_uint64_option(const std::string& name, const std::string& text);
 // An integer in [min, max]; the message names only the lower bound when max is the
 // type's own maximum.
-std::int64_t parse_int_option(const std::string& name, const std::string& text, std::int64_t min,
-                              std::int64_t max, bool max_is_type_limit);
+std::int64_t parse_int_option(const std::string& name, const std::string& text, std::int64_t min, std::int64_t max,
+                              bool max_is_type_limit);
 // A finite number of seconds > 0.
 double parse_seconds_option(const std::string& name, const std::string& text);
 
@@ -65,8 +70,8 @@ CLI::Option* add_uint64_option(CLI::App* sub, const std::string& name, T& target
 
 template <class T>
 CLI::Option* add_int_option(CLI::App* sub, const std::string& name, T& target,
-                            typename detail::OptionalValue<T>::type min,
-                            typename detail::OptionalValue<T>::type max, const std::string& description) {
+                            typename detail::OptionalValue<T>::type min, typename detail::OptionalValue<T>::type max,
+                            const std::string& description) {
   using Value = typename detail::OptionalValue<T>::type;
   static_assert(std::is_integral_v<Value> && std::is_signed_v<Value>);
   const bool type_limit = max == std::numeric_limits<Value>::max();

@@ -1,4 +1,4 @@
-// `shardcheck digest`: the content digest (contract section 10) of the tensor a map and
+// `shardcheck digest`: the content digest (contract 10) of the tensor a map and
 // its shards describe, and each rank's share, so that a producer's recorded value can be
 // checked by hand.
 //

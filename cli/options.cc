@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "shardcheck/oracles/truth.h"
 
 namespace shardcheck::cli {
 
@@ -34,6 +35,23 @@ constexpr double kMaxSeconds = 1e9;
 
 }  // namespace
 
+std::vector<std::string> oracle_names() {
+  std::vector<std::string> out;
+  for (const auto& row : oracles::kOracleNames) out.emplace_back(row.name);
+  return out;
+}
+
+std::string oracle_help() {
+  std::string out;
+  const std::size_t n = std::size(oracles::kOracleNames);
+  for (std::size_t k = 0; k < n; ++k) {
+    if (k > 0) out += k + 1 == n ? " or " : ", ";
+    out += oracles::kOracleNames[k].name;
+    if (k == 0) out += " (default)";
+  }
+  return out;
+}
+
 std::uint64_t parse_uint64_option(const std::string& name, const std::string& text) {
   constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
   if (!all_digits(text, 0)) {
@@ -56,8 +74,7 @@ std::int64_t parse_int_option(const std::string& name, const std::string& text, 
   };
   const bool negative = !text.empty() && text.front() == '-';
   if (!all_digits(text, negative ? 1 : 0)) {
-    throw CLI::ValidationError(
-        fmt::format("{} must be a whole number, got {}", name, text.empty() ? "nothing" : text));
+    throw CLI::ValidationError(fmt::format("{} must be a whole number, got {}", name, text.empty() ? "nothing" : text));
   }
   const auto value = magnitude(text, negative ? 1 : 0);
   if (negative) {

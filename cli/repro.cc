@@ -21,7 +21,7 @@ namespace {
 struct ReproArgs {
   std::string path;
   std::string policy_name = "strict";
-  std::string oracle_name = "truth";
+  std::string oracle_name{oracles::oracle_kind_name(oracles::OracleKind::truth)};
   std::string target;  // overrides the policy: strict, legacy, deepspeed, exec:COMMAND
   double target_timeout = 10.0;
   bool json = false;
@@ -90,12 +90,11 @@ int run_repro(const ReproArgs& args) {
     fmt::print(stderr, "shardcheck: {}\n", made.error);
     return kExitUsage;
   }
-  auto oracle = args.oracle_name == "same-map" ? oracles::OracleKind::same_map
-                                               : oracles::OracleKind::truth;
+  // CLI11 has checked the name against the table.
+  const oracles::OracleKind oracle = oracles::parse_oracle_kind(args.oracle_name).value_or(oracles::OracleKind::truth);
   auto outcome = oracles::run_case(c.value(), *made.target, oracle);
   if (!outcome) {
-    fmt::print(stderr, "shardcheck: {}: the case cannot be run: {}\n", args.path,
-               outcome.error().to_string());
+    fmt::print(stderr, "shardcheck: {}: the case cannot be run: {}\n", args.path, outcome.error().to_string());
     return kExitUsage;
   }
   const oracles::CaseOutcome& o = outcome.value();
@@ -122,13 +121,16 @@ int run_repro(const ReproArgs& args) {
       fmt::print("the map passes every check of spec 3: a valid but different layout\n");
     }
     if (o.accepted_invalid) {
-      fmt::print("{} returned a tensor through a map the contract refuses (section 3, or a scale section 1.2 refuses): it accepts an invalid map\n",
-                 o.target.empty() ? "the implementation" : o.target);
+      fmt::print(
+          "{} returned a tensor through a map the contract refuses (section 3, or a scale section 1.2 refuses): it "
+          "accepts an invalid map\n",
+          o.target.empty() ? "the implementation" : o.target);
     }
     if (!o.expected_vs_full.reason.empty()) {
       fmt::print("the expected tensor is not F: {}\n", o.expected_vs_full.reason);
     }
-    if (!o.expected_vs_full.harness_defect.empty()) fmt::print("HARNESS DEFECT: {}\n", o.expected_vs_full.harness_defect);
+    if (!o.expected_vs_full.harness_defect.empty())
+      fmt::print("HARNESS DEFECT: {}\n", o.expected_vs_full.harness_defect);
     if (!misreported.empty()) fmt::print("refusal misreported: {}\n", misreported);
     if (!o.digest_shares_wrong.empty()) fmt::print("digest shares wrong: {}\n", o.digest_shares_wrong);
     if (!args.implementation_given && implementation != args.policy_name) {
@@ -143,8 +145,8 @@ int run_repro(const ReproArgs& args) {
   }
   // A crash, hang or garbage answer of an implementation under test is never a pass, nor
   // is a harness whose own expected tensor breaks contract 8.
-  bool silently_wrong = o.verdict == Outcome::wrong || o.verdict == Outcome::target_fault ||
-                        !o.expected_vs_full.harness_defect.empty();
+  bool silently_wrong =
+      o.verdict == Outcome::wrong || o.verdict == Outcome::target_fault || !o.expected_vs_full.harness_defect.empty();
   const bool misjudged = !misreported.empty() || !o.digest_shares_wrong.empty();
   return silently_wrong || misjudged || !o.matches_expectation ? kExitFound : kExitOk;
 }
@@ -153,15 +155,14 @@ int run_repro(const ReproArgs& args) {
 
 void register_repro(CLI::App& app, RunState& state) {
   auto args = std::make_shared<ReproArgs>();
-  CLI::App* sub = app.add_subcommand(
-      "repro", "Replay a case file: refused, exact, or silently wrong (with the difference)");
+  CLI::App* sub =
+      app.add_subcommand("repro", "Replay a case file: refused, exact, or silently wrong (with the difference)");
   sub->add_option("case", args->path, "case file (JSON)")->required();
   CLI::Option* policy = sub->add_option("--policy", args->policy_name,
                                         "conversion policy: strict or legacy (default: the policy or target the "
                                         "case file records, else strict)")
                             ->check(CLI::IsMember({"strict", "legacy"}));
-  sub->add_option("--oracle", args->oracle_name, "truth (default) or same-map")
-      ->check(CLI::IsMember({"truth", "same-map"}));
+  sub->add_option("--oracle", args->oracle_name, oracle_help())->check(CLI::IsMember(oracle_names()));
   CLI::Option* target = sub->add_option(
       "--target", args->target,
       "implementation under test: strict, legacy, deepspeed or exec:COMMAND (overrides --policy; a case file's "

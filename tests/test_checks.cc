@@ -1,4 +1,4 @@
-// Map checks of spec section 3 (conditions 1-6): the reported corruptions of spec 6,
+// Map checks of contract 3 (conditions 1-6): the reported corruptions of contract 6,
 // valid layouts, overflow inputs, order independence, planted bugs, large maps, and a
 // cross-check against a naive element-by-element model for many small random maps.
 #include "shardcheck/checks.h"
@@ -41,11 +41,10 @@ Error expect_refused(const Map& map, ErrorKind kind, const CheckOptions& options
   return err.error();
 }
 
-// ---- spec section 6: reported corruptions -----------------------------------------
+// ---- contract 6: reported corruptions -----------------------------------------
 
 Map spec6_1() {
-  return M({8}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0})}),
-                 R(1, Extents{4}, {P({4}, 0, {1}, 0, {1}, {1})})});
+  return M({8}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0})}), R(1, Extents{4}, {P({4}, 0, {1}, 0, {1}, {1})})});
 }
 
 TEST(Spec6, TwoRanksClaimOneBlock) {
@@ -63,8 +62,8 @@ TEST(Spec6, TwoRanksClaimOneBlock) {
 }
 
 Map spec6_2() {
-  return M({6}, {R(0, Extents{4}, {P({2, 2}, 0, {1, 1}, 0, {2, 1}, {0})}),
-                 R(1, Extents{3}, {P({3}, 3, {1}, 0, {1}, {1})})});
+  return M({6},
+           {R(0, Extents{4}, {P({2, 2}, 0, {1, 1}, 0, {2, 1}, {0})}), R(1, Extents{3}, {P({3}, 3, {1}, 0, {1}, {1})})});
 }
 
 TEST(Spec6, SourceOverlapsItself) {
@@ -140,8 +139,8 @@ TEST(Spec6, ColumnSplitCollision) {
 
 TEST(Spec6, DestinationWrapsPastShardRow) {
   Map map = M({12}, {R(0, Extents{3, 4},
-                        {P({2, 3}, 0, {3, 1}, 2, {4, 1}, {0}), P({1, 2}, 6, {2, 1}, 0, {4, 1}, {0}),
-                         P({1, 1}, 8, {1, 1}, 4, {4, 1}, {0}), P({1, 3}, 9, {3, 1}, 9, {4, 1}, {0})})});
+                       {P({2, 3}, 0, {3, 1}, 2, {4, 1}, {0}), P({1, 2}, 6, {2, 1}, 0, {4, 1}, {0}),
+                        P({1, 1}, 8, {1, 1}, 4, {4, 1}, {0}), P({1, 3}, 9, {3, 1}, 9, {4, 1}, {0})})});
   Error e = expect_refused(map, ErrorKind::twice);
   EXPECT_EQ(e.rank, 0);
   EXPECT_EQ(e.piece, 0);
@@ -166,8 +165,9 @@ TEST(Valid, Spec2Example) {
 }
 
 TEST(Valid, Spec5WorkedExample) {
-  expect_valid(M({2, 6}, {R(0, Extents{2, 3}, {P({2, 2}, 0, {6, 1}, 0, {3, 1}, {0}), P({2, 1}, 4, {6, 1}, 2, {3, 1}, {0})}),
-                          R(1, Extents{2, 3}, {P({2, 2}, 2, {6, 1}, 0, {3, 1}, {1}), P({2, 1}, 5, {6, 1}, 2, {3, 1}, {1})})}));
+  expect_valid(
+      M({2, 6}, {R(0, Extents{2, 3}, {P({2, 2}, 0, {6, 1}, 0, {3, 1}, {0}), P({2, 1}, 4, {6, 1}, 2, {3, 1}, {0})}),
+                 R(1, Extents{2, 3}, {P({2, 2}, 2, {6, 1}, 0, {3, 1}, {1}), P({2, 1}, 5, {6, 1}, 2, {3, 1}, {1})})}));
 }
 
 TEST(Valid, ZeroDimensionalTensor) {
@@ -181,8 +181,7 @@ TEST(Valid, ZeroDimensionalTensor) {
 TEST(Valid, ZeroExtentPiecesAndEmptyShards) {
   // Rank 1 holds 0 columns: its piece has offset one past the end of F and of its shard.
   expect_valid(M({4, 3}, {R(0, Extents{4, 3}, {P({4, 3}, 0, {3, 1}, 0, {3, 1}, {0})}),
-                          R(1, Extents{4, 0}, {P({4, 0}, 12, {3, 1}, 0, {0, 1}, {1})}),
-                          R(2, Extents{0, 4}, {})}));
+                          R(1, Extents{4, 0}, {P({4, 0}, 12, {3, 1}, 0, {0, 1}, {1})}), R(2, Extents{0, 4}, {})}));
   // Zero-extent pieces may sit anywhere, even far out of bounds.
   expect_valid(M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0}), P({0, 7}, 1000, {5, 9}, 999, {1, 1}, {0})})}));
   expect_valid(M({0, 4}, {R(0, Extents{0, 4}, {})}));
@@ -195,10 +194,12 @@ TEST(Valid, NonContiguousRankIds) {
 
 Map interleaved() {
   // F (2,6) by columns: one column each, two replicated columns, one column each.
-  return M({2, 6}, {R(0, Extents{2, 4}, {P({2, 1}, 0, {6, 1}, 0, {4, 1}, {0}), P({2, 2}, 2, {6, 1}, 1, {4, 1}, {0, 1}),
-                                         P({2, 1}, 4, {6, 1}, 3, {4, 1}, {0})}),
-                    R(1, Extents{2, 4}, {P({2, 1}, 1, {6, 1}, 0, {4, 1}, {1}), P({2, 2}, 2, {6, 1}, 1, {4, 1}, {0, 1}),
-                                         P({2, 1}, 5, {6, 1}, 3, {4, 1}, {1})})});
+  return M({2, 6}, {R(0, Extents{2, 4},
+                      {P({2, 1}, 0, {6, 1}, 0, {4, 1}, {0}), P({2, 2}, 2, {6, 1}, 1, {4, 1}, {0, 1}),
+                       P({2, 1}, 4, {6, 1}, 3, {4, 1}, {0})}),
+                    R(1, Extents{2, 4},
+                      {P({2, 1}, 1, {6, 1}, 0, {4, 1}, {1}), P({2, 2}, 2, {6, 1}, 1, {4, 1}, {0, 1}),
+                       P({2, 1}, 5, {6, 1}, 3, {4, 1}, {1})})});
 }
 
 TEST(Valid, InterleavedReplicatedAndSplit) {
@@ -276,9 +277,9 @@ TEST(Structure, RanksAndShapes) {
   expect_refused(M({4}, {R(0, Extents{-1, -4}, {whole})}), ErrorKind::format);
   expect_valid(M({4}, {R(0, Extents{4}, {whole}), R(5, std::nullopt, {})}));
   // Structure errors precede everything else, whatever the rank order.
-  Error e = expect_refused(M({4}, {R(1, Extents{4}, {P({4}, 0, {1}, 0, {1}, {1})}),
-                                   R(0, Extents{3}, {P({4}, 0, {1}, 0, {1}, {0}, 0.0)})}),
-                           ErrorKind::scale);
+  Error e = expect_refused(
+      M({4}, {R(1, Extents{4}, {P({4}, 0, {1}, 0, {1}, {1})}), R(0, Extents{3}, {P({4}, 0, {1}, 0, {1}, {0}, 0.0)})}),
+      ErrorKind::scale);
   EXPECT_EQ(e.rank, 0);
 }
 
@@ -319,7 +320,9 @@ TEST(Structure, ZeroExtentBesideOverflowingExtentsNeverUB) {
     const Status boxes = check_map(map);
     const Status walked = check_map(map, runs);
     ASSERT_EQ(boxes.ok(), walked.ok());
-    if (!boxes.ok()) EXPECT_EQ(boxes.error().to_string(), walked.error().to_string());
+    if (!boxes.ok()) {
+      EXPECT_EQ(boxes.error().to_string(), walked.error().to_string());
+    }
   }
 }
 
@@ -342,7 +345,8 @@ TEST(Structure, ZeroExtentCountsZeroBeforeOverflow) {
   EXPECT_EQ(span_facts(Extents{3, 2}, StridedView{0, {Index{1} << 62, 1}}), std::nullopt);  // an address past 2^63 - 1
   EXPECT_EQ(span_facts(Extents{3, 4}, StridedView{5, {4, 1}})->max_address, 16);
   EXPECT_EQ(check_map(M({big, big, 0}, {R(0, Extents{0}, {})})).ok(), true);
-  const Map empty_piece = M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0}), P({big, big, 0}, 0, {1, 1, 1}, 0, {1, 1, 1}, {0})})});
+  const Map empty_piece =
+      M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0}), P({big, big, 0}, 0, {1, 1, 1}, 0, {1, 1, 1}, {0})})});
   EXPECT_TRUE(check_map(empty_piece).ok()) << check_map(empty_piece).error().to_string();
 }
 
@@ -395,16 +399,16 @@ TEST(Order, VerdictDoesNotDependOnRankOrPieceOrder) {
   expect_order_independent(spec6_1(), 1);
   expect_order_independent(spec6_2(), 2);
   Map wrap = M({12}, {R(0, Extents{3, 4},
-                         {P({2, 3}, 0, {3, 1}, 2, {4, 1}, {0}), P({1, 2}, 6, {2, 1}, 0, {4, 1}, {0}),
-                          P({1, 1}, 8, {1, 1}, 4, {4, 1}, {0}), P({1, 3}, 9, {3, 1}, 9, {4, 1}, {0})})});
+                        {P({2, 3}, 0, {3, 1}, 2, {4, 1}, {0}), P({1, 2}, 6, {2, 1}, 0, {4, 1}, {0}),
+                         P({1, 1}, 8, {1, 1}, 4, {4, 1}, {0}), P({1, 3}, 9, {3, 1}, 9, {4, 1}, {0})})});
   expect_order_independent(wrap, 3);
   Map mixed = interleaved();
   mixed.ranks[0].pieces[2].locations = {0, 1};  // phantom replica in a later column
   mixed.ranks[1].pieces[0].locations = {0};     // and a rank not naming itself
   expect_order_independent(mixed, 4);
   // Several broken pieces in one rank: the lowest in content order is reported.
-  Map many = M({8}, {R(2, Extents{8}, {P({2}, 6, {1}, 6, {1}, {2, 5}), P({2}, 4, {1}, 4, {1}, {2, 4}),
-                                       P({4}, 0, {1}, 0, {1}, {2})}),
+  Map many = M({8}, {R(2, Extents{8},
+                       {P({2}, 6, {1}, 6, {1}, {2, 5}), P({2}, 4, {1}, 4, {1}, {2, 4}), P({4}, 0, {1}, 0, {1}, {2})}),
                      R(0, Extents{0}, {}), R(7, Extents{0}, {})});
   expect_order_independent(many, 5);
   Error e = expect_refused(many, ErrorKind::holders);
@@ -474,9 +478,7 @@ TEST(PlantedBugs, RandomGarbageUnderEveryBugCombination) {
   std::mt19937_64 rng(99);
   const Index max = std::numeric_limits<Index>::max();
   const Index specials[] = {0, 1, 2, 3, -1, max, max - 1, max / 2, Index{1} << 32, Index{1} << 62};
-  auto num = [&] {
-    return rng() % 3 == 0 ? specials[rng() % std::size(specials)] : static_cast<Index>(rng() % 7);
-  };
+  auto num = [&] { return rng() % 3 == 0 ? specials[rng() % std::size(specials)] : static_cast<Index>(rng() % 7); };
   auto vec = [&](std::size_t n) {
     std::vector<Index> v(n);
     for (auto& x : v) x = num();
@@ -693,7 +695,7 @@ NaiveVerdict naive(const Map& input) {
 }
 
 // Small maps from a valid column or row split (some columns replicated), then a few
-// single-field edits in the spirit of the spec 7 catalogue.
+// single-field edits in the spirit of the contract 7 catalogue.
 Map random_map(std::mt19937& rng) {
   auto pick = [&](Index lo, Index hi) { return std::uniform_int_distribution<Index>(lo, hi)(rng); };
   const Index rows = pick(1, 3), cols = pick(1, 6);
@@ -733,16 +735,36 @@ Map random_map(std::mt19937& rng) {
     if (re.pieces.empty()) continue;
     Piece& p = re.pieces[pick(0, static_cast<Index>(re.pieces.size()) - 1)];
     switch (pick(0, 9)) {
-      case 0: p.source.offset = std::max<Index>(0, p.source.offset + pick(-2, 2)); break;
-      case 1: p.dest.offset = std::max<Index>(0, p.dest.offset + pick(-2, 2)); break;
-      case 2: p.shape[pick(0, 1)] = std::max<Index>(0, p.shape[0] + pick(-1, 1)); break;
-      case 3: p.locations = {pick(0, 3)}; break;
-      case 4: p.locations.push_back(9); break;
-      case 5: std::swap(p.source.strides[0], p.source.strides[1]); break;
-      case 6: map.ranks[pick(0, tp - 1)].pieces.push_back(p); break;
-      case 7: re.pieces.erase(re.pieces.begin()); break;
-      case 8: p.dest.strides[pick(0, 1)] += pick(-1, 1); break;
-      default: p.locations = p.locations.size() > 1 ? std::vector<Rank>{p.locations[0]} : std::vector<Rank>{0, 1}; break;
+      case 0:
+        p.source.offset = std::max<Index>(0, p.source.offset + pick(-2, 2));
+        break;
+      case 1:
+        p.dest.offset = std::max<Index>(0, p.dest.offset + pick(-2, 2));
+        break;
+      case 2:
+        p.shape[pick(0, 1)] = std::max<Index>(0, p.shape[0] + pick(-1, 1));
+        break;
+      case 3:
+        p.locations = {pick(0, 3)};
+        break;
+      case 4:
+        p.locations.push_back(9);
+        break;
+      case 5:
+        std::swap(p.source.strides[0], p.source.strides[1]);
+        break;
+      case 6:
+        map.ranks[pick(0, tp - 1)].pieces.push_back(p);
+        break;
+      case 7:
+        re.pieces.erase(re.pieces.begin());
+        break;
+      case 8:
+        p.dest.strides[pick(0, 1)] += pick(-1, 1);
+        break;
+      default:
+        p.locations = p.locations.size() > 1 ? std::vector<Rank>{p.locations[0]} : std::vector<Rank>{0, 1};
+        break;
     }
   }
   return map;

@@ -81,7 +81,7 @@ const std::string kValidMap = R"({"logical_shape": [4, 6],
    "1": {"shard_shape": [4, 2],
          "pieces": [{"shape": [4, 2], "source": [4, [6, 1]], "dest": [0, [2, 1]], "locations": [1]}]}}})";
 
-// Spec 6.5: two pieces write shard address 0.
+// Contract 6.5: two pieces write shard address 0.
 const std::string kCollidingMap = R"({"logical_shape": [4], "ranks": {"0": {"shard_shape": [4],
   "pieces": [{"shape": [2], "source": [0, [1]], "dest": [0, [1]], "locations": [0]},
              {"shape": [2], "source": [2, [1]], "dest": [0, [1]], "locations": [0]}]}}})";
@@ -229,7 +229,7 @@ TEST_F(CliTest, ReproExpectationMismatchExitsOne) {
 }
 
 TEST_F(CliTest, ReproLegacyExpectationMismatchExitsOne) {
-  // spec 6.3 in order (r1, r0): legacy refuses, which this file claims it does not.
+  // contract 6.3 in order (r1, r0): legacy refuses, which this file claims it does not.
   std::string text = R"({"shardcheck_case": 1, "name": "x", "map": {"logical_shape": [4], "ranks": {
       "1": {"shard_shape": [4], "pieces": [{"shape": [4], "source": [0, [1]], "dest": [0, [1]], "locations": [1]}]},
       "0": {"shard_shape": [4], "pieces": [{"shape": [4], "source": [0, [1]], "dest": [0, [1]], "locations": [0, 1]}]}}},
@@ -272,7 +272,7 @@ TEST_F(CliTest, ReproUnreadableOrUnusableCaseExitsTwo) {
   EXPECT_NE(run.out.find("shape: "), std::string::npos) << run.out;
 }
 
-// Contract section 9: every reported map gets a verdict, with the exit status of any
+// Contract 9: every reported map gets a verdict, with the exit status of any
 // other verdict (0 refused as expected, 1 silently wrong or not as expected).
 TEST_F(CliTest, ReproReportedMapsAlwaysGetAVerdict) {
   const std::pair<const char*, const char*> strict_kinds[] = {
@@ -301,7 +301,7 @@ TEST_F(CliTest, ReproReportedMapsAlwaysGetAVerdict) {
 }
 
 TEST_F(CliTest, ReproReportedMapWithoutTruthOrShardsRuns) {
-  // Spec 6.5's map alone: strict refuses it, legacy converts the shards that very map
+  // Contract 6.5's map alone: strict refuses it, legacy converts the shards that very map
   // wrote and is caught silently wrong.
   std::string text = R"({"shardcheck_case": 1, "name": "alone", "map": )" + kCollidingMap +
                      R"(, "expect": "refused", "expect_error": "twice"})";

@@ -1,4 +1,4 @@
-// The constructors of spec section 5: the worked example, argument errors, and
+// The constructors of contract 5: the worked example, argument errors, and
 // round trips over random layouts and every dtype.
 #include <gtest/gtest.h>
 
@@ -15,6 +15,7 @@
 #include "shardcheck/constructors.h"
 #include "shardcheck/convert.h"
 #include "shardcheck/dtype.h"
+#include "support/spec_maps.h"
 
 namespace shardcheck {
 namespace {
@@ -22,18 +23,7 @@ namespace {
 constexpr std::uint64_t kSeed = 0x5eedc7a5;
 constexpr int kCases = 300;
 
-Piece make_piece(Extents shape, Index src, Strides src_strides, Index dst, Strides dst_strides,
-                 std::vector<Rank> locations) {
-  Piece piece;
-  piece.shape = std::move(shape);
-  piece.source = {src, std::move(src_strides)};
-  piece.dest = {dst, std::move(dst_strides)};
-  piece.locations = std::move(locations);
-  return piece;
-}
-
-void expect_format_error(const Result<Map>& result, std::string_view needle,
-                         std::optional<Rank> rank = std::nullopt) {
+void expect_format_error(const Result<Map>& result, std::string_view needle, std::optional<Rank> rank = std::nullopt) {
   ASSERT_FALSE(result.ok()) << "expected a format error mentioning '" << needle << "'";
   EXPECT_EQ(result.error().kind, ErrorKind::format) << result.error().to_string();
   EXPECT_NE(result.error().message.find(needle), std::string::npos) << result.error().message;
@@ -57,9 +47,7 @@ void expect_conventions(const Map& map, Index tp) {
       EXPECT_EQ(piece.source.strides, source_strides) << describe(piece);
       EXPECT_EQ(piece.dest.strides, dest_strides) << describe(piece);
       EXPECT_TRUE(std::is_sorted(piece.locations.begin(), piece.locations.end()));
-      EXPECT_NE(std::find(piece.locations.begin(), piece.locations.end(), r),
-                piece.locations.end())
-          << describe(piece);
+      EXPECT_NE(std::find(piece.locations.begin(), piece.locations.end(), r), piece.locations.end()) << describe(piece);
       EXPECT_GT(*checked_numel(piece.shape), 0) << "empty piece " << describe(piece);
       EXPECT_LT(piece.source.offset, full) << describe(piece);
     }
@@ -93,8 +81,7 @@ std::string naive_walk(const Map& map) {
         shard[static_cast<std::size_t>(dst)] = src;
         Index& slot = rebuilt[static_cast<std::size_t>(src)];
         if (slot != -1 && piece.locations.size() == 1) {
-          return fmt::format("element {} is written twice, once by single holder {}", src,
-                             entry.rank);
+          return fmt::format("element {} is written twice, once by single holder {}", src, entry.rank);
         }
         slot = src;
       }
@@ -175,14 +162,14 @@ TEST(SubParamMap, WorkedExampleFieldByField) {
   EXPECT_EQ(map.ranks[0].rank, 0);
   EXPECT_EQ(map.ranks[0].shard_shape, (Extents{2, 3}));
   ASSERT_EQ(map.ranks[0].pieces.size(), 2u);
-  EXPECT_EQ(map.ranks[0].pieces[0], make_piece({2, 2}, 0, {6, 1}, 0, {3, 1}, {0}));
-  EXPECT_EQ(map.ranks[0].pieces[1], make_piece({2, 1}, 4, {6, 1}, 2, {3, 1}, {0}));
+  EXPECT_EQ(map.ranks[0].pieces[0], build::P({2, 2}, 0, {6, 1}, 0, {3, 1}, {0}));
+  EXPECT_EQ(map.ranks[0].pieces[1], build::P({2, 1}, 4, {6, 1}, 2, {3, 1}, {0}));
 
   EXPECT_EQ(map.ranks[1].rank, 1);
   EXPECT_EQ(map.ranks[1].shard_shape, (Extents{2, 3}));
   ASSERT_EQ(map.ranks[1].pieces.size(), 2u);
-  EXPECT_EQ(map.ranks[1].pieces[0], make_piece({2, 2}, 2, {6, 1}, 0, {3, 1}, {1}));
-  EXPECT_EQ(map.ranks[1].pieces[1], make_piece({2, 1}, 5, {6, 1}, 2, {3, 1}, {1}));
+  EXPECT_EQ(map.ranks[1].pieces[0], build::P({2, 2}, 2, {6, 1}, 0, {3, 1}, {1}));
+  EXPECT_EQ(map.ranks[1].pieces[1], build::P({2, 1}, 5, {6, 1}, 2, {3, 1}, {1}));
 
   EXPECT_EQ(describe(map.ranks[1].pieces[1]), "P(2,1) src(5,(6,1)) dst(2,(3,1)) loc{1}");
   expect_round_trip(map);
@@ -197,7 +184,7 @@ TEST(ReplicatedMap, EveryRankHoldsTheWholeTensor) {
   for (const RankEntry& entry : result.value().ranks) {
     EXPECT_EQ(entry.shard_shape, (Extents{3, 2}));
     ASSERT_EQ(entry.pieces.size(), 1u);
-    EXPECT_EQ(entry.pieces[0], make_piece({3, 2}, 0, {2, 1}, 0, {2, 1}, {0, 1, 2}));
+    EXPECT_EQ(entry.pieces[0], build::P({3, 2}, 0, {2, 1}, 0, {2, 1}, {0, 1, 2}));
   }
   expect_round_trip(result.value());
 }
@@ -208,7 +195,7 @@ TEST(ReplicatedMap, ZeroDimensionalTensor) {
   ASSERT_EQ(result.value().ranks.size(), 2u);
   EXPECT_EQ(result.value().ranks[1].shard_shape, Extents{});
   ASSERT_EQ(result.value().ranks[1].pieces.size(), 1u);
-  EXPECT_EQ(result.value().ranks[1].pieces[0], make_piece({}, 0, {}, 0, {}, {0, 1}));
+  EXPECT_EQ(result.value().ranks[1].pieces[0], build::P({}, 0, {}, 0, {}, {0, 1}));
   expect_round_trip(result.value());
 }
 
@@ -245,19 +232,19 @@ TEST(ContiguousSplitMap, UnevenSizesWithAZeroWidthRank) {
   expect_conventions(map, 3);
   EXPECT_EQ(map.ranks[0].shard_shape, (Extents{4, 4}));
   ASSERT_EQ(map.ranks[0].pieces.size(), 1u);
-  EXPECT_EQ(map.ranks[0].pieces[0], make_piece({4, 4}, 0, {6, 1}, 0, {4, 1}, {0}));
+  EXPECT_EQ(map.ranks[0].pieces[0], build::P({4, 4}, 0, {6, 1}, 0, {4, 1}, {0}));
   // A zero-width rank keeps its shard shape and lists no piece.
   EXPECT_EQ(map.ranks[1].shard_shape, (Extents{4, 0}));
   EXPECT_TRUE(map.ranks[1].pieces.empty());
   ASSERT_EQ(map.ranks[2].pieces.size(), 1u);
-  EXPECT_EQ(map.ranks[2].pieces[0], make_piece({4, 2}, 4, {6, 1}, 0, {2, 1}, {2}));
+  EXPECT_EQ(map.ranks[2].pieces[0], build::P({4, 2}, 4, {6, 1}, 0, {2, 1}, {2}));
   expect_round_trip(map);
 }
 
 TEST(ContiguousSplitMap, RowSplitIsDense) {
   auto result = contiguous_split_map({4, 3}, {1, 3}, 0);
   ASSERT_TRUE(result.ok()) << result.error().to_string();
-  EXPECT_EQ(result.value().ranks[1].pieces[0], make_piece({3, 3}, 3, {3, 1}, 0, {3, 1}, {1}));
+  EXPECT_EQ(result.value().ranks[1].pieces[0], build::P({3, 3}, 3, {3, 1}, 0, {3, 1}, {1}));
   expect_round_trip(result.value());
 }
 
@@ -269,12 +256,12 @@ TEST(SegmentedMap, ReplicatedSegmentGoesToEveryRank) {
   expect_conventions(map, 2);
   EXPECT_EQ(map.ranks[0].shard_shape, (Extents{5, 2}));
   ASSERT_EQ(map.ranks[0].pieces.size(), 2u);
-  EXPECT_EQ(map.ranks[0].pieces[0], make_piece({3, 2}, 0, {2, 1}, 0, {2, 1}, {0}));
-  EXPECT_EQ(map.ranks[0].pieces[1], make_piece({2, 2}, 8, {2, 1}, 6, {2, 1}, {0, 1}));
+  EXPECT_EQ(map.ranks[0].pieces[0], build::P({3, 2}, 0, {2, 1}, 0, {2, 1}, {0}));
+  EXPECT_EQ(map.ranks[0].pieces[1], build::P({2, 2}, 8, {2, 1}, 6, {2, 1}, {0, 1}));
   EXPECT_EQ(map.ranks[1].shard_shape, (Extents{3, 2}));
   ASSERT_EQ(map.ranks[1].pieces.size(), 2u);
-  EXPECT_EQ(map.ranks[1].pieces[0], make_piece({1, 2}, 6, {2, 1}, 0, {2, 1}, {1}));
-  EXPECT_EQ(map.ranks[1].pieces[1], make_piece({2, 2}, 8, {2, 1}, 2, {2, 1}, {0, 1}));
+  EXPECT_EQ(map.ranks[1].pieces[0], build::P({1, 2}, 6, {2, 1}, 0, {2, 1}, {1}));
+  EXPECT_EQ(map.ranks[1].pieces[1], build::P({2, 2}, 8, {2, 1}, 2, {2, 1}, {0, 1}));
   expect_round_trip(map);
 }
 
@@ -285,13 +272,13 @@ TEST(BlockGatherMap, ConsecutiveIdsMergeOthersDoNot) {
   expect_conventions(map, 2);
   EXPECT_EQ(map.ranks[0].shard_shape, (Extents{2, 6}));
   ASSERT_EQ(map.ranks[0].pieces.size(), 2u);
-  EXPECT_EQ(map.ranks[0].pieces[0], make_piece({2, 4}, 0, {12, 1}, 0, {6, 1}, {0}));
-  EXPECT_EQ(map.ranks[0].pieces[1], make_piece({2, 2}, 8, {12, 1}, 4, {6, 1}, {0}));
+  EXPECT_EQ(map.ranks[0].pieces[0], build::P({2, 4}, 0, {12, 1}, 0, {6, 1}, {0}));
+  EXPECT_EQ(map.ranks[0].pieces[1], build::P({2, 2}, 8, {12, 1}, 4, {6, 1}, {0}));
   // 3 then 2 runs backwards and 2 then 5 skips: three pieces, in listed order.
   ASSERT_EQ(map.ranks[1].pieces.size(), 3u);
-  EXPECT_EQ(map.ranks[1].pieces[0], make_piece({2, 2}, 6, {12, 1}, 0, {6, 1}, {1}));
-  EXPECT_EQ(map.ranks[1].pieces[1], make_piece({2, 2}, 4, {12, 1}, 2, {6, 1}, {1}));
-  EXPECT_EQ(map.ranks[1].pieces[2], make_piece({2, 2}, 10, {12, 1}, 4, {6, 1}, {1}));
+  EXPECT_EQ(map.ranks[1].pieces[0], build::P({2, 2}, 6, {12, 1}, 0, {6, 1}, {1}));
+  EXPECT_EQ(map.ranks[1].pieces[1], build::P({2, 2}, 4, {12, 1}, 2, {6, 1}, {1}));
+  EXPECT_EQ(map.ranks[1].pieces[2], build::P({2, 2}, 10, {12, 1}, 4, {6, 1}, {1}));
   expect_round_trip(map);
 }
 
@@ -303,13 +290,13 @@ TEST(ExpertPlacementMap, ReplicatedExpertsAndAnIdleRank) {
   expect_conventions(map, 3);
   EXPECT_EQ(map.ranks[0].shard_shape, (Extents{3, 3}));
   ASSERT_EQ(map.ranks[0].pieces.size(), 2u);
-  EXPECT_EQ(map.ranks[0].pieces[0], make_piece({2, 3}, 0, {3, 1}, 0, {3, 1}, {0}));
-  EXPECT_EQ(map.ranks[0].pieces[1], make_piece({1, 3}, 6, {3, 1}, 6, {3, 1}, {0, 2}));
+  EXPECT_EQ(map.ranks[0].pieces[0], build::P({2, 3}, 0, {3, 1}, 0, {3, 1}, {0}));
+  EXPECT_EQ(map.ranks[0].pieces[1], build::P({1, 3}, 6, {3, 1}, 6, {3, 1}, {0, 2}));
   EXPECT_EQ(map.ranks[1].shard_shape, (Extents{0, 3}));
   EXPECT_TRUE(map.ranks[1].pieces.empty());
   ASSERT_EQ(map.ranks[2].pieces.size(), 2u);
-  EXPECT_EQ(map.ranks[2].pieces[0], make_piece({1, 3}, 9, {3, 1}, 0, {3, 1}, {2}));
-  EXPECT_EQ(map.ranks[2].pieces[1], make_piece({1, 3}, 6, {3, 1}, 3, {3, 1}, {0, 2}));
+  EXPECT_EQ(map.ranks[2].pieces[0], build::P({1, 3}, 9, {3, 1}, 0, {3, 1}, {2}));
+  EXPECT_EQ(map.ranks[2].pieces[1], build::P({1, 3}, 6, {3, 1}, 3, {3, 1}, {0, 2}));
   expect_round_trip(map);
 }
 
@@ -318,9 +305,9 @@ TEST(ExpertPlacementMap, ReplicatedNeighboursStayOneExpertPieces) {
   ASSERT_TRUE(result.ok()) << result.error().to_string();
   const Map& map = result.value();
   ASSERT_EQ(map.ranks[0].pieces.size(), 3u);
-  EXPECT_EQ(map.ranks[0].pieces[0], make_piece({1}, 0, {1}, 0, {1}, {0, 1}));
-  EXPECT_EQ(map.ranks[0].pieces[1], make_piece({1}, 1, {1}, 1, {1}, {0, 1}));
-  EXPECT_EQ(map.ranks[0].pieces[2], make_piece({1}, 2, {1}, 2, {1}, {0}));
+  EXPECT_EQ(map.ranks[0].pieces[0], build::P({1}, 0, {1}, 0, {1}, {0, 1}));
+  EXPECT_EQ(map.ranks[0].pieces[1], build::P({1}, 1, {1}, 1, {1}, {0, 1}));
+  EXPECT_EQ(map.ranks[0].pieces[2], build::P({1}, 2, {1}, 2, {1}, {0}));
   expect_round_trip(map);
 }
 
@@ -345,23 +332,17 @@ TEST(ConstructorErrors, ContiguousSplit) {
   expect_format_error(contiguous_split_map({4, 6}, {4, 3}, 1), "sum to 7 but shape[1] is 6");
   expect_format_error(contiguous_split_map({4, 6}, {8, -2}, 1), "sizes[1] = -2 is negative", 1);
   expect_format_error(contiguous_split_map({-4, 6}, {3, 3}, 1), "negative extent");
-  expect_format_error(
-      contiguous_split_map({4, 6}, {std::numeric_limits<Index>::max(), 1}, 1), "overflow");
+  expect_format_error(contiguous_split_map({4, 6}, {std::numeric_limits<Index>::max(), 1}, 1), "overflow");
 }
 
 TEST(ConstructorErrors, SubParam) {
   expect_format_error(sub_param_map({2, 6}, {4, 2}, {{2, 2}, {1, 1}}, 2), "out of range");
   expect_format_error(sub_param_map({2, 6}, {4, 3}, {{2, 2}, {2, 1}}, 1), "sub_sizes sum to 7");
-  expect_format_error(sub_param_map({2, 6}, {4, 2}, {{2, 2}}, 1),
-                      "1 width lists given for 2 sub-parameters");
-  expect_format_error(sub_param_map({2, 6}, {4, 2}, {{2, 2}, {1, 1}, {0, 0}}, 1),
-                      "3 width lists given for 2");
-  expect_format_error(sub_param_map({2, 6}, {4, 2}, {{2, 2}, {2}}, 1),
-                      "widths[1] lists 1 ranks but widths[0] lists 2");
-  expect_format_error(sub_param_map({2, 6}, {4, 2}, {{3, 2}, {1, 1}}, 1),
-                      "widths[0] sum to 5 but sub_sizes[0] is 4");
-  expect_format_error(sub_param_map({2, 6}, {4, 2}, {{2, 2}, {3, -1}}, 1),
-                      "widths[1][1] = -1 is negative", 1);
+  expect_format_error(sub_param_map({2, 6}, {4, 2}, {{2, 2}}, 1), "1 width lists given for 2 sub-parameters");
+  expect_format_error(sub_param_map({2, 6}, {4, 2}, {{2, 2}, {1, 1}, {0, 0}}, 1), "3 width lists given for 2");
+  expect_format_error(sub_param_map({2, 6}, {4, 2}, {{2, 2}, {2}}, 1), "widths[1] lists 1 ranks but widths[0] lists 2");
+  expect_format_error(sub_param_map({2, 6}, {4, 2}, {{3, 2}, {1, 1}}, 1), "widths[0] sum to 5 but sub_sizes[0] is 4");
+  expect_format_error(sub_param_map({2, 6}, {4, 2}, {{2, 2}, {3, -1}}, 1), "widths[1][1] = -1 is negative", 1);
   expect_format_error(sub_param_map({2, 6}, {7, -1}, {{7}, {-1}}, 1), "sub_sizes[1] = -1");
   expect_format_error(sub_param_map({2, 0}, {}, {}, 1), "at least one sub-parameter");
   expect_format_error(sub_param_map({2, 0}, {0}, {{}}, 1), "at least one rank");
@@ -371,16 +352,12 @@ TEST(ConstructorErrors, Segmented) {
   const std::vector<Segment> segments{{4, false}, {2, true}};
   expect_format_error(segmented_map({6, 2}, segments, 0, 0, {{2, 2}}), "tp must be at least 1");
   expect_format_error(segmented_map({6, 2}, segments, 3, 2, {{2, 2}}), "out of range");
-  expect_format_error(segmented_map({7, 2}, segments, 0, 2, {{2, 2}}),
-                      "segment sizes sum to 6 but shape[0] is 7");
+  expect_format_error(segmented_map({7, 2}, segments, 0, 2, {{2, 2}}), "segment sizes sum to 6 but shape[0] is 7");
   expect_format_error(segmented_map({6, 2}, {{7, false}, {-1, true}}, 0, 2, {{3, 4}}),
                       "segment sizes[1] = -1 is negative");
-  expect_format_error(segmented_map({6, 2}, segments, 0, 2, {}),
-                      "0 width lists given for 1 split segments");
-  expect_format_error(segmented_map({6, 2}, segments, 0, 2, {{2, 2}, {0, 0}}),
-                      "2 width lists given for 1");
-  expect_format_error(segmented_map({6, 2}, segments, 0, 2, {{1, 1, 2}}),
-                      "split_widths[0] lists 3 ranks but tp is 2");
+  expect_format_error(segmented_map({6, 2}, segments, 0, 2, {}), "0 width lists given for 1 split segments");
+  expect_format_error(segmented_map({6, 2}, segments, 0, 2, {{2, 2}, {0, 0}}), "2 width lists given for 1");
+  expect_format_error(segmented_map({6, 2}, segments, 0, 2, {{1, 1, 2}}), "split_widths[0] lists 3 ranks but tp is 2");
   expect_format_error(segmented_map({6, 2}, segments, 0, 2, {{1, 2}}),
                       "split_widths[0] sum to 3 but segment 0's size is 4");
   expect_format_error(segmented_map({6, 2}, segments, 0, 2, {{5, -1}}), "is negative", 1);
@@ -394,8 +371,8 @@ TEST(ConstructorErrors, BlockGather) {
   expect_format_error(block_gather_map({2, 6}, {}, 2, 1), "at least one rank");
   expect_format_error(block_gather_map({2, 6}, {{0}, {1, 3}}, 2, 1), "outside 0..2", 1);
   expect_format_error(block_gather_map({2, 6}, {{0}, {-1, 2}}, 2, 1), "block -1", 1);
-  expect_format_error(block_gather_map({2, 6}, {{0, 1}, {1}}, 2, 1),
-                      "block 1 is listed by rank 0 and again by rank 1", 1);
+  expect_format_error(block_gather_map({2, 6}, {{0, 1}, {1}}, 2, 1), "block 1 is listed by rank 0 and again by rank 1",
+                      1);
   expect_format_error(block_gather_map({2, 6}, {{0}, {1}}, 2, 1), "held exactly once");
   expect_format_error(block_gather_map({2, 6}, {{0, 1}, {2, 0}}, 2, 1), "held exactly once");
   // A huge extent with few listings is refused before anything is sized by it.
@@ -434,8 +411,7 @@ TEST(RoundTrip, ContiguousSplit) {
     const int dim = static_cast<int>(uniform(rng, 0, static_cast<Index>(shape.size()) - 1));
     const Index tp = uniform(rng, 1, 6);
     const auto sizes = random_widths(rng, shape[static_cast<std::size_t>(dim)], tp);
-    SCOPED_TRACE(fmt::format("shape ({}) dim {} sizes [{}]", fmt::join(shape, ","), dim,
-                             fmt::join(sizes, ",")));
+    SCOPED_TRACE(fmt::format("shape ({}) dim {} sizes [{}]", fmt::join(shape, ","), dim, fmt::join(sizes, ",")));
     auto result = contiguous_split_map(shape, sizes, dim);
     ASSERT_TRUE(result.ok()) << result.error().to_string();
     expect_conventions(result.value(), tp);
@@ -448,12 +424,11 @@ TEST(RoundTrip, SubParam) {
     const Extents shape = random_shape(rng);
     const int dim = static_cast<int>(uniform(rng, 0, static_cast<Index>(shape.size()) - 1));
     const Index tp = uniform(rng, 1, 6);
-    const auto sub_sizes = random_widths(rng, shape[static_cast<std::size_t>(dim)],
-                                         uniform(rng, 1, 3));
+    const auto sub_sizes = random_widths(rng, shape[static_cast<std::size_t>(dim)], uniform(rng, 1, 3));
     std::vector<std::vector<Index>> widths;
     for (Index size : sub_sizes) widths.push_back(random_widths(rng, size, tp));
-    SCOPED_TRACE(fmt::format("shape ({}) dim {} sub_sizes [{}]", fmt::join(shape, ","), dim,
-                             fmt::join(sub_sizes, ",")));
+    SCOPED_TRACE(
+        fmt::format("shape ({}) dim {} sub_sizes [{}]", fmt::join(shape, ","), dim, fmt::join(sub_sizes, ",")));
     auto result = sub_param_map(shape, sub_sizes, widths, dim);
     ASSERT_TRUE(result.ok()) << result.error().to_string();
     expect_conventions(result.value(), tp);
@@ -466,8 +441,7 @@ TEST(RoundTrip, Segmented) {
     const Extents shape = random_shape(rng);
     const int dim = static_cast<int>(uniform(rng, 0, static_cast<Index>(shape.size()) - 1));
     const int tp = static_cast<int>(uniform(rng, 1, 6));
-    const auto sizes = random_widths(rng, shape[static_cast<std::size_t>(dim)],
-                                     uniform(rng, 1, 3));
+    const auto sizes = random_widths(rng, shape[static_cast<std::size_t>(dim)], uniform(rng, 1, 3));
     std::vector<Segment> segments;
     std::vector<std::vector<Index>> split_widths;
     for (Index size : sizes) {

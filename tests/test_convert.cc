@@ -1,4 +1,4 @@
-// Strict conversion (spec 4): the reported corruptions of spec 6 are refused with the
+// Strict conversion (contract 4): the reported corruptions of contract 6 are refused with the
 // spec's kinds, valid layouts round-trip bit-exactly for every dtype, replicas are
 // compared bitwise, scale rules hold, order does not matter, and the runtime records
 // still refuse when a planted bug switches a map check off.
@@ -54,7 +54,7 @@ void expect_kind_in(const Error& e, std::initializer_list<ErrorKind> kinds) {
   EXPECT_TRUE(std::find(kinds.begin(), kinds.end(), e.kind) != kinds.end()) << e.to_string();
 }
 
-// ---- spec 6: reported corruptions ------------------------------------------------
+// ---- contract 6: reported corruptions ------------------------------------------------
 
 using namespace build;  // repro1() .. repro8()
 
@@ -166,7 +166,7 @@ Map column_split() {
                     R(9, Extents{4, 2}, {P({4, 2}, 4, {6, 1}, 0, {2, 1}, {9})}),
                     R(5, Extents{4, 0}, {})});
 }
-// The worked example of spec 5: fused sub-parameters, strided dest views.
+// The worked example of contract 5: fused sub-parameters, strided dest views.
 Map sub_param() {
   return M({2, 6}, {R(0, Extents{2, 3}, {P({2, 2}, 0, {6, 1}, 0, {3, 1}, {0}), P({2, 1}, 4, {6, 1}, 2, {3, 1}, {0})}),
                     R(1, Extents{2, 3}, {P({2, 2}, 2, {6, 1}, 0, {3, 1}, {1}), P({2, 1}, 5, {6, 1}, 2, {3, 1}, {1})})});

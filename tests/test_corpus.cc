@@ -42,7 +42,7 @@ Result<Case> load(const std::string& name) {
 TEST(Corpus, HasTheRegressionCases) {
   auto names = corpus_files();
   EXPECT_GE(names.size(), 10u) << "corpus directory " << kCorpus;
-  // Every reproduction of spec section 6 has at least one file.
+  // Every reproduction of contract 6 has at least one file.
   for (int n = 1; n <= 8; ++n) {
     std::string prefix = "spec6-" + std::to_string(n) + "-";
     bool found = std::any_of(names.begin(), names.end(),
@@ -72,7 +72,7 @@ TEST(Corpus, LegacyIsCaughtSilentlyWrong) {
   EXPECT_EQ(strict_wrong, 0);
 }
 
-// Contract section 10: every valid-but-different regression has a twin carrying the
+// Contract 10: every valid-but-different regression has a twin carrying the
 // content digest its producer recorded (the digest of the F the truth map wrote, not an
 // arbitrary wrong value), which strict must refuse with kind digest.
 TEST(Corpus, EveryValidButDifferentCaseHasADigestTwin) {
@@ -280,7 +280,7 @@ TEST(TruthOracle, UnusableCasesAreErrors) {
   EXPECT_EQ(short_full.error().kind, ErrorKind::shape);
 }
 
-// Contract section 9: a reported map with neither truth nor shards runs on the shards
+// Contract 9: a reported map with neither truth nor shards runs on the shards
 // the producer wrote with that very map (the unchecked legacy extract).
 TEST(TruthOracle, AReportedMapAloneGetsAVerdictUnderEitherPolicy) {
   Case c = must_load("spec6-5-two-pieces-one-address.json");

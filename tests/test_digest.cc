@@ -1,4 +1,4 @@
-// Content digests (contract section 10): the definition pinned to constants computed
+// Content digests (contract 10): the definition pinned to constants computed
 // independently, the fast kernels against the one-element definition, shares that add
 // up, rebuild refusing a wrong digest, and the map format's content_digests.
 #include "shardcheck/digest.h"
@@ -209,7 +209,7 @@ TEST(DigestShares, RefusedAsRebuildRefuses) {
 
 // ---- rebuild with an expected digest --------------------------------------------------
 
-// The valid-but-different layout of contract section 3: two equal pieces swap
+// The valid-but-different layout of contract 3: two equal pieces swap
 // destinations. Every check passes; only the digest can see it.
 Map truth_layout() {
   return M({4}, {R(0, Extents{4}, {P({2}, 0, {1}, 0, {1}, {0}), P({2}, 2, {1}, 2, {1}, {0})})});

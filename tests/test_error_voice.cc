@@ -48,9 +48,7 @@ const std::regex& grammar() {
   return re;
 }
 
-bool follows_grammar(const std::string& text) {
-  return std::regex_match(text, grammar()) && text.back() != '.';
-}
+bool follows_grammar(const std::string& text) { return std::regex_match(text, grammar()) && text.back() != '.'; }
 
 // The message must follow the grammar, and its location must be exactly what the
 // Error's fields say.
@@ -77,8 +75,7 @@ void expect_voice(const Error& error, const std::string& where) {
   const std::string expected_tail = location.empty() ? error.sentence : ": " + error.sentence;
   EXPECT_EQ(error.message.rfind(location, 0), 0u) << where << ": " << text;
   ASSERT_GE(error.message.size(), expected_tail.size()) << where << ": " << text;
-  EXPECT_EQ(error.message.substr(error.message.size() - expected_tail.size()), expected_tail)
-      << where << ": " << text;
+  EXPECT_EQ(error.message.substr(error.message.size() - expected_tail.size()), expected_tail) << where << ": " << text;
 }
 
 bool same_place(const Error& a, const Error& b) {
@@ -215,7 +212,10 @@ TEST(ErrorVoice, DecodersAndConstructorsFollowTheGrammar) {
     }
   }
   for (const char* text : {
-           "", "[1]", R"({"logical_shape": [4],, "ranks": {}})", R"({"logical_shape": [-4], "ranks": {}})",
+           "",
+           "[1]",
+           R"({"logical_shape": [4],, "ranks": {}})",
+           R"({"logical_shape": [-4], "ranks": {}})",
            R"({"logical_shape": [4], "ranks": {"0": {"shard_shape": [4]}}})",
            R"({"logical_shape": [4], "ranks": {" 1": {"pieces": []}}})",
            R"({"shardcheck_case": 1, "map": {"logical_shape": [1], "ranks": {}}, "dtype": "float8"})",
@@ -224,9 +224,9 @@ TEST(ErrorVoice, DecodersAndConstructorsFollowTheGrammar) {
        }) {
     decode(text, text);
   }
-  for (const auto& refused : {replicated_map({2}, 0), contiguous_split_map({4, 6}, {8, -2}, 1),
-                              block_gather_map({2, 6}, {{0}, {1, 3}}, 2, 1),
-                              expert_placement_map({2, 3}, {{0}, {2}})}) {
+  for (const auto& refused :
+       {replicated_map({2}, 0), contiguous_split_map({4, 6}, {8, -2}, 1), block_gather_map({2, 6}, {{0}, {1, 3}}, 2, 1),
+        expert_placement_map({2, 3}, {{0}, {2}})}) {
     ASSERT_FALSE(refused.ok());
     expect_voice(refused.error(), "constructor");
     ++seen;
@@ -236,10 +236,10 @@ TEST(ErrorVoice, DecodersAndConstructorsFollowTheGrammar) {
 
 // The grammar test above must be able to fail: a few messages it refuses.
 TEST(ErrorVoice, TheGrammarRefusesOtherVoices) {
-  for (const char* text : {"count: Rank 1's pieces hold 3 elements.", "count: rank 1: the pieces hold 3 elements.",
-                           "count: rank 1: The pieces hold 3", "count: the pieces hold 3 (rank 1, piece 0).",
-                           "format: at $.x: expected", "twice: rank 0 piece 1: no notation here",
-                           "uncovered: address 3: no piece covers it", "bounds:rank 1: x"}) {
+  for (const char* text :
+       {"count: Rank 1's pieces hold 3 elements.", "count: rank 1: the pieces hold 3 elements.",
+        "count: rank 1: The pieces hold 3", "count: the pieces hold 3 (rank 1, piece 0).", "format: at $.x: expected",
+        "twice: rank 0 piece 1: no notation here", "uncovered: address 3: no piece covers it", "bounds:rank 1: x"}) {
     EXPECT_FALSE(follows_grammar(text)) << text;
   }
   const Piece piece{{4}, {0, {1}}, {0, {1}}, {0}, 0.5};
@@ -248,6 +248,34 @@ TEST(ErrorVoice, TheGrammarRefusesOtherVoices) {
             "bounds: rank 0 piece 1 (P(4) src(0,(1)) dst(0,(1)) loc{0} scale 0.5) F address 7: the source view "
             "reaches past the end of F, which has 4 elements");
   EXPECT_TRUE(follows_grammar(located.to_string()));
+}
+
+// error_kinds.def is the one list of kinds: every row parses back from its name, has a
+// contract section and a meaning, and is a row of the tables of error kinds of the
+// contract and the README.
+TEST(ErrorKinds, TheTableMatchesTheContract) {
+  auto read = [](const std::string& name) {
+    std::ifstream in(std::string(SHARDCHECK_SOURCE_DIR) + "/" + name);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  const std::string contract = read("docs/contract.md");
+  const std::string readme = read("README.md");
+  ASSERT_FALSE(contract.empty() || readme.empty()) << "docs/contract.md or README.md not found";
+  std::set<std::string_view> names;
+  for (ErrorKind kind : kAllErrorKinds) {
+    const std::string_view name = kind_name(kind);
+    EXPECT_TRUE(names.insert(name).second) << "two kinds named " << name;
+    EXPECT_EQ(parse_kind(name), kind) << name;
+    EXPECT_FALSE(kind_contract(kind).empty()) << name;
+    EXPECT_FALSE(kind_meaning(kind).empty()) << name;
+    EXPECT_NE(contract.find(fmt::format("| `{}` |", name)), std::string::npos)
+        << "docs/contract.md's table of error kinds has no row for " << name;
+    EXPECT_NE(readme.find(fmt::format("| `{}` |", name)), std::string::npos)
+        << "README.md's table of error kinds has no row for " << name;
+  }
+  EXPECT_FALSE(parse_kind("no_such_kind").has_value());
 }
 
 }  // namespace

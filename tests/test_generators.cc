@@ -16,6 +16,7 @@
 #include "shardcheck/gen/corruption.h"
 #include "shardcheck/gen/layout.h"
 #include "shardcheck/gen/rapidcheck_choices.h"
+#include "support/spec_maps.h"
 
 namespace shardcheck::gen {
 namespace {
@@ -28,11 +29,9 @@ Index numel_of(const Extents& shape) { return checked_numel(shape).value_or(-1);
 // Checks what every generated layout promises; returns a description on failure.
 void expect_valid_layout(const Layout& layout, const LayoutOptions& options) {
   const auto names = constructor_names();
-  EXPECT_NE(std::find(names.begin(), names.end(), layout.constructor), names.end())
-      << layout.constructor;
+  EXPECT_NE(std::find(names.begin(), names.end(), layout.constructor), names.end()) << layout.constructor;
   Status status = check_map(layout.map);
-  EXPECT_TRUE(status.ok()) << layout.constructor << " " << status.error().to_string() << "\n"
-                                   << describe(layout.map);
+  EXPECT_TRUE(status.ok()) << layout.constructor << " " << status.error().to_string() << "\n" << describe(layout.map);
   EXPECT_LE(numel_of(layout.map.logical_shape), options.max_elements);
   EXPECT_GE(numel_of(layout.map.logical_shape), 0);
   EXPECT_LE(static_cast<int>(layout.map.logical_shape.size()), options.max_dims);
@@ -42,8 +41,7 @@ void expect_valid_layout(const Layout& layout, const LayoutOptions& options) {
   for (const auto& entry : layout.map.ranks) {
     EXPECT_TRUE(ids.insert(entry.rank).second) << "rank " << entry.rank << " listed twice";
     for (const auto& piece : entry.pieces) {
-      EXPECT_TRUE(std::is_sorted(piece.locations.begin(), piece.locations.end()))
-          << describe(piece);
+      EXPECT_TRUE(std::is_sorted(piece.locations.begin(), piece.locations.end())) << describe(piece);
       if (!is_floating(layout.dtype)) {
         EXPECT_EQ(piece.scale, 1.0) << describe(piece);
       }
@@ -324,26 +322,14 @@ TEST(Generators, QuestionsGrowWithSizeNotMore) {
 
 // --- corruptions -----------------------------------------------------------------
 
-Piece make_piece(Extents shape, Index src, Strides src_strides, Index dst, Strides dst_strides,
-                 std::vector<Rank> locations) {
-  Piece piece;
-  piece.shape = std::move(shape);
-  piece.source = {src, std::move(src_strides)};
-  piece.dest = {dst, std::move(dst_strides)};
-  piece.locations = std::move(locations);
-  return piece;
-}
-
 // F (4,6) split by columns; rank 7 holds its half as two row blocks, so every kind,
 // including "another piece's dest offset", has something to change.
 Map two_rank_split() {
   Map map;
   map.logical_shape = {4, 6};
-  RankEntry r0{0, Extents{4, 3}, {make_piece({4, 3}, 0, {6, 1}, 0, {3, 1}, {0})}};
-  RankEntry r7{7,
-               Extents{4, 3},
-               {make_piece({2, 3}, 3, {6, 1}, 0, {3, 1}, {7}),
-                make_piece({2, 3}, 15, {6, 1}, 6, {3, 1}, {7})}};
+  RankEntry r0{0, Extents{4, 3}, {build::P({4, 3}, 0, {6, 1}, 0, {3, 1}, {0})}};
+  RankEntry r7{
+      7, Extents{4, 3}, {build::P({2, 3}, 3, {6, 1}, 0, {3, 1}, {7}), build::P({2, 3}, 15, {6, 1}, 6, {3, 1}, {7})}};
   map.ranks = {r0, r7};
   map.content_digests["param"] = 0x1cf7d5947c3fcd66ull;  // for the rows that corrupt the record
   return map;
@@ -355,10 +341,9 @@ TEST(Corruptions, KindsAreUniqueAndCoverTheCatalogue) {
   auto kinds = corruption_kinds();
   std::set<std::string_view> unique(kinds.begin(), kinds.end());
   EXPECT_EQ(unique.size(), kinds.size());
-  for (std::string_view needed :
-       {"shape_swap", "source_offset_past_end", "dest_offset_other", "source_stride_copy",
-        "dest_stride_swap", "locations_empty", "scale_negative", "shard_shape_dec", "move_piece",
-        "split_piece", "add_copy_rank", "drop_rank"}) {
+  for (std::string_view needed : {"shape_swap", "source_offset_past_end", "dest_offset_other", "source_stride_copy",
+                                  "dest_stride_swap", "locations_empty", "scale_negative", "shard_shape_dec",
+                                  "move_piece", "split_piece", "add_copy_rank", "drop_rank"}) {
     EXPECT_TRUE(unique.count(needed)) << needed;
   }
   EXPECT_FALSE(unique.count(kNoCorruption));
@@ -456,8 +441,8 @@ TEST(Corruptions, EachKindEditsWhatItSays) {
       EXPECT_EQ(out.map.ranks, base.ranks) << kind;
       EXPECT_EQ(out.record.field, "content_digests.param") << kind;
       EXPECT_NE(out.record.old_value, out.record.new_value) << kind;
-      EXPECT_FALSE(out.map.content_digests.count("param") && out.map.content_digests.at("param") ==
-                                                                  base.content_digests.at("param"))
+      EXPECT_FALSE(out.map.content_digests.count("param") &&
+                   out.map.content_digests.at("param") == base.content_digests.at("param"))
           << kind << " left the record of state param intact";
       continue;
     }
@@ -508,8 +493,8 @@ TEST(Corruptions, RecordNamesThePieceAsWrittenAfterTheEdit) {
     EXPECT_EQ(describe(copy), dup.record.new_value);
 
     Corrupted offset = corrupt_with(base, "source_offset_inc", c);
-    const Piece& piece = offset.map.find_rank(*offset.record.rank)
-                             ->pieces[static_cast<std::size_t>(*offset.record.piece)];
+    const Piece& piece =
+        offset.map.find_rank(*offset.record.rank)->pieces[static_cast<std::size_t>(*offset.record.piece)];
     EXPECT_EQ(std::to_string(piece.source.offset), offset.record.new_value);
   }
 }
@@ -592,8 +577,7 @@ TEST(Corruptions, SplitKeepsLayoutsValidOthersGetRefused) {
   // record beside the map, which only a rebuild asked to verify it judges).
   for (auto kind : corruption_kinds()) {
     if (kind == "split_piece" || (kind.rfind("scale_", 0) == 0 && kind != "scale_zero") ||
-        kind.rfind("digest_", 0) == 0 || kind == "replica_copy_flip" ||
-        kind.rfind("text_", 0) == 0) {
+        kind.rfind("digest_", 0) == 0 || kind == "replica_copy_flip" || kind.rfind("text_", 0) == 0) {
       continue;
     }
     EXPECT_TRUE(refused_kinds.count(std::string(kind))) << "never refused: " << kind;

@@ -26,7 +26,7 @@ namespace {
 
 using oracles::reference_scale;
 
-// --- the independent rounding model (contract section 1.2) -------------------------
+// --- the independent rounding model (contract 1.2) -------------------------
 
 // Hand-computed: each expectation is worked out in the comment beside it, not taken
 // from any converter. Catches a reference model that scales through core's apply_scale
@@ -112,7 +112,7 @@ props::EvalOptions legacy_options() {
   return options;
 }
 
-// The legacy model quietens a signalling NaN when it unscales (contract section 4.1):
+// The legacy model quietens a signalling NaN when it unscales (contract 4.1):
 // on an uncorrupted, valid map that is a wrong tensor, and the harness must say so
 // rather than file it as valid-but-different. Red when the equivalence rule of
 // props::evaluate_case is removed (the case then ends wrong_valid_layout, no finding).
@@ -130,7 +130,7 @@ TEST(EquivalentMaps, WrongTensorOnAnUncorruptedMapIsAFinding) {
   EXPECT_EQ(legacy.category, Outcome::wrong);
 }
 
-// A scaled and an unscaled replica of one NaN agree (contract section 1.2); the legacy
+// A scaled and an unscaled replica of one NaN agree (contract 1.2); the legacy
 // model unscales the first arithmetically and then refuses its own replicas. A refusal
 // of a valid, uncorrupted map is a finding. Red when the equivalence rule is removed.
 TEST(EquivalentMaps, RefusalOfAnUncorruptedMapIsAFinding) {
@@ -391,7 +391,7 @@ TEST(RefusalReports, ADifferentDataRefusalNamingAValueNoCopyHoldsIsAFinding) {
   EXPECT_FALSE(props::evaluate_case(c).finding);
 }
 
-// The reference's count of contract section 10's shares, by hand: a replicated element
+// The reference's count of contract 10's shares, by hand: a replicated element
 // is counted once, by the lowest rank of its locations, even when that rank holds it
 // twice. Red when reference_digest_shares counts by another rank or counts twice.
 TEST(DigestShares, ReferenceCountsEachElementOnceByItsLowestHolder) {

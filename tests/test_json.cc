@@ -1,4 +1,4 @@
-// The JSON codec (spec section 2): decoding DeepSpeed's format, refusing what cannot
+// The JSON codec (contract 2): decoding DeepSpeed's format, refusing what cannot
 // be represented with a located `format` error, and keeping everything else so the
 // core checks see it.
 #include <algorithm>
@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,6 +21,7 @@
 #include "shardcheck/campaign.h"
 #include "shardcheck/json.h"
 #include "shardcheck/properties.h"
+#include "support/spec_maps.h"
 
 namespace shardcheck {
 namespace {
@@ -32,17 +33,11 @@ constexpr const char* kSpecExample = R"({"logical_shape": [4, 6],
    "1": {"shard_shape": [4, 2],
          "pieces": [{"shape": [4, 2], "source": [4, [6, 1]], "dest": [0, [2, 1]], "locations": [1]}]}}})";
 
-Piece piece(Extents shape, Index src, Strides src_strides, Index dst, Strides dst_strides,
-            std::vector<Rank> locations, double scale = 1.0) {
-  return Piece{std::move(shape), StridedView{src, std::move(src_strides)},
-               StridedView{dst, std::move(dst_strides)}, std::move(locations), scale};
-}
-
 Map spec_example_map() {
   Map map;
   map.logical_shape = {4, 6};
-  map.ranks.push_back(RankEntry{0, Extents{4, 4}, {piece({4, 4}, 0, {6, 1}, 0, {4, 1}, {0})}});
-  map.ranks.push_back(RankEntry{1, Extents{4, 2}, {piece({4, 2}, 4, {6, 1}, 0, {2, 1}, {1})}});
+  map.ranks.push_back(RankEntry{0, Extents{4, 4}, {build::P({4, 4}, 0, {6, 1}, 0, {4, 1}, {0})}});
+  map.ranks.push_back(RankEntry{1, Extents{4, 2}, {build::P({4, 2}, 4, {6, 1}, 0, {2, 1}, {1})}});
   return map;
 }
 
@@ -126,7 +121,7 @@ TEST(JsonDecode, NonContiguousRanksAndEmptyShards) {
   EXPECT_EQ(map.find_rank(9), &map.ranks[1]);
 }
 
-// Contract section 2: every rank entry has `pieces`; only the shard shape of a rank
+// Contract 2: every rank entry has `pieces`; only the shard shape of a rank
 // without pieces may be left out.
 TEST(JsonDecode, PiecesIsRequiredShardShapeOnlyWithoutPieces) {
   for (const char* text : {R"({"logical_shape": [4], "ranks": {"2": {"shard_shape": [4]}}})",
@@ -137,8 +132,7 @@ TEST(JsonDecode, PiecesIsRequiredShardShapeOnlyWithoutPieces) {
     ASSERT_FALSE(map.ok()) << "a rank without a pieces key was read";
     EXPECT_EQ(map.error().kind, ErrorKind::format);
     EXPECT_EQ(map.error().rank, 2);
-    EXPECT_TRUE(map.error().path == "$.ranks.2.pieces" || map.error().path == "$.ranks[0].pieces")
-        << map.error().path;
+    EXPECT_TRUE(map.error().path == "$.ranks.2.pieces" || map.error().path == "$.ranks[0].pieces") << map.error().path;
     EXPECT_EQ(map.error().message.rfind(map.error().path + ": ", 0), 0u) << map.error().message;
     EXPECT_NE(map.error().sentence.find("\"pieces\""), std::string::npos) << map.error().message;
   }
@@ -323,15 +317,13 @@ std::vector<Malformed> malformed_inputs() {
       {"array rank element a number", R"({"logical_shape": [4], "ranks": [0]})", "$.ranks[0]"},
       {"shard_shape not an array", R"({"logical_shape": [4], "ranks": {"0": {"shard_shape": {}}}})",
        "$.ranks.0.shard_shape"},
-      {"shard_shape null", R"({"logical_shape": [4], "ranks": {"0": {"shard_shape": null}}})",
-       "$.ranks.0.shard_shape"},
+      {"shard_shape null", R"({"logical_shape": [4], "ranks": {"0": {"shard_shape": null}}})", "$.ranks.0.shard_shape"},
       {"pieces an object", R"({"logical_shape": [4], "ranks": {"0": {"pieces": {}}}})", "$.ranks.0.pieces"},
       {"pieces missing", R"({"logical_shape": [4], "ranks": {"0": {"shard_shape": [4]}}})", "$.ranks.0.pieces"},
       {"pieces missing on an empty rank", R"({"logical_shape": [0], "ranks": {"0": {}}})", "$.ranks.0.pieces"},
       {"pieces missing in array form", R"({"logical_shape": [4], "ranks": [{"rank": 3, "shard_shape": [4]}]})",
        "$.ranks[0].pieces"},
-      {"piece not an object", R"({"logical_shape": [4], "ranks": {"0": {"pieces": [[4]]}}})",
-       "$.ranks.0.pieces[0]"},
+      {"piece not an object", R"({"logical_shape": [4], "ranks": {"0": {"pieces": [[4]]}}})", "$.ranks.0.pieces[0]"},
       {"shape missing", piece_without(kShape, ""), "$.ranks.1.pieces[0].shape"},
       {"source missing", piece_without(kSource, ""), "$.ranks.1.pieces[0].source"},
       {"dest missing", piece_without(kDest, ""), "$.ranks.1.pieces[0].dest"},
@@ -339,15 +331,13 @@ std::vector<Malformed> malformed_inputs() {
       {"source with 3 elements", piece_without(kSource, R"("source": [0, [1], 0])"), "$.ranks.1.pieces[0].source"},
       {"source with 1 element", piece_without(kSource, R"("source": [0])"), "$.ranks.1.pieces[0].source"},
       {"source an object", piece_without(kSource, R"("source": {"offset": 0})"), "$.ranks.1.pieces[0].source"},
-      {"source strides not an array", piece_without(kSource, R"("source": [0, 1])"),
-       "$.ranks.1.pieces[0].source[1]"},
+      {"source strides not an array", piece_without(kSource, R"("source": [0, 1])"), "$.ranks.1.pieces[0].source[1]"},
       {"source float stride", piece_without(kSource, R"("source": [0, [1, 2, 2.5]])"),
        "$.ranks.1.pieces[0].source[1][2]"},
       {"dest offset a string", piece_without(kDest, R"("dest": ["0", [1]])"), "$.ranks.1.pieces[0].dest[0]"},
       {"dest offset 1e30", piece_without(kDest, R"("dest": [1e30, [1]])"), "$.ranks.1.pieces[0].dest[0]"},
       {"locations a number", piece_without(kLoc, R"("locations": 1)"), "$.ranks.1.pieces[0].locations"},
-      {"locations element bool", piece_without(kLoc, R"("locations": [false])"),
-       "$.ranks.1.pieces[0].locations[0]"},
+      {"locations element bool", piece_without(kLoc, R"("locations": [false])"), "$.ranks.1.pieces[0].locations[0]"},
       {"shape element float", piece_without(kShape, R"("shape": [4e0])"), "$.ranks.1.pieces[0].shape[0]"},
       {"scale a string", with_piece(kShape + "," + kSource + "," + kDest + "," + kLoc + R"(, "scale": "2")"),
        "$.ranks.1.pieces[0].scale"},
@@ -393,7 +383,8 @@ TEST(JsonMalformed, ErrorsNameRankPieceAndWhatWasExpected) {
   EXPECT_EQ(duplicate->rank, 1);
   EXPECT_NE(duplicate->message.find(R"("1")"), std::string::npos) << duplicate->message;
   EXPECT_NE(duplicate->message.find(R"("01")"), std::string::npos) << duplicate->message;
-  auto listed_twice = first_error(R"({"logical_shape": [4], "ranks": [{"rank": 2, "pieces": []}, {"rank": 3, "pieces": []}, {"rank": 2, "pieces": []}]})");
+  auto listed_twice = first_error(
+      R"({"logical_shape": [4], "ranks": [{"rank": 2, "pieces": []}, {"rank": 3, "pieces": []}, {"rank": 2, "pieces": []}]})");
   ASSERT_TRUE(listed_twice);
   EXPECT_NE(listed_twice->message.find("as entry [0] and as entry [2]"), std::string::npos) << listed_twice->message;
 
@@ -453,14 +444,14 @@ std::vector<Map> hand_built_maps() {
   maps.push_back(Map{{}, {}});  // 0-d, no ranks
   Map odd;
   odd.logical_shape = {8};
-  odd.ranks.push_back(RankEntry{0, Extents{4}, {piece({4}, -1, {1}, 0, {1}, {})}});  // negative offset, no holders
-  odd.ranks.push_back(RankEntry{3, std::nullopt, {piece({2, 2}, 4, {1}, 0, {2, 1, 7}, {3, 0}, 0.25)}});
+  odd.ranks.push_back(RankEntry{0, Extents{4}, {build::P({4}, -1, {1}, 0, {1}, {})}});  // negative offset, no holders
+  odd.ranks.push_back(RankEntry{3, std::nullopt, {build::P({2, 2}, 4, {1}, 0, {2, 1, 7}, {3, 0}, 0.25)}});
   odd.ranks.push_back(RankEntry{9, Extents{0, 4}, {}});
   maps.push_back(odd);
   Map replicated;
   replicated.logical_shape = {4};
   for (Rank r : {0, 1}) {
-    replicated.ranks.push_back(RankEntry{r, Extents{4}, {piece({4}, 0, {1}, 0, {1}, {0, 1}, 2.0)}});
+    replicated.ranks.push_back(RankEntry{r, Extents{4}, {build::P({4}, 0, {1}, 0, {1}, {0, 1}, 2.0)}});
   }
   maps.push_back(replicated);
   return maps;
@@ -529,7 +520,8 @@ TEST(JsonText, ReadingTextAnswersAsReadingItsJsonValue) {
   EXPECT_GE(files, 40u);
   for (const char* text : {R"({"a":1,"b":{"c":1,"c":2},"a":3})", R"([{"x":1},{"y":[{"x":1,"x":2}]}])",
                            R"({"logical_shape":[1e400]})", R"({"logical_shape":[18446744073709551616]})",
-                           "\xef\xbb\xbf" R"({"logical_shape":[2],"ranks":{}})",
+                           "\xef\xbb\xbf"
+                           R"({"logical_shape":[2],"ranks":{}})",
                            R"({"version":1,"params":{"a":{"logical_shape":[2],"ranks":{}},"b":[]}})"}) {
     expect_same_reading(text);
   }
@@ -545,11 +537,43 @@ TEST(JsonText, ReadingTextAnswersAsReadingItsJsonValue) {
       R"({"version":@,"params":{}})",
       R"({"version":1,"params":{"w":@}})"};
   for (const std::string& place : places) {
-    for (const char* value : {"5", "-5", "0", "-0", "1.5", "-2.0", "-0.0", "1e300", "1E5", "0.1e+2", "2e-1", "1e-400",
-                              "1e400", "01", "-", "1.", ".5", "9223372036854775807", "9223372036854775808",
-                              "-9223372036854775808", "-9223372036854775809", "18446744073709551615",
-                              "18446744073709551616", "true", "tru", "null", "\"s\"", "\"\\u0041\"", "\"\xc3\xa9\"",
-                              "\"\xff\"", "[1,2]", "[1,]", "[]", "{}", "{\"a\":1}", "\xef\xbb\xbf" "1"}) {
+    for (const char* value : {"5",
+                              "-5",
+                              "0",
+                              "-0",
+                              "1.5",
+                              "-2.0",
+                              "-0.0",
+                              "1e300",
+                              "1E5",
+                              "0.1e+2",
+                              "2e-1",
+                              "1e-400",
+                              "1e400",
+                              "01",
+                              "-",
+                              "1.",
+                              ".5",
+                              "9223372036854775807",
+                              "9223372036854775808",
+                              "-9223372036854775808",
+                              "-9223372036854775809",
+                              "18446744073709551615",
+                              "18446744073709551616",
+                              "true",
+                              "tru",
+                              "null",
+                              "\"s\"",
+                              "\"\\u0041\"",
+                              "\"\xc3\xa9\"",
+                              "\"\xff\"",
+                              "[1,2]",
+                              "[1,]",
+                              "[]",
+                              "{}",
+                              "{\"a\":1}",
+                              "\xef\xbb\xbf"
+                              "1"}) {
       std::string text = place;
       for (auto at = text.find('@'); at != std::string::npos; at = text.find('@')) text.replace(at, 1, value);
       expect_same_reading(text);
@@ -612,8 +636,8 @@ rc::Gen<double> any_scale() {
 Map random_map(bool sorted_ranks) {
   Map map;
   map.logical_shape = *small_vector();
-  const auto id = rc::gen::oneOf(rc::gen::inRange<Rank>(0, 16),
-                                 rc::gen::inRange<Rank>(0, std::numeric_limits<Rank>::max()));
+  const auto id =
+      rc::gen::oneOf(rc::gen::inRange<Rank>(0, 16), rc::gen::inRange<Rank>(0, std::numeric_limits<Rank>::max()));
   auto ids = *rc::gen::resize(6, rc::gen::unique<std::vector<Rank>>(id));
   if (sorted_ranks) std::sort(ids.begin(), ids.end());
   for (Rank id : ids) {
@@ -670,9 +694,15 @@ RC_GTEST_PROP(JsonProperty, DamagedTextDecodesOrGivesALocatedFormatError, ()) {
     const char byte = *rc::gen::oneOf(rc::gen::element('[', ']', '{', '}', '"', ',', ':', '-', '.', 'e', '1', '\\'),
                                       rc::gen::arbitrary<char>());
     switch (*rc::gen::inRange(0, 3)) {
-      case 0: text[at] = byte; break;
-      case 1: text.insert(text.begin() + static_cast<std::ptrdiff_t>(at), byte); break;
-      default: text.erase(at, 1); break;
+      case 0:
+        text[at] = byte;
+        break;
+      case 1:
+        text.insert(text.begin() + static_cast<std::ptrdiff_t>(at), byte);
+        break;
+      default:
+        text.erase(at, 1);
+        break;
     }
   }
   if (auto error = first_error(text)) {
@@ -681,6 +711,62 @@ RC_GTEST_PROP(JsonProperty, DamagedTextDecodesOrGivesALocatedFormatError, ()) {
     RC_ASSERT(error->message.find(error->path) != std::string::npos);
     RC_ASSERT(Json(error->message).dump().size() > 0);  // valid UTF-8, or dump would throw
   }
+}
+
+// The campaign's checkpoint reader answers every bad input with an error sentence, like
+// every other reader: a truncated file, garbage, a missing key, a wrong type or a number
+// out of range is "malformed checkpoint: ...", never an exception.
+TEST(CheckpointReader, RefusesTruncatedAndGarbageCheckpoints) {
+  campaign::Options options;
+  options.seed = 7;
+  options.cases = 30;
+  options.jobs = 1;
+  campaign::Checkpoint written;
+  written.report = campaign::run(options);
+  written.done = {{0, 30}};
+  const Json json = campaign::checkpoint_to_json(written);
+  std::string error;
+  ASSERT_TRUE(campaign::checkpoint_from_json(json, error).has_value()) << error;
+
+  int refused = 0;
+  auto expect_refused = [&](const Json& bad, const std::string& what) {
+    std::string why;
+    std::optional<campaign::Checkpoint> read;
+    EXPECT_NO_THROW(read = campaign::checkpoint_from_json(bad, why)) << what;
+    EXPECT_FALSE(read.has_value()) << what;
+    EXPECT_EQ(why.rfind("malformed checkpoint: ", 0), 0u) << what << ": " << why;
+    ++refused;
+  };
+  // Truncated: every prefix of the text that still parses as JSON (a number, say) is not
+  // a checkpoint; the others are refused by the JSON parser first.
+  const std::string text = json.dump();
+  for (std::size_t n = 0; n < text.size(); n += 7) {
+    auto parsed = parse_json(text.substr(0, n));
+    if (parsed.ok()) expect_refused(parsed.value(), "the first " + std::to_string(n) + " characters");
+  }
+  for (const char* garbage : {"null", "[]", "0", "\"checkpoint\"", "{}", R"({"shardcheck_checkpoint": 2})"}) {
+    auto parsed = parse_json(garbage);
+    ASSERT_TRUE(parsed.ok()) << garbage;
+    expect_refused(parsed.value(), garbage);
+  }
+  // Each key missing, and each key holding a value of the wrong type or range.
+  for (const auto& [key, value] : json.items()) {
+    Json missing = json;
+    missing.erase(key);
+    if (key != "target" && key != "target_timeout") expect_refused(missing, "without " + key);
+    for (const Json& wrong : {Json("x"), Json(-1), Json::array({1, 2, 3}), Json(1e300)}) {
+      if (wrong == value) continue;
+      Json bad = json;
+      bad[key] = wrong;
+      std::string why;
+      std::optional<campaign::Checkpoint> read;
+      EXPECT_NO_THROW(read = campaign::checkpoint_from_json(bad, why)) << key << " = " << wrong.dump();
+      if (!read) {
+        EXPECT_EQ(why.rfind("malformed checkpoint: ", 0), 0u) << key << ": " << why;
+      }
+    }
+  }
+  EXPECT_GT(refused, 20);
 }
 
 }  // namespace

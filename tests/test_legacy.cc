@@ -1,5 +1,5 @@
-// The legacy policy (spec 4.1) reproduces what DeepSpeed did before the fix: each
-// reported corruption of spec 6 gives the outcome the spec reports, deterministically.
+// The legacy policy (contract 4.1) reproduces what DeepSpeed did before the fix: each
+// reported corruption of contract 6 gives the outcome the spec reports, deterministically.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // Legacy fidelity: shardcheck's `legacy` model of DeepSpeed before the fix (contract
 // section 4.1) against DeepSpeed's released module (the `deepspeed` target), on the same
 // generated cases and on every case of corpus/regressions/. They may disagree only where
-// contract section 4.2 says the release has part of the fix: its validate() refuses dense
+// contract 4.2 says the release has part of the fix: its validate() refuses dense
 // destination intervals that leave the shard or overlap, which the pre-fix code accepted.
 // Every other disagreement is a defect of the model (or a change in DeepSpeed) and fails.
 //
@@ -113,10 +113,10 @@ bool differ_only_in_nan_bits(DType dtype, const oracles::OpOutcome& a, const ora
 }
 
 // Why legacy and DeepSpeed may disagree on one operation, or "" when they may not.
-//  - contract section 4.2: the release refuses dense destination intervals that leave
+//  - contract 4.2: the release refuses dense destination intervals that leave
 //    the shard or overlap, where the pre-fix code did not look;
 //  - a write through a view that overlaps itself keeps whichever value the copy kernel
-//    writes last. The model writes in row-major order (contract section 4.1); torch's CPU
+//    writes last. The model writes in row-major order (contract 4.1); torch's CPU
 //    kernel orders the axes by stride first, and an in-place scale (extract) multiplies
 //    an element once per time the view reaches it. Both are wrong; the bits differ;
 //  - torch's bounds check on a view works in bytes and wraps when a view's addresses do
@@ -127,7 +127,7 @@ bool differ_only_in_nan_bits(DType dtype, const oracles::OpOutcome& a, const ora
 //    model reads it as the built-in policies do, DeepSpeed with from_dict (contract 9);
 //  - a NaN through torch's bfloat16 scaling comes out as 0x7fc0 from its scalar loop and
 //    as 0xffff from its vectorised loop, and which loop runs depends on the view's layout
-//    and the CPU; the model writes the quiet NaN with its sign (contract section 4.1).
+//    and the CPU; the model writes the quiet NaN with its sign (contract 4.1).
 std::string explanation(const Case& c, const oracles::OpOutcome& legacy, const oracles::OpOutcome& deepspeed) {
   // DeepSpeed reads the map's JSON or text itself (contract 9): from_dict's int() takes a
   // float or quoted extent, Python's json a repeated key. The model reads maps with

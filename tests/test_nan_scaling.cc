@@ -1,4 +1,4 @@
-// Contract section 1.2: a NaN passes through scaling with its bits unchanged (payload
+// Contract 1.2: a NaN passes through scaling with its bits unchanged (payload
 // and sign kept, in every dtype, signalling NaNs included). So NaN replicas with
 // different payloads differ after unscaling, and a scaled and an unscaled copy of the
 // same NaN agree. Strict conversion, its CPU backend and the reference model keep the
@@ -180,7 +180,7 @@ TEST(NanScaling, ScaledAndUnscaledCopiesOfOneNanAgree) {
 // The legacy model is DeepSpeed's, which scales in torch: a scaled NaN may lose its
 // payload (bfloat16 goes through float32 and comes back canonical). Replicas are compared
 // with torch.equal, by value, so replicas holding NaNs are refused whatever their bits
-// (contract section 4.1), where strict compares the bits and keeps identical NaNs.
+// (contract 4.1), where strict compares the bits and keeps identical NaNs.
 TEST(NanScaling, LegacyKeepsTorchArithmetic) {
   Map single;
   single.logical_shape = {1};

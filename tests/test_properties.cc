@@ -34,13 +34,10 @@ Index bulk_cases(Index fallback) {
 }
 
 std::string report(const Finding& finding) {
-  return finding.signature + "\n" + finding.message + "\ncase file:\n" +
-         encode_case_text(finding.reproducer);
+  return finding.signature + "\n" + finding.message + "\ncase file:\n" + encode_case_text(finding.reproducer);
 }
 
-void tag(const Case& c) {
-  RC_TAG(c.constructor, c.corruption ? c.corruption->kind : std::string("none"));
-}
+void tag(const Case& c) { RC_TAG(c.constructor, c.corruption ? c.corruption->kind : std::string("none")); }
 
 Case rc_case(Index max_elements = 256) {
   gen::RapidCheckChoices choices;
@@ -147,8 +144,8 @@ campaign::Options bulk_options(std::uint64_t seed, Index cases, Index max_elemen
 std::string describe_findings(const campaign::Report& report) {
   std::string out;
   for (const auto& finding : report.findings) {
-    out += "\n" + finding.signature + " (" + std::to_string(finding.occurrences) + " cases)\n" +
-           finding.message + "\ncase file:\n" + encode_case_text(finding.reproducer);
+    out += "\n" + finding.signature + " (" + std::to_string(finding.occurrences) + " cases)\n" + finding.message +
+           "\ncase file:\n" + encode_case_text(finding.reproducer);
   }
   return out;
 }
@@ -164,8 +161,7 @@ TEST(StrictCampaign, NothingSilentlyWrongAndTheReferenceAgrees) {
   EXPECT_GT(report.total.exact, report.cases / 10);
   std::printf("strict: %lld cases, %lld refused, %lld exact, %lld valid-but-different\n",
               static_cast<long long>(report.cases), static_cast<long long>(report.total.refused),
-              static_cast<long long>(report.total.exact),
-              static_cast<long long>(report.total.valid_but_different));
+              static_cast<long long>(report.total.exact), static_cast<long long>(report.total.valid_but_different));
 }
 
 TEST(StrictCampaign, LargerMapsToo) {
@@ -204,7 +200,7 @@ TEST(SeededProperties, ConstructorRoundTrip) {
   }
 }
 
-// --- Content digests (contract section 10) -------------------------------------------
+// --- Content digests (contract 10) -------------------------------------------
 
 // Recorded and verified digests turn every valid-but-different rebuild into a refusal of
 // kind digest; extract keeps the class (no digest of F can judge a shard). Without them
@@ -277,13 +273,23 @@ TEST_P(PlantedBug, IsCaught) {
   }
   if (!report.findings.empty()) {
     std::printf("%s caught: %s (%lld cases)\n", std::string(GetParam().name).c_str(),
-                report.findings.front().signature.c_str(),
-                static_cast<long long>(report.findings.front().occurrences));
+                report.findings.front().signature.c_str(), static_cast<long long>(report.findings.front().occurrences));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Scenarios, PlantedBug, testing::ValuesIn(props::planted_scenarios().begin(),
-                                                                  props::planted_scenarios().end()),
+}  // namespace
+}  // namespace shardcheck
+
+namespace shardcheck::props {
+// What gtest prints for a scenario (the test list, a failure): its name, not its bytes.
+void PrintTo(const PlantedScenario& scenario, std::ostream* out) { *out << scenario.name; }
+}  // namespace shardcheck::props
+
+namespace shardcheck {
+namespace {
+
+INSTANTIATE_TEST_SUITE_P(Scenarios, PlantedBug,
+                         testing::ValuesIn(props::planted_scenarios().begin(), props::planted_scenarios().end()),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // Determinism: the same seed gives the same table for any number of jobs, and shards add up.

@@ -40,7 +40,7 @@ Map M(Extents logical, std::vector<RankEntry> ranks) { return Map{std::move(logi
 std::optional<ErrorKind> kind_of(const Map& map) { return reference_check(map).kind; }
 
 // Every permutation of rank order, and of piece order inside rank 0's list: the verdict
-// must not depend on either (spec 1).
+// must not depend on either (contract 1).
 void expect_order_free(const Map& map) {
   const auto expected = kind_of(map);
   Map shuffled = map;
@@ -601,7 +601,7 @@ TEST(ReferenceConvert, SuppliedBuffersMustMatchTheMap) {
 
 TEST(ReferenceConvert, RefusesWhatTheCheckRefuses) {
   // Rank 0's shard is fine, but rank 1 claims rank 0's block: extract of rank 0
-  // must refuse too, because the whole map is checked (spec 4).
+  // must refuse too, because the whole map is checked (contract 4).
   Map map = M({8}, {R(0, {4}, {P1(4, 0, 0, {0})}), R(1, {4}, {P1(4, 0, 0, {1})})});
   const auto kind = kind_of(map);
   ASSERT_TRUE(kind.has_value());

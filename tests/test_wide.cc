@@ -90,7 +90,7 @@ TEST(BoxProof, ValidBoxMapsAreProvenWithoutRuns) {
 }
 
 TEST(BoxProof, ReplicasCutAtDifferentBoundariesAreProven) {
-  // Spec 6-4's layout with consistent pieces: rank 0 one box, rank 1 two halves of it.
+  // Contract 6-4's layout with consistent pieces: rank 0 one box, rank 1 two halves of it.
   const Map map = M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0, 1})}),
                           R(1, Extents{4}, {P({2}, 0, {1}, 0, {1}, {0, 1}), P({2}, 2, {1}, 2, {1}, {0, 1})})});
   expect_same_check(map);

@@ -7,6 +7,7 @@
 
 #include "element_types.h"
 #include "shardcheck/backend.h"
+#include "two_view_walk.h"
 
 namespace shardcheck {
 
@@ -37,9 +38,7 @@ struct Slab {
 template <class Fn>
 void for_each_slab(const Extents& shape, const StridedView& from, const StridedView& to, Fn&& fn) {
   const std::size_t d = shape.size();
-  for (Index e : shape) {
-    if (e == 0) return;
-  }
+  if (detail::has_zero_extent(shape)) return;
   Slab slab{from.offset, to.offset, 1, 1, 0, 0, 0, 0, 0};
   if (d >= 1) {
     slab.cols = shape[d - 1];
@@ -51,30 +50,16 @@ void for_each_slab(const Extents& shape, const StridedView& from, const StridedV
     slab.from_row_stride = from.strides[d - 2];
     slab.to_row_stride = to.strides[d - 2];
   }
-  const std::size_t outer = d >= 2 ? d - 2 : 0;
+  std::array<detail::WalkAxis, 64> axes;
+  const int outer = detail::outer_axes(shape, from, to, d >= 2 ? d - 2 : 0, axes);
   const Index slab_size = slab.rows * slab.cols;
-  std::vector<Index> counter(outer, 0);
-  Index from_base = from.offset;
-  Index to_base = to.offset;
+  detail::TwoViewWalk walk(axes.data(), outer, from.offset, to.offset);
   for (Index first = 0;; first += slab_size) {
-    slab.from_offset = from_base;
-    slab.to_offset = to_base;
+    slab.from_offset = walk.from();
+    slab.to_offset = walk.to();
     slab.first_index = first;
     if (fn(slab)) return;
-    std::size_t k = outer;
-    while (k > 0) {
-      --k;
-      if (++counter[k] < shape[k]) {
-        from_base += from.strides[k];
-        to_base += to.strides[k];
-        break;
-      }
-      from_base -= (shape[k] - 1) * from.strides[k];
-      to_base -= (shape[k] - 1) * to.strides[k];
-      counter[k] = 0;
-      if (k == 0) return;
-    }
-    if (outer == 0) return;
+    if (!walk.next()) return;
   }
 }
 
@@ -104,7 +89,7 @@ struct Scaling {
   bool active = false;
   bool up = true;
   Arithmetic arithmetic = Arithmetic::contract;
-  double factor = 1.0;           // contract: the arithmetic type's value, exact in a double
+  double factor = 1.0;            // contract: the arithmetic type's value, exact in a double
   std::uint64_t factor_bits = 0;  // legacy: scale^|power| in the element type
 };
 
@@ -131,7 +116,8 @@ std::optional<Scaling> resolve_scaling(DType dtype, const BlockCopy& copy) {
   if (copy.power == INT_MIN) return std::nullopt;  // no positive counterpart
   const int steps = copy.power > 0 ? copy.power : -copy.power;
   // 1 * s is exact, so this is s^steps in the element type, computed by apply_scale.
-  out.factor_bits = apply_scale(dtype, *bits_from_double(dtype, 1.0), copy.scale, steps, true, Arithmetic::legacy_torch);
+  out.factor_bits =
+      apply_scale(dtype, *bits_from_double(dtype, 1.0), copy.scale, steps, true, Arithmetic::legacy_torch);
   return out;
 }
 
@@ -242,7 +228,6 @@ void copy_ordered(DType dtype, const BlockCopy& copy) {
   });
 }
 
-
 class CpuBackend final : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
@@ -271,10 +256,12 @@ class CpuBackend final : public Backend {
       for (Index r = 0; r < s.rows; ++r) {
         for (Index c = 0; c < s.cols; ++c) {
           std::uint64_t a = 0, b = 0;
-          std::memcpy(&a, copy.from + (s.from_offset + r * s.from_row_stride + c * s.from_col_stride) *
-                                          static_cast<Index>(size), size);
-          std::memcpy(&b, copy.to + (s.to_offset + r * s.to_row_stride + c * s.to_col_stride) *
-                                        static_cast<Index>(size), size);
+          std::memcpy(
+              &a,
+              copy.from + (s.from_offset + r * s.from_row_stride + c * s.from_col_stride) * static_cast<Index>(size),
+              size);
+          std::memcpy(
+              &b, copy.to + (s.to_offset + r * s.to_row_stride + c * s.to_col_stride) * static_cast<Index>(size), size);
           if (is_floating(dtype) && copy.scale != 1.0 && copy.power != 0) {
             a = apply_scale(dtype, a, copy.scale, copy.power, copy.multiply, copy.arithmetic);
           }

@@ -28,44 +28,36 @@ Error bad(std::string_view who, std::string_view what, std::optional<Rank> rank 
   return make_error(ErrorKind::format, fmt::format("in {}, {}", who, what), where);
 }
 
-std::string shape_text(const Extents& shape) {
-  return fmt::format("({})", fmt::join(shape, ","));
-}
-
 Status check_shape(std::string_view who, const Extents& shape) {
   for (std::size_t k = 0; k < shape.size(); ++k) {
     if (shape[k] < 0) {
-      return bad(who, fmt::format("shape {} has a negative extent at axis {}",
-                                  shape_text(shape), k));
+      return bad(who, fmt::format("shape {} has a negative extent at axis {}", shape_text(shape), k));
     }
   }
   if (!checked_numel(shape)) {
-    return bad(who, fmt::format("shape {} has more elements than fit in 64 bits",
-                                shape_text(shape)));
+    return bad(who, fmt::format("shape {} has more elements than fit in 64 bits", shape_text(shape)));
   }
   return {};
 }
 
 Status check_dim(std::string_view who, const Extents& shape, int dim) {
   if (dim < 0 || static_cast<std::size_t>(dim) >= shape.size()) {
-    return bad(who, fmt::format("dim {} is out of range for the {}-d shape {}", dim,
-                                shape.size(), shape_text(shape)));
+    return bad(who, fmt::format("dim {} is out of range for the {}-d shape {}", dim, shape.size(), shape_text(shape)));
   }
   return {};
 }
 
 // `what` names the list in messages, e.g. "sizes" or "widths[1]"; with per_rank, entry
 // r is rank r's and the error names that rank.
-Status check_widths(std::string_view who, std::string_view what, const std::vector<Index>& widths,
-                    Index total, std::string_view total_name, bool per_rank = true) {
+Status check_widths(std::string_view who, std::string_view what, const std::vector<Index>& widths, Index total,
+                    std::string_view total_name, bool per_rank = true) {
   Index sum = 0;
   for (std::size_t r = 0; r < widths.size(); ++r) {
     if (widths[r] < 0) {
       if (!per_rank) {
         return bad(who, fmt::format("{}[{}] = {} is negative", what, r, widths[r]));
       }
-      return bad(who, fmt::format("{}[{}] = {} is negative", what, r, widths[r]),
-                 static_cast<Rank>(r));
+      return bad(who, fmt::format("{}[{}] = {} is negative", what, r, widths[r]), static_cast<Rank>(r));
     }
     auto next = checked_add(sum, widths[r]);
     if (!next) return bad(who, fmt::format("the entries of {} overflow 64 bits", what));
@@ -114,8 +106,7 @@ Result<Map> assemble(std::string_view who, const Extents& shape, int dim,
     Extents shard = shape;
     shard[d] = along;
     if (!checked_numel(shard)) {
-      return bad(who, fmt::format("rank {}'s shard {} has more elements than fit in 64 bits",
-                                  r, shape_text(shard)),
+      return bad(who, fmt::format("rank {}'s shard {} has more elements than fit in 64 bits", r, shape_text(shard)),
                  static_cast<Rank>(r));
     }
     RankEntry entry;
@@ -179,8 +170,7 @@ Result<Map> contiguous_split_map(const Extents& shape, const std::vector<Index>&
   if (Status err = check_dim(who, shape, dim); !err.ok()) return err.error();
   if (sizes.empty()) return bad(who, "sizes must list at least one rank");
   const std::string extent_name = fmt::format("shape[{}]", dim);
-  if (Status err = check_widths(who, "sizes", sizes, shape[static_cast<std::size_t>(dim)], extent_name);
-      !err.ok()) {
+  if (Status err = check_widths(who, "sizes", sizes, shape[static_cast<std::size_t>(dim)], extent_name); !err.ok()) {
     return err.error();
   }
   std::vector<std::vector<Chunk>> chunks(sizes.size());
@@ -206,18 +196,16 @@ Result<Map> sub_param_map(const Extents& shape, const std::vector<Index>& sub_si
     return err.error();
   }
   if (widths.size() != sub_sizes.size()) {
-    return bad(who, fmt::format("{} width lists given for {} sub-parameters", widths.size(),
-                                sub_sizes.size()));
+    return bad(who, fmt::format("{} width lists given for {} sub-parameters", widths.size(), sub_sizes.size()));
   }
   const std::size_t tp = widths[0].size();
   if (tp < 1) return bad(who, "widths[0] must list at least one rank");
   for (std::size_t i = 0; i < widths.size(); ++i) {
     if (widths[i].size() != tp) {
-      return bad(who, fmt::format("widths[{}] lists {} ranks but widths[0] lists {}", i,
-                                  widths[i].size(), tp));
+      return bad(who, fmt::format("widths[{}] lists {} ranks but widths[0] lists {}", i, widths[i].size(), tp));
     }
-    if (Status err = check_widths(who, fmt::format("widths[{}]", i), widths[i], sub_sizes[i],
-                                  fmt::format("sub_sizes[{}]", i));
+    if (Status err =
+            check_widths(who, fmt::format("widths[{}]", i), widths[i], sub_sizes[i], fmt::format("sub_sizes[{}]", i));
         !err.ok()) {
       return err.error();
     }
@@ -235,8 +223,8 @@ Result<Map> sub_param_map(const Extents& shape, const std::vector<Index>& sub_si
   return assemble(who, shape, dim, chunks);
 }
 
-Result<Map> segmented_map(const Extents& shape, const std::vector<Segment>& segments, int dim,
-                          int tp, const std::vector<std::vector<Index>>& split_widths) {
+Result<Map> segmented_map(const Extents& shape, const std::vector<Segment>& segments, int dim, int tp,
+                          const std::vector<std::vector<Index>>& split_widths) {
   constexpr std::string_view who = "segmented_map";
   if (Status err = check_shape(who, shape); !err.ok()) return err.error();
   if (Status err = check_dim(who, shape, dim); !err.ok()) return err.error();
@@ -254,13 +242,11 @@ Result<Map> segmented_map(const Extents& shape, const std::vector<Segment>& segm
   }
   const auto split_count = static_cast<Index>(segments.size()) - replicated_count;
   if (static_cast<Index>(split_widths.size()) != split_count) {
-    return bad(who, fmt::format("{} width lists given for {} split segments",
-                                split_widths.size(), split_count));
+    return bad(who, fmt::format("{} width lists given for {} split segments", split_widths.size(), split_count));
   }
   // Each replicated segment puts tp locations on each of tp ranks.
   if (replicated_count > kMaxLocationEntries / (Index{tp} * tp)) {
-    return bad(who, fmt::format("{} replicated segments on {} ranks list too many locations",
-                                replicated_count, tp));
+    return bad(who, fmt::format("{} replicated segments on {} ranks list too many locations", replicated_count, tp));
   }
   const std::vector<Rank> everyone = all_ranks(tp);
   std::vector<std::vector<Chunk>> chunks(static_cast<std::size_t>(tp));
@@ -291,8 +277,7 @@ Result<Map> segmented_map(const Extents& shape, const std::vector<Segment>& segm
   return assemble(who, shape, dim, chunks);
 }
 
-Result<Map> block_gather_map(const Extents& shape,
-                             const std::vector<std::vector<Index>>& block_ids_by_rank,
+Result<Map> block_gather_map(const Extents& shape, const std::vector<std::vector<Index>>& block_ids_by_rank,
                              Index block_size, int dim) {
   constexpr std::string_view who = "block_gather_map";
   if (Status err = check_shape(who, shape); !err.ok()) return err.error();
@@ -305,8 +290,7 @@ Result<Map> block_gather_map(const Extents& shape,
   }
   const Index extent = shape[static_cast<std::size_t>(dim)];
   if (extent % block_size != 0) {
-    return bad(who, fmt::format("shape[{}] = {} is not a multiple of block_size {}", dim,
-                                extent, block_size));
+    return bad(who, fmt::format("shape[{}] = {} is not a multiple of block_size {}", dim, extent, block_size));
   }
   const Index blocks = extent / block_size;
   // Every block is listed exactly once, so the listings bound the block count; checking
@@ -315,7 +299,8 @@ Result<Map> block_gather_map(const Extents& shape,
   for (const auto& ids : block_ids_by_rank) listed += ids.size();
   if (static_cast<std::size_t>(blocks) != listed) {
     return bad(who, fmt::format("{} block ids are listed but shape[{}] holds {} blocks; each "
-                                "block must be held exactly once", listed, dim, blocks));
+                                "block must be held exactly once",
+                                listed, dim, blocks));
   }
   std::vector<Rank> owner(static_cast<std::size_t>(blocks), -1);
   std::vector<std::vector<Chunk>> chunks(block_ids_by_rank.size());
@@ -323,15 +308,11 @@ Result<Map> block_gather_map(const Extents& shape,
     const auto rank = static_cast<Rank>(r);
     for (Index id : block_ids_by_rank[r]) {
       if (id < 0 || id >= blocks) {
-        return bad(who, fmt::format("rank {} lists block {}, outside 0..{}", r, id,
-                                    blocks - 1),
-                   rank);
+        return bad(who, fmt::format("rank {} lists block {}, outside 0..{}", r, id, blocks - 1), rank);
       }
       Rank& held_by = owner[static_cast<std::size_t>(id)];
       if (held_by >= 0) {
-        return bad(who, fmt::format("block {} is listed by rank {} and again by rank {}", id,
-                                    held_by, r),
-                   rank);
+        return bad(who, fmt::format("block {} is listed by rank {} and again by rank {}", id, held_by, r), rank);
       }
       held_by = rank;
       auto& list = chunks[r];
@@ -346,8 +327,7 @@ Result<Map> block_gather_map(const Extents& shape,
   return assemble(who, shape, dim, chunks);
 }
 
-Result<Map> expert_placement_map(const Extents& shape,
-                                 const std::vector<std::vector<Index>>& experts_by_rank) {
+Result<Map> expert_placement_map(const Extents& shape, const std::vector<std::vector<Index>>& experts_by_rank) {
   constexpr std::string_view who = "expert_placement_map";
   if (Status err = check_shape(who, shape); !err.ok()) return err.error();
   if (shape.empty()) {
@@ -369,9 +349,7 @@ Result<Map> expert_placement_map(const Extents& shape,
     const auto rank = static_cast<Rank>(r);
     for (Index id : experts_by_rank[r]) {
       if (id < 0 || id >= experts) {
-        return bad(who, fmt::format("rank {} lists expert {}, outside 0..{}", r, id,
-                                    experts - 1),
-                   rank);
+        return bad(who, fmt::format("rank {} lists expert {}, outside 0..{}", r, id, experts - 1), rank);
       }
       auto& list = holders[static_cast<std::size_t>(id)];
       // Ranks are visited in increasing order, so a repeat shows up at the back.
@@ -402,8 +380,7 @@ Result<Map> expert_placement_map(const Extents& shape,
       // Only singly held experts merge: a replica is cut per expert on every holder,
       // so all holders agree on its boundaries whatever order each lists it in.
       const bool single = where.size() == 1;
-      if (single && !list.empty() && list.back().locations.size() == 1 &&
-          list.back().start + list.back().width == id) {
+      if (single && !list.empty() && list.back().locations.size() == 1 && list.back().start + list.back().width == id) {
         list.back().width += 1;
       } else {
         list.push_back({id, 1, where});

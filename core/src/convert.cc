@@ -10,6 +10,7 @@
 #include "element_types.h"
 #include "proven.h"
 #include "shardcheck/digest.h"
+#include "two_view_walk.h"
 #include "wide.h"
 
 namespace shardcheck {
@@ -45,7 +46,6 @@ struct Scratch {
   std::vector<const RankEntry*> ranks;
   std::vector<std::uint32_t> writer;  // per element of F: 0 nobody, else visit + 1
   std::vector<std::uint8_t> seen;     // per shard address: read (rebuild) / written (extract)
-  std::vector<Index> counter;
   std::vector<ShardSpan> spans;       // rebuild: each supplied shard's part of `seen`
   std::vector<wide::Block> blocks;
   std::vector<wide::Block> replica_blocks;
@@ -76,38 +76,23 @@ PieceAt at(const Visit& v) { return PieceAt{v.rank, v.written, v.piece}; }
 // Calls fn(k, a, b) for every element k of the block in row-major order with its
 // addresses in views a and b; stops early (returning true) when fn returns true.
 template <class Fn>
-bool walk(const Extents& shape, const StridedView& a, const StridedView& b, std::vector<Index>& counter,
-          Fn&& fn) {
-  for (Index e : shape) {
-    if (e == 0) return false;
-  }
+bool walk(const Extents& shape, const StridedView& a, const StridedView& b, Fn&& fn) {
+  if (detail::has_zero_extent(shape)) return false;
   const std::size_t d = shape.size();
   if (d == 0) return fn(Index{0}, a.offset, b.offset);
-  counter.assign(d - 1, 0);
+  std::array<detail::WalkAxis, 64> axes;
+  const int outer = detail::outer_axes(shape, a, b, d - 1, axes);
   const Index inner = shape[d - 1];
   const Index a_step = a.strides[d - 1];
   const Index b_step = b.strides[d - 1];
-  Index a_base = a.offset;
-  Index b_base = b.offset;
+  detail::TwoViewWalk rows(axes.data(), outer, a.offset, b.offset);
   for (Index k = 0;;) {
-    Index ia = a_base;
-    Index ib = b_base;
+    Index ia = rows.from();
+    Index ib = rows.to();
     for (Index j = 0; j < inner; ++j, ++k, ia += a_step, ib += b_step) {
       if (fn(k, ia, ib)) return true;
     }
-    std::size_t axis = d - 1;
-    while (true) {
-      if (axis == 0) return false;
-      --axis;
-      if (++counter[axis] < shape[axis]) {
-        a_base += a.strides[axis];
-        b_base += b.strides[axis];
-        break;
-      }
-      a_base -= (shape[axis] - 1) * a.strides[axis];
-      b_base -= (shape[axis] - 1) * b.strides[axis];
-      counter[axis] = 0;
-    }
+    if (!rows.next()) return false;
   }
 }
 
@@ -196,8 +181,7 @@ Status check_scales(std::span<const Visit> visits, DType dtype, int scale_power)
 // neither the order the map was written in nor a copy's schedule. `full`: the F an
 // extract reads; nullptr for a rebuild, which reads each visit's shard.
 template <class Format>
-Status check_scaled_elements_as(std::span<const Visit> visits, const Buffer* full, DType dtype,
-                                std::vector<Index>& counter) {
+Status check_scaled_elements_as(std::span<const Visit> visits, const Buffer* full, DType dtype) {
   using Bits = typename Format::Bits;
   const bool multiply = full != nullptr;
   for (const Visit& v : visits) {
@@ -207,7 +191,7 @@ Status check_scaled_elements_as(std::span<const Visit> visits, const Buffer* ful
     const auto* from = reinterpret_cast<const Bits*>(multiply ? full->data() : v.shard->data());
     std::optional<Index> lowest;
     Index element_at = 0, shard_at = 0;
-    walk(v.piece->shape, v.piece->source, v.piece->dest, counter, [&](Index, Index element, Index shard_address) {
+    walk(v.piece->shape, v.piece->source, v.piece->dest, [&](Index, Index element, Index shard_address) {
       const Bits input = from[multiply ? element : shard_address];
       if (scaling::scale_element<Format>(input, factor, multiply).fault == ScaleFault::none) return false;
       const Index result_at = multiply ? shard_address : element;
@@ -227,11 +211,10 @@ Status check_scaled_elements_as(std::span<const Visit> visits, const Buffer* ful
   return {};
 }
 
-Status check_scaled_elements(std::span<const Visit> visits, const Buffer* full, DType dtype,
-                             std::vector<Index>& counter) {
+Status check_scaled_elements(std::span<const Visit> visits, const Buffer* full, DType dtype) {
   if (!is_floating(dtype)) return {};
   return detail::with_float_format(
-      dtype, [&]<class Format>() { return check_scaled_elements_as<Format>(visits, full, dtype, counter); });
+      dtype, [&]<class Format>() { return check_scaled_elements_as<Format>(visits, full, dtype); });
 }
 
 // Puts the visits (grouped by rank) in the strict visiting order, guards them and
@@ -274,8 +257,7 @@ BlockCopy single_element(const BlockCopy& block, Index from_address, Index to_ad
 Error replica_mismatch(const Visit& first, const Visit& v, const Buffer& full, DType dtype, Index element,
                        Index shard_address, int scale_power) {
   const std::uint64_t held = full.bits(element);
-  const std::uint64_t theirs =
-      apply_scale(dtype, v.shard->bits(shard_address), v.scale, scale_power, false);
+  const std::uint64_t theirs = apply_scale(dtype, v.shard->bits(shard_address), v.scale, scale_power, false);
   const PieceAt earlier = at(first);
   return fault::replicas_differ(at(v), element, shard_address, dtype, theirs, held, &earlier);
 }
@@ -292,8 +274,8 @@ Status check_shards(const std::vector<const RankEntry*>& ranks, const ShardSet& 
     }
     const Buffer& shard = it->second;
     auto expected = shard_numel_of(*entry);
-    const bool same_type = bugs.shard_dtype_by_width ? element_size(shard.dtype()) == element_size(dtype)
-                                                     : shard.dtype() == dtype;
+    const bool same_type =
+        bugs.shard_dtype_by_width ? element_size(shard.dtype()) == element_size(dtype) : shard.dtype() == dtype;
     if (!same_type) return fault::shard_dtype(entry->rank, shard.dtype(), dtype);
     // A rank with no pieces may omit its shard shape: its shard is empty (contract 2, 9).
     if (!expected && entry->pieces.empty() && shard.numel() == 0) continue;
@@ -316,8 +298,7 @@ void sorted_ranks(const Map& map, std::vector<const RankEntry*>& out) {
 
 // Moves one piece into F under the writer record. `fresh` counts the elements no
 // earlier piece wrote; they were claimed for this visit during the record pass.
-Status move_piece(Scratch& s, std::size_t vi, Index fresh, Buffer& full, DType dtype,
-                  const ConvertOptions& options) {
+Status move_piece(Scratch& s, std::size_t vi, Index fresh, Buffer& full, DType dtype, const ConvertOptions& options) {
   const Visit& v = s.visits[vi];
   Backend& backend = backend_of(options);
   const BlockCopy block = rebuild_copy(v, full, options.scale_power);
@@ -339,15 +320,15 @@ Status move_piece(Scratch& s, std::size_t vi, Index fresh, Buffer& full, DType d
   // of what another piece wrote. Rare, so element by element.
   const auto mine = static_cast<std::uint32_t>(vi + 1);
   Status result;
-  walk(v.piece->shape, v.piece->source, v.piece->dest, s.counter, [&](Index, Index element, Index shard_address) {
+  walk(v.piece->shape, v.piece->source, v.piece->dest, [&](Index, Index element, Index shard_address) {
     const BlockCopy one = single_element(block, shard_address, element);
     if (s.writer[element] == mine) {
       backend.copy_block(dtype, one);
       return false;
     }
     if (!compare || !backend.compare_block(dtype, one)) return false;
-    result = replica_mismatch(s.visits[s.writer[element] - 1], v, full, dtype, element, shard_address,
-                              options.scale_power);
+    result =
+        replica_mismatch(s.visits[s.writer[element] - 1], v, full, dtype, element, shard_address, options.scale_power);
     return true;
   });
   return result;
@@ -360,7 +341,7 @@ Status record_piece(Scratch& s, std::size_t vi, Index& fresh) {
   const auto mine = static_cast<std::uint32_t>(vi + 1);
   Status result;
   fresh = 0;
-  walk(v.piece->shape, v.piece->source, v.piece->dest, s.counter, [&](Index, Index element, Index shard_address) {
+  walk(v.piece->shape, v.piece->source, v.piece->dest, [&](Index, Index element, Index shard_address) {
     auto& read = s.seen[static_cast<std::size_t>(v.read_base + shard_address)];
     if (read != 0) {
       result = fault::shard_address_twice(at(v), shard_address, nullptr);
@@ -467,9 +448,8 @@ wide::Threading threading_of(const ConvertOptions& options) {
   return wide::Threading{options.threads, options.parallel_min_bytes};
 }
 
-bool covers(Scratch& s, const Piece& piece, Index element) {
-  return walk(piece.shape, piece.source, piece.source, s.counter,
-              [&](Index, Index address, Index) { return address == element; });
+bool covers(const Piece& piece, Index element) {
+  return walk(piece.shape, piece.source, piece.source, [&](Index, Index address, Index) { return address == element; });
 }
 
 // Rebuild of a proven map: single holders are copied in any order (their elements are
@@ -492,8 +472,8 @@ Status wide_rebuild(Scratch& s, Buffer& full, DType dtype, const ConvertOptions&
   for (std::size_t vi = 0; vi < s.visits.size(); ++vi) {
     const Visit& v = s.visits[vi];
     if (v.numel == 0) continue;
-    const wide::Block block{&v.piece->shape, v.shard->data(), &v.piece->dest, full.data(), &v.piece->source,
-                            v.scale, false, v.numel};
+    const wide::Block block{&v.piece->shape,  v.shard->data(), &v.piece->dest, full.data(),
+                            &v.piece->source, v.scale,         false,          v.numel};
     if (v.replica) {
       s.replica_blocks.push_back(block);
       s.replica_visits.push_back(vi);
@@ -519,7 +499,7 @@ Status wide_rebuild(Scratch& s, Buffer& full, DType dtype, const ConvertOptions&
   // The element's first writer; a mismatch means it is an earlier replica piece.
   const Visit* first = &v;
   for (std::size_t vi : s.replica_visits) {
-    if (covers(s, *s.visits[vi].piece, element)) {
+    if (covers(*s.visits[vi].piece, element)) {
       first = &s.visits[vi];
       break;
     }
@@ -556,8 +536,8 @@ Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtyp
       const Index shard_numel = it->second.numel();
       for (std::size_t i = 0; i < entry->pieces.size(); ++i) {
         const Piece& piece = entry->pieces[i];
-        s.visits.push_back(Visit{entry->rank, static_cast<Index>(i), &piece, &it->second, 0, shard_numel,
-                                 read_total, piece.scale, is_replica(piece)});
+        s.visits.push_back(Visit{entry->rank, static_cast<Index>(i), &piece, &it->second, 0, shard_numel, read_total,
+                                 piece.scale, is_replica(piece)});
       }
       s.spans.push_back(ShardSpan{entry->rank, read_total, shard_numel});
       read_total += shard_numel;
@@ -566,7 +546,7 @@ Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtyp
   }
   if (Status e = allocation_guard(*numel_f, read_total, options.checks.limits, "F"); !e.ok()) return e.error();
   if (s.visits.size() >= std::numeric_limits<std::uint32_t>::max()) return fault::too_many_pieces();
-  if (Status e = check_scaled_elements(s.visits, nullptr, dtype, s.counter); !e.ok()) return e.error();
+  if (Status e = check_scaled_elements(s.visits, nullptr, dtype); !e.ok()) return e.error();
 
   if (wide) {
     Buffer full = Buffer::uninitialized(dtype, *numel_f);
@@ -623,8 +603,8 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
     s.visits.clear();
     for (std::size_t i = 0; i < entry->pieces.size(); ++i) {
       const Piece& piece = entry->pieces[i];
-      s.visits.push_back(Visit{rank, static_cast<Index>(i), &piece, nullptr, 0, *shard_numel, 0, piece.scale,
-                               is_replica(piece)});
+      s.visits.push_back(
+          Visit{rank, static_cast<Index>(i), &piece, nullptr, 0, *shard_numel, 0, piece.scale, is_replica(piece)});
     }
     if (Status e = order_and_guard(s.visits, numel_f, dtype, options.scale_power); !e.ok()) return e.error();
   }
@@ -632,7 +612,7 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
       checked_mul(numel_f, static_cast<Index>(piece_count)).value_or(std::numeric_limits<Index>::max());
   if (Status e = allocation_guard(*shard_numel, backed, options.checks.limits, "a shard"); !e.ok()) return e.error();
   const std::span<const Visit> visits = proven != nullptr ? proven->visits : std::span<const Visit>(s.visits);
-  if (Status e = check_scaled_elements(visits, &full, dtype, s.counter); !e.ok()) return e.error();
+  if (Status e = check_scaled_elements(visits, &full, dtype); !e.ok()) return e.error();
 
   if (proven != nullptr) {
     // Condition 4, proven by check_map: the pieces write every shard address once.
@@ -641,8 +621,8 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
     if (deferred == nullptr) s.blocks.clear();
     for (const Visit& v : proven->visits) {
       if (v.numel == 0) continue;
-      blocks.push_back(
-          wide::Block{&v.piece->shape, full.data(), &v.piece->source, shard.data(), &v.piece->dest, v.scale, true, v.numel});
+      blocks.push_back(wide::Block{&v.piece->shape, full.data(), &v.piece->source, shard.data(), &v.piece->dest,
+                                   v.scale, true, v.numel});
     }
     if (deferred == nullptr) wide::copy_blocks(dtype, s.blocks, threading_of(options));
     return shard;
@@ -653,7 +633,7 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
   for (const Visit& v : s.visits) {
     if (v.numel == 0) continue;
     Status twice;
-    walk(v.piece->shape, v.piece->source, v.piece->dest, s.counter, [&](Index, Index, Index address) {
+    walk(v.piece->shape, v.piece->source, v.piece->dest, [&](Index, Index, Index address) {
       auto& written = s.seen[static_cast<std::size_t>(address)];
       if (written == 0) {
         written = 1;
@@ -670,7 +650,7 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
   return shard;
 }
 
-// Contract section 10: the last check of a rebuild, on F as rebuilt. `fused` is digest(F)
+// Contract 10: the last check of a rebuild, on F as rebuilt. `fused` is digest(F)
 // when the wide copy summed it while writing; otherwise a pass over F (threads split it).
 Status check_digest(const Map& map, const Buffer& full, const ConvertOptions& options,
                     std::optional<std::uint64_t> fused) {

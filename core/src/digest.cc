@@ -9,6 +9,7 @@
 
 #include "shardcheck/backend.h"
 #include "shardcheck/checks.h"
+#include "two_view_walk.h"
 
 namespace shardcheck {
 
@@ -22,12 +23,13 @@ static_assert(std::endian::native == std::endian::little);
 // vectorised on every target, and in one AVX2 clone where the CPU has AVX2.
 using Lanes = std::uint64_t __attribute__((vector_size(32)));
 
-// In place: a 32-byte vector passed by value would change the ABI without AVX.
+// splitmix64_mix lane-wise. In place: a 32-byte vector passed by value would change
+// the ABI without AVX.
 [[gnu::always_inline]] inline void finalise(Lanes& x) {
   x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
+  x *= kSplitMixMul1;
   x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
+  x *= kSplitMixMul2;
   x ^= x >> 31;
 }
 
@@ -60,13 +62,7 @@ template <class U, bool kContiguous>
   std::uint64_t sum = acc[0] + acc[1] + acc[2] + acc[3];
   std::uint64_t k = key + static_cast<std::uint64_t>(j) * key_step;
   for (; j < n; ++j, k += key_step) {
-    std::uint64_t x = k + p[j * s];
-    x ^= x >> 30;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 27;
-    x *= 0x94D049BB133111EBull;
-    x ^= x >> 31;
-    sum += x;
+    sum += splitmix64_mix(k + p[j * s]);
   }
   return sum;
 }
@@ -83,7 +79,7 @@ std::uint64_t sum_generic(const std::byte* data, Index stride, Index n, std::uin
 #define SHARDCHECK_DIGEST_AVX2 1
 template <class U>
 [[gnu::target("avx2")]] std::uint64_t sum_avx2(const std::byte* data, Index stride, Index n, std::uint64_t key,
-                                              std::uint64_t step) {
+                                               std::uint64_t step) {
   const auto* p = reinterpret_cast<const U*>(data);
   return stride == 1 ? sum_terms<U, true>(p, 1, n, key, step) : sum_terms<U, false>(p, stride, n, key, step);
 }
@@ -99,17 +95,21 @@ Kernels pick_kernels() {
     return {{sum_avx2<std::uint8_t>, sum_avx2<std::uint16_t>, sum_avx2<std::uint32_t>, sum_avx2<std::uint64_t>}};
   }
 #endif
-  return {{sum_generic<std::uint8_t>, sum_generic<std::uint16_t>, sum_generic<std::uint32_t>,
-           sum_generic<std::uint64_t>}};
+  return {
+      {sum_generic<std::uint8_t>, sum_generic<std::uint16_t>, sum_generic<std::uint32_t>, sum_generic<std::uint64_t>}};
 }
 
 SumFn kernel_for(DType dtype) {
   static const Kernels kernels = pick_kernels();
   switch (element_size(dtype)) {
-    case 1: return kernels.by_width[0];
-    case 2: return kernels.by_width[1];
-    case 4: return kernels.by_width[2];
-    default: return kernels.by_width[3];
+    case 1:
+      return kernels.by_width[0];
+    case 2:
+      return kernels.by_width[1];
+    case 4:
+      return kernels.by_width[2];
+    default:
+      return kernels.by_width[3];
   }
 }
 
@@ -128,33 +128,18 @@ struct Block {
 // innermost axis, in row-major order. The caller has checked the views.
 template <class Fn>
 void for_each_row(const Extents& shape, const StridedView& src, const StridedView& dat, Fn&& fn) {
-  for (Index e : shape) {
-    if (e == 0) return;
-  }
+  if (detail::has_zero_extent(shape)) return;
   const std::size_t d = shape.size();
   if (d == 0) {
     fn(src.offset, dat.offset, Index{1}, Index{0}, Index{1});
     return;
   }
-  std::vector<Index> counter(d - 1, 0);
-  Index s_base = src.offset;
-  Index d_base = dat.offset;
-  while (true) {
-    fn(s_base, d_base, shape[d - 1], src.strides[d - 1], dat.strides[d - 1]);
-    std::size_t axis = d - 1;
-    while (true) {
-      if (axis == 0) return;
-      --axis;
-      if (++counter[axis] < shape[axis]) {
-        s_base += src.strides[axis];
-        d_base += dat.strides[axis];
-        break;
-      }
-      s_base -= (shape[axis] - 1) * src.strides[axis];
-      d_base -= (shape[axis] - 1) * dat.strides[axis];
-      counter[axis] = 0;
-    }
-  }
+  std::array<detail::WalkAxis, 64> axes;
+  const int outer = detail::outer_axes(shape, src, dat, d - 1, axes);
+  detail::TwoViewWalk rows(axes.data(), outer, src.offset, dat.offset);
+  do {
+    fn(rows.from(), rows.to(), shape[d - 1], src.strides[d - 1], dat.strides[d - 1]);
+  } while (rows.next());
 }
 
 std::uint64_t block_terms(DType dtype, const Block& b) {
@@ -244,10 +229,17 @@ std::uint64_t detail::digest_elements_baseline(DType dtype, const std::byte* dat
   if (count <= 0) return 0;
   SumFn sum = sum_generic<std::uint64_t>;
   switch (element_size(dtype)) {
-    case 1: sum = sum_generic<std::uint8_t>; break;
-    case 2: sum = sum_generic<std::uint16_t>; break;
-    case 4: sum = sum_generic<std::uint32_t>; break;
-    default: break;
+    case 1:
+      sum = sum_generic<std::uint8_t>;
+      break;
+    case 2:
+      sum = sum_generic<std::uint16_t>;
+      break;
+    case 4:
+      sum = sum_generic<std::uint32_t>;
+      break;
+    default:
+      break;
   }
   return sum(data, 1, count, key_of(first_index), kDigestGamma);
 }
@@ -311,9 +303,8 @@ std::optional<std::uint64_t> parse_digest(std::string_view text) {
   std::uint64_t value = 0;
   const char* first = text.data() + 2;
   const char* last = text.data() + text.size();
-  if (!std::all_of(first, last, [](char c) {
-        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-      })) {
+  if (!std::all_of(first, last,
+                   [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); })) {
     return std::nullopt;
   }
   auto [end, ec] = std::from_chars(first, last, value, 16);

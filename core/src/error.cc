@@ -11,23 +11,24 @@
 namespace shardcheck {
 
 namespace {
-struct KindName {
+struct KindRow {
   ErrorKind kind;
   std::string_view name;
+  std::string_view contract;
+  std::string_view meaning;
 };
-constexpr std::array<KindName, 11> kKindNames{{
-    {ErrorKind::count, "count"},
-    {ErrorKind::bounds, "bounds"},
-    {ErrorKind::itself, "itself"},
-    {ErrorKind::twice, "twice"},
-    {ErrorKind::uncovered, "uncovered"},
-    {ErrorKind::different_data, "different_data"},
-    {ErrorKind::holders, "holders"},
-    {ErrorKind::scale, "scale"},
-    {ErrorKind::shape, "shape"},
-    {ErrorKind::digest, "digest"},
-    {ErrorKind::format, "format"},
-}};
+constexpr KindRow kKindRows[] = {
+#define SHARDCHECK_ERROR_KIND(name, contract, sentence) {ErrorKind::name, #name, contract, sentence},
+#include "shardcheck/error_kinds.def"
+};
+static_assert(std::size(kKindRows) == std::size(kAllErrorKinds));
+
+const KindRow& kind_row(ErrorKind kind) {
+  for (const auto& row : kKindRows) {
+    if (row.kind == kind) return row;
+  }
+  return kKindRows[static_cast<std::size_t>(ErrorKind::format)];
+}
 
 std::string location_text(const Where& where) {
   if (!where.path.empty()) return where.path;
@@ -48,16 +49,13 @@ std::string location_text(const Where& where) {
 }
 }  // namespace
 
-std::string_view kind_name(ErrorKind kind) {
-  for (const auto& entry : kKindNames) {
-    if (entry.kind == kind) return entry.name;
-  }
-  return "format";
-}
+std::string_view kind_name(ErrorKind kind) { return kind_row(kind).name; }
+std::string_view kind_contract(ErrorKind kind) { return kind_row(kind).contract; }
+std::string_view kind_meaning(ErrorKind kind) { return kind_row(kind).meaning; }
 
 std::optional<ErrorKind> parse_kind(std::string_view name) {
-  for (const auto& entry : kKindNames) {
-    if (entry.name == name) return entry.kind;
+  for (const auto& row : kKindRows) {
+    if (row.name == name) return row.kind;
   }
   return std::nullopt;
 }
@@ -124,14 +122,11 @@ namespace fault {
 namespace {
 
 std::string list_text(std::span<const Index> values) { return fmt::format("{}", fmt::join(values, ",")); }
-std::string shape_text(const Extents& shape) { return "(" + list_text(shape) + ")"; }
 std::string ranks_text(std::span<const Rank> ranks) { return "{" + list_text(ranks) + "}"; }
 
 Where where_of(const PieceAt& at) { return Where::in_piece(at.rank, at.written, *at.piece); }
 
-std::string piece_name(const PieceAt& at) {
-  return fmt::format("piece {} ({})", at.written, describe(*at.piece));
-}
+std::string piece_name(const PieceAt& at) { return fmt::format("piece {} ({})", at.written, describe(*at.piece)); }
 
 std::string rank_path(Rank rank) { return fmt::format("$.ranks.{}", rank); }
 
@@ -173,8 +168,7 @@ Error piece(PieceFault which, const PieceAt& at) {
       return format(".source",
                     fmt::format("the source strides {} include a negative stride", shape_text(p.source.strides)));
     case PieceFault::negative_dest_stride:
-      return format(".dest",
-                    fmt::format("the dest strides {} include a negative stride", shape_text(p.dest.strides)));
+      return format(".dest", fmt::format("the dest strides {} include a negative stride", shape_text(p.dest.strides)));
     case PieceFault::source_overflow:
       return format(".source", "the source view's element count or last address does not fit in 64 bits");
     case PieceFault::dest_overflow:
@@ -223,9 +217,8 @@ Error missing_shard_shape(Rank rank) {
 
 Error out_of_bounds(const PieceAt& at, Side side, Index address, Index numel) {
   const std::string sentence =
-      side == Side::full
-          ? fmt::format("the source view reaches past the end of F, which has {} elements", numel)
-          : fmt::format("the dest view reaches past the end of the shard, which has {} elements", numel);
+      side == Side::full ? fmt::format("the source view reaches past the end of F, which has {} elements", numel)
+                         : fmt::format("the dest view reaches past the end of the shard, which has {} elements", numel);
   return make_error(ErrorKind::bounds, sentence, where_of(at).at(side, address));
 }
 
@@ -291,10 +284,10 @@ Error holders(const PieceAt& at, Index element, std::span<const Rank> holder_ran
 }
 
 Error claimed_twice(const PieceAt& at, Index element, const PieceAt& other) {
-  return make_error(ErrorKind::twice,
-                    fmt::format("rank {} {} also claims this element as its only holder", other.rank,
-                                piece_name(other)),
-                    where_of(at).at(Side::full, element));
+  return make_error(
+      ErrorKind::twice,
+      fmt::format("rank {} {} also claims this element as its only holder", other.rank, piece_name(other)),
+      where_of(at).at(Side::full, element));
 }
 
 Error replicas_differ(const PieceAt& at, Index element, Index shard_address, DType dtype, std::uint64_t unscaled,
@@ -303,18 +296,17 @@ Error replicas_differ(const PieceAt& at, Index element, Index shard_address, DTy
       earlier != nullptr ? fmt::format("rank {} {}", earlier->rank, piece_name(*earlier)) : "an earlier piece";
   return make_error(ErrorKind::different_data,
                     fmt::format("this replica holds {} at shard address {} (after unscaling) but {} wrote {} here",
-                                format_element(dtype, unscaled), shard_address, writer,
-                                format_element(dtype, held)),
+                                format_element(dtype, unscaled), shard_address, writer, format_element(dtype, held)),
                     where_of(at).at(Side::full, element));
 }
 
 Error written_twice(const PieceAt& at, Index element, const PieceAt* earlier) {
   const std::string writer =
       earlier != nullptr ? fmt::format("rank {} {}", earlier->rank, piece_name(*earlier)) : "an earlier piece";
-  return make_error(ErrorKind::twice,
-                    fmt::format("{} already wrote this element of F, and only replicas may write an element twice",
-                                writer),
-                    where_of(at).at(Side::full, element));
+  return make_error(
+      ErrorKind::twice,
+      fmt::format("{} already wrote this element of F, and only replicas may write an element twice", writer),
+      where_of(at).at(Side::full, element));
 }
 
 Error scale_needs_power_one(const PieceAt& at, int scale_power) {
@@ -343,10 +335,11 @@ Error scale_outside_arithmetic(const PieceAt& at, DType dtype) {
 Error scaled_out_of_range(const PieceAt& at, bool multiply, Index element, Index shard_address, DType dtype,
                           std::uint64_t input, std::uint64_t result) {
   const bool overflow = bits_to_double(dtype, input) != 0.0 && bits_to_double(dtype, result) != 0.0;
-  const std::string sentence = fmt::format(
-      "{} {} ({} address {}) by the scale {} {} to {}, a value that cannot be scaled back", multiply ? "multiplying" : "dividing",
-      format_element(dtype, input), multiply ? "F" : "shard", multiply ? element : shard_address, at.piece->scale,
-      overflow ? "overflows" : "flushes", format_element(dtype, result));
+  const std::string sentence =
+      fmt::format("{} {} ({} address {}) by the scale {} {} to {}, a value that cannot be scaled back",
+                  multiply ? "multiplying" : "dividing", format_element(dtype, input), multiply ? "F" : "shard",
+                  multiply ? element : shard_address, at.piece->scale, overflow ? "overflows" : "flushes",
+                  format_element(dtype, result));
   return make_error(ErrorKind::scale, sentence,
                     multiply ? where_of(at).at(Side::shard, shard_address) : where_of(at).at(Side::full, element));
 }
@@ -356,9 +349,7 @@ Error missing_shard(Rank rank, std::size_t pieces) {
                     Where::in_rank(rank));
 }
 
-Error no_shards() {
-  return make_error(ErrorKind::shape, "no shard was supplied, so there is nothing to rebuild from");
-}
+Error no_shards() { return make_error(ErrorKind::shape, "no shard was supplied, so there is nothing to rebuild from"); }
 
 Error shard_dtype(Rank rank, DType got, DType wanted) {
   return make_error(ErrorKind::shape,
@@ -368,10 +359,10 @@ Error shard_dtype(Rank rank, DType got, DType wanted) {
 }
 
 Error shard_numel(Rank rank, Index got, Index wanted) {
-  return make_error(ErrorKind::shape,
-                    fmt::format("the shard supplied for this rank has {} elements but its shard shape holds {}", got,
-                                wanted),
-                    Where::in_rank(rank));
+  return make_error(
+      ErrorKind::shape,
+      fmt::format("the shard supplied for this rank has {} elements but its shard shape holds {}", got, wanted),
+      Where::in_rank(rank));
 }
 
 Error shard_without_shape(Rank rank) {

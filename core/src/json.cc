@@ -283,7 +283,7 @@ Result<Piece> decode_piece(const V& value, const Cursor& where) {
   return piece;
 }
 
-// "content_digests": {"<state>": "0x<16 hex digits>"} (contract section 10).
+// "content_digests": {"<state>": "0x<16 hex digits>"} (contract 10).
 template <class V>
 Result<std::map<std::string, std::uint64_t>> read_digests(const V& value, const Cursor& where) {
   if (kind_of(value) != JsonKind::object) {
@@ -321,7 +321,7 @@ Result<RankEntry> decode_rank(const V& value, Rank rank, Cursor where) {
     if (!extents) return extents.error();
     entry.shard_shape = std::move(extents.value());
   }
-  // Every rank entry lists its pieces, possibly none (contract section 2): a missing
+  // Every rank entry lists its pieces, possibly none (contract 2): a missing
   // list is not read as an empty one.
   auto listed = required(value, "pieces", where);
   if (!listed) return listed.error();

@@ -1,4 +1,4 @@
-// The pre-fix DeepSpeed behaviour (spec 4.1), kept to reproduce reported corruptions.
+// The pre-fix DeepSpeed behaviour (contract 4.1), kept to reproduce reported corruptions.
 // It deliberately runs none of the strict checks: only what DeepSpeed checked itself
 // (per-rank element counts) and what torch enforced for free (views inside their
 // buffers, no negative strides, no write through a zero stride). The arithmetic that

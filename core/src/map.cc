@@ -90,6 +90,13 @@ std::string join(std::span<const Index> values) {
 }
 }  // namespace
 
+std::string shape_text(std::span<const Index> values) {
+  std::string out = "(";
+  append_ints(out, values);
+  out += ')';
+  return out;
+}
+
 // Every refusal names its piece this way, so it is written straight into one string,
 // with no formatting pass per field. Spec notation writes a 1-d stride as "(1)", not "(1,)".
 std::string describe(const Piece& piece) {
@@ -115,8 +122,10 @@ std::string describe(const Map& map) {
   std::string out = fmt::format("F ({})", join(map.logical_shape));
   for (const auto& entry : map.ranks) {
     out += fmt::format("\n  r{}", entry.rank);
-    if (entry.shard_shape) out += fmt::format(" shard ({})", join(*entry.shard_shape));
-    else out += " shard (missing)";
+    if (entry.shard_shape)
+      out += fmt::format(" shard ({})", join(*entry.shard_shape));
+    else
+      out += " shard (missing)";
     out += ":";
     for (const auto& piece : entry.pieces) out += " " + describe(piece) + ";";
   }
@@ -152,11 +161,9 @@ Index address_at(const Extents& shape, const StridedView& view, Index k) {
 
 Map canonical(const Map& map) {
   Map out = map;
-  std::sort(out.ranks.begin(), out.ranks.end(),
-            [](const RankEntry& a, const RankEntry& b) { return a.rank < b.rank; });
+  std::sort(out.ranks.begin(), out.ranks.end(), [](const RankEntry& a, const RankEntry& b) { return a.rank < b.rank; });
   for (auto& entry : out.ranks) {
-    std::sort(entry.pieces.begin(), entry.pieces.end(),
-              content_less);
+    std::sort(entry.pieces.begin(), entry.pieces.end(), content_less);
   }
   return out;
 }

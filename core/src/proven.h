@@ -1,7 +1,7 @@
 // What check_map hands to conversion once it has proven a map valid (conditions 1-6):
 // every piece, in the strict visiting order, with the facts the proof derived about it,
 // so that conversion moves data without deriving any of them again. A device path or a
-// resharding plan (contract section 11) starts from the same list. Internal to core.
+// resharding plan (contract 11) starts from the same list. Internal to core.
 #pragma once
 
 #include <functional>
@@ -25,7 +25,7 @@ struct ProvenPiece {
 
 // check_map with `options` (no planted bugs: a disabled check proves nothing); when the
 // map is valid, calls `each` for every piece of it in the strict visiting order: ranks
-// by id, then pieces in content order (contract section 3), before returning ok.
+// by id, then pieces in content order (contract 3), before returning ok.
 Status check_map_proving(const Map& map, const CheckOptions& options,
                          const std::function<void(const ProvenPiece&)>& each);
 

@@ -16,6 +16,7 @@
 #include "element_types.h"
 #include "shardcheck/digest.h"
 #include "threads.h"
+#include "two_view_walk.h"
 
 namespace shardcheck::wide {
 
@@ -23,11 +24,7 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little);
 
-struct Axis {
-  Index extent;
-  Index from_stride;
-  Index to_stride;
-};
+using Axis = detail::WalkAxis;
 
 // A block reduced to rows: axes of extent 1 dropped, neighbouring axes merged where
 // both views are contiguous across them (which keeps the row-major element order), the
@@ -115,30 +112,10 @@ bool make_plan(const Block& b, std::size_t index, std::vector<Axis>& axes, Plan&
 // Calls fn(from_offset, to_offset, row) for rows [row_begin, row_end) of a plan.
 template <class Fn>
 void for_rows(const Plan& p, const Axis* axes, Index row_begin, Index row_end, Fn&& fn) {
-  // Only the plan's outer axes are used, each set below: zeroing the whole array cost
-  // more than copying a 2 KiB row.
-  std::array<Index, 64> counter;
-  Index from = p.from_offset;
-  Index to = p.to_offset;
-  Index rest = row_begin;
-  for (std::int32_t k = p.axes_count; k-- > 0;) {
-    counter[k] = rest % axes[k].extent;
-    rest /= axes[k].extent;
-    from += counter[k] * axes[k].from_stride;
-    to += counter[k] * axes[k].to_stride;
-  }
+  detail::TwoViewWalk rows(axes, p.axes_count, p.from_offset, p.to_offset, row_begin);
   for (Index row = row_begin; row < row_end; ++row) {
-    fn(from, to, row);
-    for (std::int32_t k = p.axes_count; k-- > 0;) {
-      if (++counter[k] < axes[k].extent) {
-        from += axes[k].from_stride;
-        to += axes[k].to_stride;
-        break;
-      }
-      from -= (axes[k].extent - 1) * axes[k].from_stride;
-      to -= (axes[k].extent - 1) * axes[k].to_stride;
-      counter[k] = 0;
-    }
+    fn(rows.from(), rows.to(), row);
+    rows.next();
   }
 }
 
@@ -147,7 +124,7 @@ struct RowOp {
   std::size_t size;
   bool scale_active;
   bool up;
-  double factor;  // the scale in the arithmetic type of contract 1.2 (exact in a double)
+  double factor;           // the scale in the arithmetic type of contract 1.2 (exact in a double)
   bool streaming = false;  // contiguous rows go around the cache (see copy_streaming)
 };
 
@@ -209,7 +186,6 @@ Index compare_row_plain(const std::byte* from, Index fs, const std::byte* to, In
   return -1;
 }
 
-
 // A copy far larger than the caches writes each destination line once and never reads
 // it back: non-temporal stores skip the read-for-ownership of every line, a third of the
 // memory traffic of a cached copy. (memcpy does the same for one large block, but a
@@ -263,27 +239,35 @@ void copy_row(const RowOp& op, const std::byte* from, Index fs, std::byte* to, I
       return;
     }
     switch (op.size) {
-      case 1: return copy_row_plain<std::uint8_t>(from, fs, to, ts, n);
-      case 2: return copy_row_plain<std::uint16_t>(from, fs, to, ts, n);
-      case 4: return copy_row_plain<std::uint32_t>(from, fs, to, ts, n);
-      default: return copy_row_plain<std::uint64_t>(from, fs, to, ts, n);
+      case 1:
+        return copy_row_plain<std::uint8_t>(from, fs, to, ts, n);
+      case 2:
+        return copy_row_plain<std::uint16_t>(from, fs, to, ts, n);
+      case 4:
+        return copy_row_plain<std::uint32_t>(from, fs, to, ts, n);
+      default:
+        return copy_row_plain<std::uint64_t>(from, fs, to, ts, n);
     }
   }
-  detail::with_float_format(op.dtype, [&]<class Format>() { copy_row_scaled<Format>(from, fs, to, ts, n, op.factor, op.up); });
+  detail::with_float_format(op.dtype,
+                            [&]<class Format>() { copy_row_scaled<Format>(from, fs, to, ts, n, op.factor, op.up); });
 }
 
 Index compare_row(const RowOp& op, const std::byte* from, Index fs, const std::byte* to, Index ts, Index n) {
   if (!op.scale_active) {
     switch (op.size) {
-      case 1: return compare_row_plain<std::uint8_t>(from, fs, to, ts, n);
-      case 2: return compare_row_plain<std::uint16_t>(from, fs, to, ts, n);
-      case 4: return compare_row_plain<std::uint32_t>(from, fs, to, ts, n);
-      default: return compare_row_plain<std::uint64_t>(from, fs, to, ts, n);
+      case 1:
+        return compare_row_plain<std::uint8_t>(from, fs, to, ts, n);
+      case 2:
+        return compare_row_plain<std::uint16_t>(from, fs, to, ts, n);
+      case 4:
+        return compare_row_plain<std::uint32_t>(from, fs, to, ts, n);
+      default:
+        return compare_row_plain<std::uint64_t>(from, fs, to, ts, n);
     }
   }
-  return detail::with_float_format(op.dtype, [&]<class Format>() {
-    return compare_row_scaled<Format>(from, fs, to, ts, n, op.factor, op.up);
-  });
+  return detail::with_float_format(
+      op.dtype, [&]<class Format>() { return compare_row_scaled<Format>(from, fs, to, ts, n, op.factor, op.up); });
 }
 
 int thread_count(const Threading& threading, Index bytes) {
@@ -410,8 +394,7 @@ PlanCopy plan_copy(DType dtype, const Block& b, const Plan& p, const Scratch& s,
 }
 
 // Copies one chunk; with `digest`, returns the digest terms of what it wrote.
-std::uint64_t copy_chunk(DType dtype, const std::vector<Block>& blocks, const Scratch& s, const Chunk& c,
-                         bool digest) {
+std::uint64_t copy_chunk(DType dtype, const std::vector<Block>& blocks, const Scratch& s, const Chunk& c, bool digest) {
   const Plan& p = s.plans[static_cast<std::size_t>(c.plan)];
   const Block& b = blocks[p.block];
   // Not a structured binding: clang 14 does not let the row lambda below capture one.
@@ -424,7 +407,9 @@ std::uint64_t copy_chunk(DType dtype, const std::vector<Block>& blocks, const Sc
   // eighth row) leave the hardware prefetcher, which stops at page boundaries, nothing
   // to follow: ask for the row after next while this one is copied.
   const Index row_bytes = p.len * size;
-  const Index ahead = p.axes_count > 0 && p.from_step == 1 && row_bytes <= 4096 ? 2 * s.axes[static_cast<std::size_t>(p.axes_begin + p.axes_count - 1)].from_stride * size : 0;
+  const Index ahead = p.axes_count > 0 && p.from_step == 1 && row_bytes <= 4096
+                          ? 2 * s.axes[static_cast<std::size_t>(p.axes_begin + p.axes_count - 1)].from_stride * size
+                          : 0;
   for_rows(p, s.axes.data() + p.axes_begin, c.row_begin, c.row_end, [&](Index from, Index to, Index) {
     if (ahead != 0) {
       const std::byte* next = b.from + from * size + ahead;
@@ -443,8 +428,7 @@ bool rows_contiguous_at_destination(const Scratch& s) {
 }
 
 // The first mismatch within a chunk, as a row-major index within its block.
-std::optional<Index> compare_chunk(DType dtype, const std::vector<Block>& blocks, const Scratch& s,
-                                   const Chunk& c) {
+std::optional<Index> compare_chunk(DType dtype, const std::vector<Block>& blocks, const Scratch& s, const Chunk& c) {
   const Plan& p = s.plans[static_cast<std::size_t>(c.plan)];
   const Block& b = blocks[p.block];
   const RowOp op = row_op(dtype, b);
@@ -574,13 +558,12 @@ bool copy_blocks(DType dtype, const std::vector<Block>& blocks, const Threading&
   // Blocks write disjoint addresses, so their chunks may go in any order: several blocks
   // out of one buffer go by source address.
   const bool one_source = blocks.size() > 1 && std::all_of(blocks.begin(), blocks.end(), [&](const Block& b) {
-    return b.from == blocks.front().from;
-  });
+                            return b.from == blocks.front().from;
+                          });
   plan_blocks(dtype, blocks, s, /*merge_rows=*/true);
   if (digest_of_written != nullptr && !rows_contiguous_at_destination(s)) return false;
-  const bool one_destination = !one_source && std::all_of(blocks.begin(), blocks.end(), [&](const Block& b) {
-    return b.to == blocks.front().to;
-  });
+  const bool one_destination = !one_source && std::all_of(blocks.begin(), blocks.end(),
+                                                          [&](const Block& b) { return b.to == blocks.front().to; });
   if ((one_source || one_destination) && side_by_side(s, one_source)) {
     chunk_side_by_side(dtype, threads, s);
   } else {

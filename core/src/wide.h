@@ -33,7 +33,7 @@ struct Block {
 };
 
 // Copies every block; blocks must write disjoint addresses (so order is free). With
-// `digest_of_written`, also sums the digest terms (contract section 10) of every element
+// `digest_of_written`, also sums the digest terms (contract 10) of every element
 // written, taking each destination address as the element's index, while the rows are
 // still in cache; returns false (and copies nothing) when a destination row is not
 // contiguous, so that the caller digests in a pass of its own.
@@ -53,7 +53,7 @@ struct Mismatch {
 // first mismatch in (block, row-major index) order, whatever the thread count.
 std::optional<Mismatch> compare_blocks(DType dtype, const std::vector<Block>& blocks, const Threading& threading);
 
-// digest(F) (contract section 10) of a whole buffer, summed over threads.
+// digest(F) (contract 10) of a whole buffer, summed over threads.
 std::uint64_t parallel_digest(const Buffer& full, const Threading& threading);
 
 }  // namespace shardcheck::wide

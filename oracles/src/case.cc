@@ -306,7 +306,7 @@ Result<Case> decode_case(const Json& json) {
     }
     c.scale_power = static_cast<int>(power.value());
   }
-  // Contract section 10: the digest the rebuild is asked to verify.
+  // Contract 10: the digest the rebuild is asked to verify.
   if (json.contains("digest")) {
     auto text = get_string(json["digest"], "$.digest");
     if (!text) return text.error();
@@ -434,7 +434,7 @@ Status undecoded_map_error(const Case& c) {
 Result<Case> decode_case_text(std::string_view text) {
   auto json = parse_json(text);
   if (json) return decode_case(json.value());
-  // The map under test is untrusted input (contract section 9): text inside "map" that
+  // The map under test is untrusted input (contract 9): text inside "map" that
   // JSON cannot hold is that map's refusal (format), not an unusable case, when the case
   // file reads once it is set aside.
   const auto span = member_span(text, "map");

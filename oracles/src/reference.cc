@@ -1,4 +1,4 @@
-// The reference model of spec sections 3 and 4. It is deliberately naive: it walks
+// The reference model of contract 3 and 4. It is deliberately naive: it walks
 // every multi-index of every piece, computes each address from scratch with checked
 // arithmetic and keeps plain counters, so that it can be trusted by reading it. It
 // shares no code with the core checks or conversion on purpose: it is what they are
@@ -52,7 +52,7 @@ std::vector<const RankEntry*> ranks_by_id(const Map& map) {
   return out;
 }
 
-// "The lowest piece" of spec 3 needs an order that ignores how pieces were written:
+// "The lowest piece" of contract 3 needs an order that ignores how pieces were written:
 // their content. strong_order keeps a NaN scale from breaking the sort.
 std::strong_ordering naive_content_order(const Piece& a, const Piece& b) {
   auto key = [](const Piece& p) {
@@ -416,7 +416,7 @@ struct Fault {
   ErrorKind kind = ErrorKind::holders;
 };
 
-// Spec 1.1 and 6, element by element. An element two single-holder pieces both claim
+// Contract 1.1 and 6, element by element. An element two single-holder pieces both claim
 // is written twice; any other disagreement is about holders. The reported fault is
 // the lowest piece's, at its lowest element, so neither order can change the kind.
 Finding homogeneity(const std::vector<Cover>& covers, const std::vector<PieceRef>& pieces) {
@@ -511,7 +511,7 @@ Status shard_refusal(const Map& map, const ShardSet& shards, DType dtype) {
 
 enum class Writer { nobody, single, replica };
 
-// ---- the rounding model of contract section 1.2 ----------------------------
+// ---- the rounding model of contract 1.2 ----------------------------
 
 // A binary interchange format: `exponent_bits` and `fraction_bits` stored bits.
 struct Format {
@@ -695,7 +695,7 @@ bool scale_may_convert(double scale, DType dtype, int power) {
 }
 }  // namespace
 
-// Spec 1.2: scaling with p != 1 would need the optimizer's lr and eps rescaled too,
+// Contract 1.2: scaling with p != 1 would need the optimizer's lr and eps rescaled too,
 // integers cannot be scaled at all, and the arithmetic type must hold the scale as a
 // normal number. Which dtypes are floating is the model's own list, not the core's
 // is_floating, which is under test.
@@ -713,7 +713,7 @@ Status reference_scale_refusal(const Map& map, DType dtype, int power) {
 
 namespace {
 
-// Spec 1.2: a finite element that scaling makes infinite, or a nonzero one it makes
+// Contract 1.2: a finite element that scaling makes infinite, or a nonzero one it makes
 // zero, is refused. The pieces in the model's order (rank, then content); within a
 // piece the lowest address of the result (F for rebuild, the shard for extract).
 // `input(rank, src, dst)`: the element's bits before scaling.

@@ -316,7 +316,7 @@ ExpectedVsFull compare_with_full(const Case& c, const Buffer& expected, const Bu
 
 // What a correct rebuild returns from the shards the truth map wrote: F itself when no
 // piece is scaled (data moves bit-exact), else the reference model's rebuild, whose
-// rounding (contract section 1.2) may not give F back for a scale that is not a power
+// rounding (contract 1.2) may not give F back for a scale that is not a power
 // of two or a value written as a subnormal. Replicas scaled differently may then
 // disagree, and no correct tensor exists.
 void set_expected_from_truth(const Case& c, Inputs& in) {
@@ -358,7 +358,7 @@ Buffer poisoned(DType dtype, Index numel) {
   return out;
 }
 
-// What a producer writing F through `map` itself leaves on disk (contract section 9):
+// What a producer writing F through `map` itself leaves on disk (contract 9):
 // DeepSpeed's unchecked extract per rank, poison at shard addresses no piece writes; a
 // rank that extract cannot write at all (a view past its shard, say) holds only poison.
 // Allocation stays bounded as for any untrusted map: a poison-only shard no larger than
@@ -394,7 +394,7 @@ Result<Inputs> prepare_truth(const Case& c) {
     if (!full) {
       // With no truth given the map under test is all that describes the data; when it
       // is invalid, an F that does not fit it is its fault, not the case's: the case
-      // runs with no data (contract section 9), so strict refuses it with its kind.
+      // runs with no data (contract 9), so strict refuses it with its kind.
       Status invalid = c.truth ? Status() : check_map(c.map);
       if (invalid.ok()) return full.error();
       in.full = Buffer(c.dtype, 0);
@@ -462,7 +462,7 @@ Result<Inputs> prepare_truth(const Case& c) {
   return in;
 }
 
-// Contract section 10 from the outside: a rebuild asked to verify a digest may return
+// Contract 10 from the outside: a rebuild asked to verify a digest may return
 // only a tensor with that digest. Why this one breaks it, or nothing.
 std::optional<std::string> digest_not_enforced(const Case& c, const Buffer& output) {
   if (!c.digest && !c.digest_state) return std::nullopt;
@@ -623,7 +623,7 @@ OpOutcome run_extract(const Case& c, const Inputs& in, Target& target) {
   return out;
 }
 
-// Spec 3 validity, judged by the reference model, never by the code under test: the
+// Contract 3 validity, judged by the reference model, never by the code under test: the
 // map passes conditions 1-6 and, where data is converted, condition 7 (a strict rebuild
 // that stopped comparing replicas must not make its own wrong tensors look valid).
 bool valid_layout(const Case& c, const ShardSet* shards) {
@@ -672,7 +672,7 @@ std::string kinds_text(const Case& c) {
 }
 
 // Whether the outcome is what `expected` names: a wrong verdict is wrong_valid_layout
-// only on a map that passes every check of contract section 3.
+// only on a map that passes every check of contract 3.
 bool is_outcome(const CaseOutcome& outcome, Outcome expected) {
   if (expected == Outcome::wrong_valid_layout) {
     return outcome.verdict == Outcome::wrong && outcome.valid_layout;
@@ -746,7 +746,7 @@ CaseOutcome refused_outright(const Case& c, const Error& error, OracleKind oracl
   return outcome;
 }
 
-// Contract section 10: each rank's share of the digest, as the core computes it from the
+// Contract 10: each rank's share of the digest, as the core computes it from the
 // shards of a case that verifies digests, against the reference model's count. Why they
 // differ, or empty.
 std::string shares_disagree(const Case& c, const Inputs& in) {
@@ -885,7 +885,7 @@ Result<std::uint64_t> truth_digest(const Case& c) {
   auto full = make_full(c, c.truth_map(), "truth");
   if (!full) return full.error();
   if (!has_scale(c.truth_map())) return digest(full.value());
-  // A scaled map gives back what its rounding leaves of F (contract section 1.2), and
+  // A scaled map gives back what its rounding leaves of F (contract 1.2), and
   // that is the tensor a correct rebuild returns and the digest it must verify.
   Inputs in;
   in.full = std::move(full).value();
@@ -964,6 +964,16 @@ Json outcome_to_json(const Case& c, const CaseOutcome& outcome) {
   Json ops = Json::array();
   for (const auto& op : outcome.ops) ops.push_back(op_to_json(c.dtype, op));
   out["ops"] = std::move(ops);
+  return out;
+}
+
+std::string oracle_choices(std::string_view last_separator) {
+  std::string out;
+  const std::size_t n = std::size(kOracleNames);
+  for (std::size_t k = 0; k < n; ++k) {
+    if (k > 0) out += k + 1 == n ? last_separator : std::string_view(", ");
+    out += kOracleNames[k].name;
+  }
   return out;
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "shardcheck/splitmix.h"
+
 namespace shardcheck::gen {
 
 ChoiceSource::~ChoiceSource() = default;
@@ -16,13 +18,7 @@ std::size_t ChoiceSource::below(std::size_t n) {
   return static_cast<std::size_t>(between(0, static_cast<Index>(n - 1)));
 }
 
-std::uint64_t SeededChoices::next() {
-  state_ += 0x9e3779b97f4a7c15ULL;
-  std::uint64_t z = state_;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+std::uint64_t SeededChoices::next() { return splitmix64_next(state_); }
 
 Index SeededChoices::int_in(Index lo, Index hi) {
   if (hi <= lo) return lo;

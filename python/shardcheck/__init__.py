@@ -219,7 +219,7 @@ def _dtype_name(dtype: _Any) -> _Optional[str]:
 
 def check(map: _Any) -> None:
     """Raises :class:`MapError` unless the map passes every check on the map alone
-    (contract section 3, conditions 1-6)."""
+    (contract 3, conditions 1-6)."""
     _core.check(_map_text(map))
 
 

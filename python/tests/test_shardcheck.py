@@ -21,7 +21,7 @@ needs_torch = pytest.mark.skipif(torch is None, reason="torch is not importable 
 
 
 def column_split():
-    """Contract section 2's example: F (4, 6) split by columns into (4, 4) and (4, 2)."""
+    """Contract 2's example: F (4, 6) split by columns into (4, 4) and (4, 2)."""
     return {
         "logical_shape": [4, 6],
         "ranks": {
@@ -57,7 +57,7 @@ def deepspeed_form(map_json):
 
 
 def fused_qkv_collision():
-    """Contract section 6, case 6: the TP2 sub_param_map((2,8),(4,4),[[2,2],[2,2]],1)
+    """Contract 6, case 6: the TP2 sub_param_map((2,8),(4,4),[[2,2],[2,2]],1)
     with rank 0's second piece moved to dest 0, a collision in strided destinations."""
     def piece(src, dst, rank):
         return {"shape": [2, 2], "source": [src, [8, 1]], "dest": [dst, [4, 1]], "locations": [rank]}
@@ -125,7 +125,7 @@ def test_corrupted_map_is_refused_with_kind_rank_piece_address():
 
 
 def test_two_ranks_claiming_one_block_are_refused():
-    # Contract section 6, case 1: rank 1's piece should start at 4.
+    # Contract 6, case 1: rank 1's piece should start at 4.
     def rank(r):
         return {"shard_shape": [4], "pieces": [{"shape": [4], "source": [0, [1]], "dest": [0, [1]], "locations": [r]}]}
 
@@ -136,7 +136,7 @@ def test_two_ranks_claiming_one_block_are_refused():
 
 
 def test_a_view_overlapping_itself_is_refused():
-    # Contract section 6, case 2.
+    # Contract 6, case 2.
     bad = {
         "logical_shape": [6],
         "ranks": {

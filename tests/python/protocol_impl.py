@@ -63,7 +63,7 @@ def addresses(shape, offset, strides):
 
 
 def unique_by_rule(shape, strides):
-    """Contract section 3.3: the conservative rule, not the exact one."""
+    """Contract 3.3: the conservative rule, not the exact one."""
     axes = sorted((stride, extent) for extent, stride in zip(shape, strides) if extent > 1)
     reach = 0
     for stride, extent in axes:

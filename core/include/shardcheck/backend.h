@@ -24,12 +24,12 @@ struct BlockCopy {
   double scale = 1.0;
   int power = 1;
   bool multiply = true;
-  // Contract section 1.2's arithmetic (NaN bits kept, float32 opmath for 16-bit types);
+  // Contract 1.2's arithmetic (NaN bits kept, float32 opmath for 16-bit types);
   // only the legacy model asks for torch's arithmetic instead.
   Arithmetic arithmetic = Arithmetic::contract;
 };
 
-// The block of one piece in each direction of spec 1.2: rebuild reads the shard through
+// The block of one piece in each direction of contract 1.2: rebuild reads the shard through
 // the dest view and writes F through the source view, dividing by scale^p; extract
 // reads F and writes the shard, multiplying. Every conversion path builds its copies here.
 BlockCopy rebuild_block(const Piece& piece, const Buffer& shard, Buffer& full, int scale_power);

@@ -1,4 +1,4 @@
-// The map checks of spec section 3, conditions 1-6 (condition 7 needs data and is
+// The map checks of contract 3, conditions 1-6 (condition 7 needs data and is
 // enforced by rebuild).
 //
 // Complete for every stride: where a metadata-only proof is exact (disjoint

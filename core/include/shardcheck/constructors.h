@@ -1,4 +1,4 @@
-// The in-tree constructors of spec section 5 (DeepSpeed's layouts). All emit source
+// The in-tree constructors of contract 5 (DeepSpeed's layouts). All emit source
 // strides rm(logical_shape) and dest strides rm(shard_shape); ranks are 0..tp-1 in order.
 // Bad arguments (widths that do not sum, a dim out of range, negative sizes) are
 // `format` errors, never a wrong map.

@@ -1,10 +1,10 @@
-// Conversion (spec section 4): rebuild F from shards, extract a rank's shard from F.
+// Conversion (contract 4): rebuild F from shards, extract a rank's shard from F.
 //
 // Policy::strict (the default) runs check_map on the whole map first, then moves
 // data while recording who wrote each element of F and which shard addresses were
 // read; it refuses instead of ever returning a wrong tensor, and its result does not
 // depend on rank or piece order. Policy::legacy reproduces DeepSpeed before the fix
-// (spec 4.1) and lives apart in legacy.cc.
+// (contract 4.1) and lives apart in legacy.cc.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +32,7 @@ struct ConvertOptions {
   int scale_power = 1;         // p: 1 parameter, -1 exp_avg, -2 exp_avg_sq
   Backend* backend = nullptr;  // nullptr: the CPU backend
   CheckOptions checks;         // planted bugs and limits (strict only)
-  // Content digest (contract section 10), strict rebuild only: after every check and the
+  // Content digest (contract 10), strict rebuild only: after every check and the
   // copy, digest(F) of F as rebuilt (after unscaling) must equal the expected value, or
   // the rebuild is refused with kind `digest`. `expected_digest` is a value the caller
   // has; `digest_state` asks for the map's own record, map.content_digests[state] (a map

@@ -1,4 +1,4 @@
-// Content digests (contract section 10): a 64-bit sum over the elements of F that
+// Content digests (contract 10): a 64-bit sum over the elements of F that
 // depends on each value and its logical position only, so it is the same whatever the
 // layout, and each rank can compute its share from its own shard.
 //
@@ -19,21 +19,16 @@
 #include "shardcheck/dtype.h"
 #include "shardcheck/error.h"
 #include "shardcheck/map.h"
+#include "shardcheck/splitmix.h"
 
 namespace shardcheck {
 
-inline constexpr std::uint64_t kDigestGamma = 0x9E3779B97F4A7C15ull;
+inline constexpr std::uint64_t kDigestGamma = kSplitMixGamma;
 
 // One element's term: mix(index, bits). The definition, written once; the fast
 // kernels must agree with it (tests compare them).
 constexpr std::uint64_t digest_term(std::uint64_t index, std::uint64_t bits) {
-  std::uint64_t x = index * kDigestGamma + bits;
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return x;
+  return splitmix64_mix(index * kDigestGamma + bits);
 }
 
 // digest(F) of a whole buffer of any dtype.
@@ -53,13 +48,12 @@ std::uint64_t digest_elements_baseline(DType dtype, const std::byte* data, Index
 // Each rank's share of digest(F), computed from its own shard alone: the elements of its
 // pieces, unscaled (scale^scale_power, as rebuild does), at their positions in F. An
 // element of a replicated piece is counted by the lowest rank of the piece's locations,
-// once. For a map that passes contract section 3 and shards that agree (condition 7,
+// once. For a map that passes contract 3 and shards that agree (condition 7,
 // which is not checked here: only the counting rank's copy is read), the shares add up
 // to digest(F) of the rebuilt tensor. Every rank with a shard gets an entry (0 when it
 // counts nothing). Refused as rebuild would refuse: an invalid map (conditions 1-6),
 // shards that do not fit it (`shape`), a scale that cannot be applied (`scale`).
-Result<std::map<Rank, std::uint64_t>> digest_shares(const Map& map, const ShardSet& shards,
-                                                    int scale_power = 1);
+Result<std::map<Rank, std::uint64_t>> digest_shares(const Map& map, const ShardSet& shards, int scale_power = 1);
 
 // "0x" followed by exactly 16 hex digits, as maps and case files carry a digest.
 std::string format_digest(std::uint64_t digest);

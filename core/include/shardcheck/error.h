@@ -1,4 +1,4 @@
-// Typed errors: one table of kinds (contract section 3), one builder, one message
+// Typed errors: one table of kinds (contract 3), one builder, one message
 // grammar, and one sentence per fault.
 //
 // Message grammar. Every error reads
@@ -47,30 +47,24 @@ namespace shardcheck {
 struct Piece;
 enum class DType;
 
-// Stable kinds; their names (kind_name) are spelled in CLI output and stored files, so they never change.
+// Stable kinds, one row each in error_kinds.def (name, contract section, meaning);
+// their names (kind_name) are spelled in CLI output and stored files, so they never change.
 enum class ErrorKind {
-  count,           // a rank's pieces hold a different number of elements than its shard
-  bounds,          // a view reaches outside F or outside its shard
-  itself,          // a view overlaps itself (not is_unique)
-  twice,           // an address or element written twice where that is not allowed
-  uncovered,       // an element of F or a shard address nobody writes
-  different_data,  // replicas of one element hold different bits
-  holders,         // locations disagree with the ranks that really hold the data
-  scale,           // invalid scale, or scale with scale_power != 1, or on a non-float dtype
-  shape,           // a supplied buffer has the wrong element count
-  digest,          // the rebuilt tensor's content digest is not the one expected (contract section 10)
-  format,          // malformed input: types, missing keys, negative numbers, overflow
+#define SHARDCHECK_ERROR_KIND(name, contract, sentence) name,
+#include "shardcheck/error_kinds.def"
 };
 
-// Every kind, in the order above.
+// Every kind, in the table's order.
 inline constexpr ErrorKind kAllErrorKinds[] = {
-    ErrorKind::count,     ErrorKind::bounds,         ErrorKind::itself,
-    ErrorKind::twice,     ErrorKind::uncovered,      ErrorKind::different_data,
-    ErrorKind::holders,   ErrorKind::scale,          ErrorKind::shape,
-    ErrorKind::digest,    ErrorKind::format};
+#define SHARDCHECK_ERROR_KIND(name, contract, sentence) ErrorKind::name,
+#include "shardcheck/error_kinds.def"
+};
 
+// The kind's stable name, its contract section and its one-sentence meaning (the table).
 std::string_view kind_name(ErrorKind kind);
 std::optional<ErrorKind> parse_kind(std::string_view name);
+std::string_view kind_contract(ErrorKind kind);
+std::string_view kind_meaning(ErrorKind kind);
 
 // Which buffer an `address` refers to.
 enum class Side { none, full, shard };
@@ -78,7 +72,7 @@ enum class Side { none, full, shard };
 // Where an error points; every part is optional (see the grammar above).
 struct Where {
   std::optional<Rank> rank;
-  std::optional<Index> piece;  // index in the rank's list as written
+  std::optional<Index> piece;      // index in the rank's list as written
   const Piece* content = nullptr;  // the piece itself, for its notation
   Side side = Side::none;
   std::optional<Index> address;
@@ -93,8 +87,8 @@ struct Where {
 
 struct Error {
   ErrorKind kind = ErrorKind::format;
-  std::optional<Rank> rank;    // the rank whose piece list is concerned
-  std::optional<Index> piece;  // index of the piece in that rank's list, as written
+  std::optional<Rank> rank;      // the rank whose piece list is concerned
+  std::optional<Index> piece;    // index of the piece in that rank's list, as written
   std::optional<Index> address;  // element of F (Side::full) or shard address (Side::shard)
   Side side = Side::none;
   std::string path;      // JSON path for format errors, e.g. "$.ranks.1.pieces[0].source"
@@ -147,21 +141,21 @@ class [[nodiscard]] Status {
   std::optional<Error> error_;
 };
 
-// The structural faults of one piece (contract section 3, condition 1), in the order
+// The structural faults of one piece (contract 3, condition 1), in the order
 // the checks look for them.
 enum class PieceFault {
-  axes,                    // shape and strides have different lengths
+  axes,  // shape and strides have different lengths
   negative_extent,
   negative_source_offset,
   negative_dest_offset,
   negative_source_stride,
   negative_dest_stride,
-  source_overflow,         // element count or last source address beyond 64 bits
-  dest_overflow,           // last dest address beyond 64 bits
+  source_overflow,  // element count or last source address beyond 64 bits
+  dest_overflow,    // last dest address beyond 64 bits
   no_locations,
   negative_location,
   unsorted_locations,
-  bad_scale,               // zero or not finite (kind scale)
+  bad_scale,  // zero or not finite (kind scale)
 };
 
 // One piece as an error names it: its rank, its index as written, and the piece.
@@ -207,11 +201,11 @@ Error claimed_twice(const PieceAt& at, Index element, const PieceAt& other);
 
 // Condition 7 and the writer record of rebuild.
 // `earlier`: the piece that wrote the element first, nullptr when not recorded.
-Error replicas_differ(const PieceAt& at, Index element, Index shard_address, DType dtype,
-                      std::uint64_t unscaled, std::uint64_t held, const PieceAt* earlier);
+Error replicas_differ(const PieceAt& at, Index element, Index shard_address, DType dtype, std::uint64_t unscaled,
+                      std::uint64_t held, const PieceAt* earlier);
 Error written_twice(const PieceAt& at, Index element, const PieceAt* earlier);
 
-// Scaling (contract section 1.2).
+// Scaling (contract 1.2).
 Error scale_needs_power_one(const PieceAt& at, int scale_power);
 Error scale_on_integer(const PieceAt& at, DType dtype);
 // The scale is zero, subnormal or not finite once rounded to the dtype's arithmetic type.
@@ -231,7 +225,7 @@ Error unlisted_shard(Rank rank);
 Error full_numel(Index got, Index wanted);
 Error no_shard_to_extract(Rank rank);
 
-// Contract section 10: F as rebuilt against a content digest. `state`: the map's record
+// Contract 10: F as rebuilt against a content digest. `state`: the map's record
 // for that state was compared; nullptr: the value the caller gave.
 Error digest_differs(std::uint64_t actual, std::uint64_t expected, const std::string* state);
 Error digest_not_recorded(const std::string& state, const std::vector<std::string>& recorded_states);

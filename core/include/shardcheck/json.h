@@ -1,4 +1,4 @@
-// The JSON codec for DeepSpeed's affine map format (spec section 2).
+// The JSON codec for DeepSpeed's affine map format (contract 2).
 //
 // Decoding treats every byte as untrusted: every malformed input is a `format` error
 // whose `path` names the offending JSON location; it never throws and never allocates
@@ -49,7 +49,7 @@ Result<Map> parse_map(std::string_view text, const std::string& path = "$");
 Result<std::vector<NamedMap>> parse_document(std::string_view text);
 
 // One map from text that holds a bare map or an envelope of exactly one parameter, as a
-// reported map arrives (contract section 9): an object without "version" is read as a map
+// reported map arrives (contract 9): an object without "version" is read as a map
 // at `path`, anything else as a document.
 Result<Map> parse_one_map(std::string_view text, const std::string& path);
 

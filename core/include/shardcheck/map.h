@@ -1,9 +1,10 @@
-// The affine shard map (spec section 1), in mdspan's vocabulary.
+// The affine shard map (contract 1), in mdspan's vocabulary.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,9 +22,9 @@ struct StridedView {
 
 // Span facts of a view over `extents`, computed with overflow checks.
 struct SpanFacts {
-  bool empty = false;          // some extent is 0: the view covers nothing
-  Index numel = 0;             // number of (multi-)indices
-  Index max_address = -1;        // the last address the view touches; -1 when empty
+  bool empty = false;      // some extent is 0: the view covers nothing
+  Index numel = 0;         // number of (multi-)indices
+  Index max_address = -1;  // the last address the view touches; -1 when empty
   // max address + 1, 0 when empty; saturates at INT64_MAX when the last address is
   // INT64_MAX itself (compare max_address against a size instead).
   Index required_span_size = 0;
@@ -31,7 +32,7 @@ struct SpanFacts {
 // std::nullopt on 64-bit overflow of an address. Requires extents, strides, offset >= 0.
 std::optional<SpanFacts> span_facts(const Extents& extents, const StridedView& view);
 
-// The conservative uniqueness rule of spec 3.3: axes with extent > 1, a zero stride
+// The conservative uniqueness rule of contract 3.3: axes with extent > 1, a zero stride
 // refuses, sorted by stride each stride must be >= 1 + sum (extent-1)*stride of the
 // smaller axes. (3,2) with strides (2,3) is unique but refused: documented as conservative.
 // Requires non-negative extents and strides.
@@ -59,7 +60,7 @@ struct Map {
   Extents logical_shape;
   std::vector<RankEntry> ranks;
   // Content digests recorded by the producer per stored tensor ("param", "exp_avg", ...;
-  // contract section 10). They describe data, not the layout: no check reads them, and
+  // contract 10). They describe data, not the layout: no check reads them, and
   // conversion compares one only when asked (ConvertOptions::digest_state). Part of
   // equality so that a codec round trip must keep them.
   std::map<std::string, std::uint64_t> content_digests{};
@@ -69,9 +70,11 @@ struct Map {
   friend bool operator==(const Map&, const Map&) = default;
 };
 
-// Notation of spec 6: "P(4) src(0,(1)) dst(0,(1)) loc{0,1}" (scale appended when != 1).
+// Notation of contract 6: "P(4) src(0,(1)) dst(0,(1)) loc{0,1}" (scale appended when != 1).
 std::string describe(const Piece& piece);
 std::string describe(const Map& map);  // multi-line, one rank per line
+// A shape or stride list as errors write it: "(4,2)", "()" when empty.
+std::string shape_text(std::span<const Index> values);
 
 }  // namespace shardcheck
 

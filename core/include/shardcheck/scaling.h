@@ -1,4 +1,4 @@
-// Contract section 1.2's scaling arithmetic on one element, written once for every
+// Contract 1.2's scaling arithmetic on one element, written once for every
 // conversion path: the CPU backend, the wide row copies, and device code (the functions
 // are __host__ __device__ under nvcc, plain inline elsewhere; they use nothing but
 // integer and float arithmetic, so the same source means the same bits everywhere).

@@ -18,7 +18,7 @@ namespace shardcheck {
 enum class Op { rebuild, extract, both };
 std::string_view op_name(Op op);
 
-// What produced a generated case (spec 7: kind, rank, piece, field, old, new).
+// What produced a generated case (contract 7: kind, rank, piece, field, old, new).
 struct CorruptionRecord {
   std::string kind;  // e.g. "source_offset", "move_piece", "none"
   std::optional<Rank> rank;
@@ -33,7 +33,7 @@ struct Case {
   std::string name;
   Map map;                      // the map under test
   // The map under test as the case file gives it, when it does not decode: conversion
-  // refuses it with kind format, a verdict like any other (contract section 9), and the
+  // refuses it with kind format, a verdict like any other (contract 9), and the
   // case re-encodes it as given. `map` is then empty and unused.
   std::optional<Json> undecoded_map;
   // The map under test as JSON text, when the case is about the text a converter reads
@@ -42,14 +42,14 @@ struct Case {
   std::optional<std::string> map_text;
   // map_text came from the case file's inline "map", whose text JSON cannot hold as a value
   // (a key given twice, a number out of range): the same verdict as the same text in
-  // "map_text" (contract section 9), and written back in place under "map".
+  // "map_text" (contract 9), and written back in place under "map".
   bool map_text_inline = false;
   std::optional<Map> truth;     // the map that wrote the shards; default: map
   DType dtype = DType::float32;
   std::optional<std::vector<std::uint64_t>> full;                 // F's bits
   std::optional<std::map<Rank, std::vector<std::uint64_t>>> shards;  // supplied shards' bits
   int scale_power = 1;
-  // Content digest (contract section 10) the rebuild of `map` is asked to verify: a value
+  // Content digest (contract 10) the rebuild of `map` is asked to verify: a value
   // the consumer was given, and/or the state whose entry in map.content_digests counts.
   std::optional<std::uint64_t> digest;
   std::optional<std::string> digest_state;
@@ -68,7 +68,7 @@ struct Case {
   friend bool operator==(const Case&, const Case&) = default;
 };
 
-// A map as JSON text ("map_text"): a bare map, or an envelope (contract section 2) that
+// A map as JSON text ("map_text"): a bare map, or an envelope (contract 2) that
 // holds exactly one parameter, as a checkpoint's file for one tensor does. Every fault
 // is kind format.
 Result<Map> decode_map_text(std::string_view text);

@@ -8,7 +8,7 @@
 namespace shardcheck {
 
 // The oracle judges a conversion refused, exact or wrong. A wrong conversion through a
-// map that passes every check of contract section 3 is the valid-but-different class
+// map that passes every check of contract 3 is the valid-but-different class
 // (wrong_valid_layout): no map check can see it, so it is expected and counted apart.
 // An implementation under test in another process may also crash, hang or answer
 // something that is not a response (target_fault): no verdict on the map at all, and

@@ -113,7 +113,7 @@ struct Evaluation {
   std::optional<Finding> finding;
   // Each operation the case ran (rebuild and/or extract) with its own category, so that
   // a table can show the valid-but-different class per operation: a content digest
-  // closes it for rebuild, nothing closes it for extract (contract section 10).
+  // closes it for rebuild, nothing closes it for extract (contract 10).
   std::vector<std::pair<Op, Outcome>> ops;
 };
 
@@ -142,7 +142,7 @@ std::optional<Finding> check_order_independence(const Case& c, gen::ChoiceSource
 // through a Json value and through text.
 std::optional<Finding> check_json_roundtrip(const Case& c);
 
-// Contract section 3 on the case's map alone: the core checks' verdict and the kind,
+// Contract 3 on the case's map alone: the core checks' verdict and the kind,
 // rank, address and piece (by its content) of their error do not depend on the order
 // in which ranks and pieces are listed; and a refusal carries a message.
 std::optional<Finding> check_verdict_order(const Case& c, const PlantedBugs& bugs = {});

@@ -18,7 +18,7 @@
 namespace shardcheck::oracles {
 
 struct ReferenceVerdict {
-  // Conditions 1-6 per spec section 3, with condition 3 as the spec's conservative rule.
+  // Conditions 1-6 per contract 3, with condition 3 as the spec's conservative rule.
   std::optional<ErrorKind> kind;  // nullopt: valid
   std::string reason;             // the error's message
   std::optional<Error> error;     // the refusal, located and worded as the core words it
@@ -42,7 +42,7 @@ ReferenceVerdict reference_check(const Map& map, Index max_elements = Index{1} <
 // allocations.
 void forget_reference_verdicts();
 
-// Element-by-element strict rebuild / extract (spec 4) including condition 7.
+// Element-by-element strict rebuild / extract (contract 4) including condition 7.
 Result<Buffer> reference_rebuild(const Map& map, const ShardSet& shards, DType dtype,
                                  int scale_power = 1);
 Result<Buffer> reference_extract(const Map& map, const Buffer& full, Rank rank,
@@ -68,7 +68,7 @@ std::optional<Error> reference_replicas_differ(const Map& map, const ShardSet& s
 std::vector<std::uint64_t> reference_copies(const Map& map, const ShardSet& shards, DType dtype, int scale_power,
                                             Index element);
 
-// Contract section 10's per-rank shares of digest(F), counted naively: every element of
+// Contract 10's per-rank shares of digest(F), counted naively: every element of
 // every piece a rank lists, unscaled, once per rank, by the lowest rank of the piece's
 // locations; every rank whose shard is supplied has a share. nullopt where a rebuild would refuse (conditions 1-6, shards that do not
 // fit, a scale that cannot be applied).
@@ -100,10 +100,10 @@ std::optional<Pairing> reference_pairing(const Map& map);
 // bits; nullopt otherwise. An invalid map may still leave no doubt about the data (a
 // replica declared over a single holder whose copies agree): an implementation that
 // returns this tensor has the data right, and its acceptance of the map is judged apart
-// (contract section 9).
+// (contract 9).
 std::optional<Buffer> reference_agreed_rebuild(const Map& map, const ShardSet& shards, DType dtype, int scale_power);
 
-// Contract section 1.2 as an independent rounding model: value * scale^p (multiply) or
+// Contract 1.2 as an independent rounding model: value * scale^p (multiply) or
 // value / scale^p, in the element type's arithmetic, each operation rounded to nearest
 // even into the target format by bit-level code of this file (not the core's dtype code
 // nor Eigen's half/bfloat16). A NaN keeps its bits. Integers are returned unchanged.

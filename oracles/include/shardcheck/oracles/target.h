@@ -3,7 +3,7 @@
 // kinds of target behind it.
 //
 //   strict          shardcheck's strict policy (the default)
-//   legacy          shardcheck's model of DeepSpeed before the fix (contract section 4.1)
+//   legacy          shardcheck's model of DeepSpeed before the fix (contract 4.1)
 //   exec:COMMAND    any program speaking the JSON-lines protocol of docs/protocol.md on
 //                   its stdin/stdout; the process is kept alive across requests
 //   deepspeed       exec: of adapters/deepspeed/serve.py, DeepSpeed's own module
@@ -65,7 +65,7 @@ struct TargetMap {
   const std::string* text = nullptr;
 };
 
-// The content digest (contract section 10) a rebuild is asked to verify: a value the
+// The content digest (contract 10) a rebuild is asked to verify: a value the
 // caller has, and/or the state whose record in the map's content_digests counts. Empty:
 // no digest is asked for. A target may ignore it; the truth oracle then judges what it
 // returns by that digest itself (docs/protocol.md, "rebuild").

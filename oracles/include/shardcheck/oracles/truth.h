@@ -1,9 +1,10 @@
-// Oracles that judge a Case (spec section 8): the truth oracle (shards written by the
+// Oracles that judge a Case (contract 8): the truth oracle (shards written by the
 // uncorrupted map, converted through the map under test) and the same-map round trip.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardcheck/case.h"
@@ -14,6 +15,34 @@
 namespace shardcheck::oracles {
 
 enum class OracleKind { truth, same_map };
+
+// The oracles' names, as the command line takes them (--oracle) and reports print them:
+// the one table of them.
+struct OracleName {
+  OracleKind kind;
+  std::string_view name;
+};
+inline constexpr OracleName kOracleNames[] = {
+    {OracleKind::truth, "truth"},
+    {OracleKind::same_map, "same-map"},
+};
+
+constexpr std::string_view oracle_kind_name(OracleKind kind) {
+  for (const auto& row : kOracleNames) {
+    if (row.kind == kind) return row.name;
+  }
+  return "truth";
+}
+
+constexpr std::optional<OracleKind> parse_oracle_kind(std::string_view name) {
+  for (const auto& row : kOracleNames) {
+    if (row.name == name) return row.kind;
+  }
+  return std::nullopt;
+}
+
+// "truth or same-map": the names, for help texts and refusals.
+std::string oracle_choices(std::string_view last_separator = " or ");
 
 // First element that differs between expected and actual output.
 struct Difference {
@@ -38,11 +67,11 @@ struct ExpectedVsFull {
 
 struct OpOutcome {
   Op op = Op::rebuild;
-  Outcome verdict = Outcome::exact;    // refused, exact, wrong or target_fault
-  std::optional<Error> error;          // when refused
-  std::optional<Rank> rank;            // extract: the rank that was wrong or refused
+  Outcome verdict = Outcome::exact;      // refused, exact, wrong or target_fault
+  std::optional<Error> error;            // when refused
+  std::optional<Rank> rank;              // extract: the rank that was wrong or refused
   std::optional<Difference> difference;  // when wrong
-  std::optional<Buffer> output;        // the tensor returned: F (rebuild) or the shard (extract)
+  std::optional<Buffer> output;          // the tensor returned: F (rebuild) or the shard (extract)
   // Rebuild accepted although it was asked to verify a content digest that F as returned
   // does not have (or that the map does not record): wrong whatever the layout.
   bool digest_ignored = false;
@@ -62,43 +91,42 @@ struct OpOutcome {
 struct CaseOutcome {
   // wrong if any op wrong, else target_fault if any, else refused if any, else exact
   Outcome verdict = Outcome::exact;
-  std::optional<Error> error;        // the first refusal
-  bool valid_layout = false;  // the map passes every check of spec 3 (by the reference model)
+  std::optional<Error> error;  // the first refusal
+  bool valid_layout = false;   // the map passes every check of contract 3 (by the reference model)
   // The implementation returned a tensor through a map that is not valid (contract 9):
   // reported apart from the data verdict, which may still be exact.
   bool accepted_invalid = false;
   // Why the shards the truth map wrote admit no correct rebuild (replicas scaled
-  // differently that disagree once unscaled, contract section 1.2); nullopt when one exists.
+  // differently that disagree once unscaled, contract 1.2); nullopt when one exists.
   std::optional<Error> no_correct_rebuild;
   ExpectedVsFull expected_vs_full;  // truth oracle: where the expected tensor is not F
   std::vector<OpOutcome> ops;
   std::string message;  // one line: "refused twice: ...", "exact", "WRONG at element 4: ..."
   // Whether the outcome matches the case's expectations for this policy.
   // A case that verifies digests: why the core's per-rank shares of the digest
-  // (contract section 10) are not the reference model's count, or empty.
+  // (contract 10) are not the reference model's count, or empty.
   std::string digest_shares_wrong;
   bool matches_expectation = true;
-  std::string expectation_message;  // why not, when it does not
-  Policy policy = Policy::strict;  // the policy the case ran under (for outcome_to_json)
-  std::string target;              // the implementation under test ("strict", "deepspeed", ...)
+  std::string expectation_message;       // why not, when it does not
+  Policy policy = Policy::strict;        // the policy the case ran under (for outcome_to_json)
+  std::string target;                    // the implementation under test ("strict", "deepspeed", ...)
   std::optional<TargetRefusal> refusal;  // the first refusal, from an exec target
   std::optional<TargetFault> fault;      // the first fault, when the verdict is target_fault
 };
 
-// Runs a case. The map under test always gets a verdict (contract section 9): one that
+// Runs a case. The map under test always gets a verdict (contract 9): one that
 // does not decode is refused with kind format; with neither truth nor shards an invalid
 // one converts the shards it wrote itself through DeepSpeed's unchecked extract.
 // Errors in what the case knows about the data (a refused truth map, values of the
 // wrong count for a valid map) come back as a Result error: the case is unusable.
-Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options = {},
-                             OracleKind oracle = OracleKind::truth);
+Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options = {}, OracleKind oracle = OracleKind::truth);
 // The same oracle with the conversions done by an implementation under test; the
 // ground truth (shards, expected tensors) still comes from the strict policy. The case
 // is judged against the target's expectations: the contract's (kinds only where the
 // target judges kinds), or the case's `legacy` block for the legacy model.
 Result<CaseOutcome> run_case(const Case& c, Target& target, OracleKind oracle = OracleKind::truth);
 
-// Contract section 10, the producer's side: digest(F) of F as the truth oracle writes the
+// Contract 10, the producer's side: digest(F) of F as the truth oracle writes the
 // shards of this case (its full tensor, or markers over the truth map's logical shape).
 // An unusable case is an error, as in run_case.
 Result<std::uint64_t> truth_digest(const Case& c);

@@ -13,7 +13,7 @@ struct CaseOptions {
   LayoutOptions layout;
   double corrupt_probability = 0.9;  // clamped to [0, 1]
   bool allow_scale_power = true;     // otherwise always p = 1; scaled layouts always get p = 1
-  // The producer records a content digest (contract section 10): digest(F) of the tensor
+  // The producer records a content digest (contract 10): digest(F) of the tensor
   // the truth oracle writes, in the layout's content_digests under the case's state
   // (digest_state_for(scale_power)), before the corruption, which may then damage that
   // record itself; the case asks rebuild to verify that state (Case::digest_state).

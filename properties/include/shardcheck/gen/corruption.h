@@ -1,4 +1,4 @@
-// The corruption catalogue of spec section 7: one field of one piece, or one
+// The corruption catalogue of contract 7: one field of one piece, or one
 // structural edit, at a time. Values may be negative or out of range on purpose (the
 // checks must refuse them); the generator's own arithmetic never overflows.
 #pragma once
@@ -44,7 +44,7 @@ std::span<const std::string_view> corruption_kinds();
 
 // What a kind edits: one piece (a field of it, or the whole piece), one rank entry's
 // shard shape, the list of ranks, or the content digests the producer recorded beside
-// the map (contract section 10). The record names the piece for `piece`, the rank for
+// the map (contract 10). The record names the piece for `piece`, the rank for
 // `shard_shape`, the rank added or dropped for `ranks`, and no rank for
 // `content_digests` (its field is "content_digests.<state>").
 enum class CorruptionTarget { piece, shard_shape, ranks, content_digests, shard_data, map_text };

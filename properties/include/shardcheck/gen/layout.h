@@ -1,4 +1,4 @@
-// Random valid layouts from every in-tree constructor (spec section 5), post-processed
+// Random valid layouts from every in-tree constructor (contract 5), post-processed
 // in ways that must not change any verdict: ranks relabelled to non-contiguous ids,
 // piece order and rank order shuffled.
 #pragma once

@@ -27,7 +27,7 @@ std::vector<std::uint64_t> special_values(DType dtype);
 bool carries_scales(DType dtype);
 
 // Scales that are not powers of two, each inexact in some floating dtype; the drawn
-// data maps the layout's 2 and 0.5 onto them (contract section 1.2 allows any finite
+// data maps the layout's 2 and 0.5 onto them (contract 1.2 allows any finite
 // non-zero scale).
 inline constexpr double kInexactScales[] = {3.0, 0.1};
 
@@ -52,7 +52,7 @@ void settle_data(Case& c, const std::optional<std::string>& wanted_state);
 // The replica_copy_flip row: supplies the shards the truth map wrote (the reference
 // model's extract of F, markers or drawn) with one element of one replica's copy
 // damaged (its sign bit flipped, a bool's bit), and states what strict must do: refuse
-// the rebuild with different_data (contract section 3, condition 7). A sign flip
+// the rebuild with different_data (contract 3, condition 7). A sign flip
 // differs after unscaling too, NaNs (kept bits) and zeros included. An extract-only
 // case becomes a rebuild: extract reads no shard.
 void damage_replica(Case& c, const ReplicaFlip& flip);

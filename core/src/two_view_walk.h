@@ -1,0 +1,85 @@
+// The walk of a shape through two strided views, written once: the CPU backend's slabs,
+// conversion's element walk, the digest's rows and the wide path's rows all step through
+// their outer axes with this odometer. Internal to core.
+#pragma once
+
+#include <array>
+#include <cstddef>
+
+#include "shardcheck/map.h"
+
+namespace shardcheck::detail {
+
+// One axis of a shape read through two views: its extent and its stride in each.
+struct WalkAxis {
+  Index extent;
+  Index from_stride;
+  Index to_stride;
+};
+
+// The axes [0, last) of `shape` with an extent > 1, outermost first, into `out`; returns
+// how many. Axes of extent 1 do not move either address, so leaving them out changes
+// neither the order nor the addresses of a walk, and at most 63 remain in a shape whose
+// numel fits 64 bits (the caller has checked the views).
+inline int outer_axes(const Extents& shape, const StridedView& a, const StridedView& b, std::size_t last,
+                      std::array<WalkAxis, 64>& out) {
+  int n = 0;
+  for (std::size_t k = 0; k < last; ++k) {
+    if (shape[k] > 1 && n < 64) out[static_cast<std::size_t>(n++)] = WalkAxis{shape[k], a.strides[k], b.strides[k]};
+  }
+  return n;
+}
+
+inline bool has_zero_extent(const Extents& shape) {
+  for (Index e : shape) {
+    if (e == 0) return true;
+  }
+  return false;
+}
+
+// An odometer over `count` axes in row-major order (the last fastest), holding the
+// addresses of the current position in both views. It starts at position `start`
+// (0 <= start < the product of the extents).
+class TwoViewWalk {
+ public:
+  TwoViewWalk(const WalkAxis* axes, int count, Index from, Index to, Index start = 0)
+      : axes_(axes), count_(count), from_(from), to_(to) {
+    // Only the walk's own axes are set: zeroing the whole array cost more than copying a
+    // 2 KiB row on the wide path.
+    for (int k = count_; k-- > 0;) {
+      counter_[k] = start % axes_[k].extent;
+      start /= axes_[k].extent;
+      from_ += counter_[k] * axes_[k].from_stride;
+      to_ += counter_[k] * axes_[k].to_stride;
+    }
+  }
+
+  Index from() const { return from_; }
+  Index to() const { return to_; }
+
+  // Moves to the next position; false after the last one. Steps back rather than one
+  // past the end: the past-the-end address may overflow.
+  bool next() {
+    for (int k = count_; k-- > 0;) {
+      const WalkAxis& axis = axes_[k];
+      if (++counter_[k] < axis.extent) {
+        from_ += axis.from_stride;
+        to_ += axis.to_stride;
+        return true;
+      }
+      from_ -= (axis.extent - 1) * axis.from_stride;
+      to_ -= (axis.extent - 1) * axis.to_stride;
+      counter_[k] = 0;
+    }
+    return false;
+  }
+
+ private:
+  const WalkAxis* axes_;
+  int count_;
+  Index from_;
+  Index to_;
+  std::array<Index, 64> counter_;
+};
+
+}  // namespace shardcheck::detail
