@@ -132,6 +132,7 @@ int main(int argc, char** argv) {
   register_repro(app, state);
   register_digest(app, state);
   register_campaign(app, state);
+  register_serve_protocol(app, state);
   // After the subcommands are made, so that they do not inherit the whole overview.
   app.footer(overview());
   for (const HelpSection& section : kSections) {
