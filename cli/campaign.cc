@@ -51,6 +51,7 @@ struct CampaignArgs {
   std::optional<Index> plant_crash_at;
   std::optional<Index> plant_hang_at;
   std::optional<Index> plant_oom_at;
+  std::optional<Index> plant_garbage_at;
   std::optional<Index> digest_share;
   std::optional<Index> large_share;
   std::optional<Index> loopback_share;
@@ -279,6 +280,7 @@ int run_campaign(const CampaignArgs& args) {
   options.plant_crash_at = args.plant_crash_at;
   options.plant_hang_at = args.plant_hang_at;
   options.plant_oom_at = args.plant_oom_at;
+  options.plant_garbage_at = args.plant_garbage_at;
 
   if (!options.eval.target.empty()) {
     // Started once here (and stopped again before any worker starts) so that a target
@@ -413,6 +415,7 @@ void register_campaign(CLI::App& app, RunState& state) {
   add_int_option(sub, "--plant-crash-at", args->plant_crash_at, Index{0}, kMaxIndex, "")->group("");
   add_int_option(sub, "--plant-hang-at", args->plant_hang_at, Index{0}, kMaxIndex, "")->group("");
   add_int_option(sub, "--plant-oom-at", args->plant_oom_at, Index{0}, kMaxIndex, "")->group("");
+  add_int_option(sub, "--plant-garbage-at", args->plant_garbage_at, Index{0}, kMaxIndex, "")->group("");
   // Hidden: the shares of the default campaign's variants (1 in N cases; 0: none).
   defining(add_int_option(sub, "--digest-share", args->digest_share, Index{0}, Index{1} << 20, "")->group(""));
   defining(add_int_option(sub, "--large-share", args->large_share, Index{0}, Index{1} << 20, "")->group(""));

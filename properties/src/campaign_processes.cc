@@ -409,6 +409,12 @@ void limit_address_space(Index limit) {
         run_case(options, ledger.index_of(k), result, phase);
         slot.phase.store(0, std::memory_order_release);
       }
+      if (options.plant_garbage_at && !result.by_constructor.empty()) {
+        const Index planted = *options.plant_garbage_at;
+        for (Index j = range.first; j < k; ++j) {
+          if (ledger.index_of(j) == planted) ++result.by_constructor.begin()->second.cases;
+        }
+      }
       if (!write_all(results, batch_frame({range.first, k}, result))) _exit(0);
       if (k < range.end) _exit(0);
     }

@@ -80,6 +80,9 @@ struct Options {
   std::optional<Index> plant_crash_at;
   std::optional<Index> plant_hang_at;
   std::optional<Index> plant_oom_at;
+  // Test-only: the worker that runs case INDEX (isolated) reports its batch with one
+  // case too many in a tally, as a worker whose memory was damaged might.
+  std::optional<Index> plant_garbage_at;
 };
 
 // The smallest case seen for one finding signature (minimised by size, then index).
