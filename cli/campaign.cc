@@ -52,6 +52,10 @@ struct CampaignArgs {
   std::optional<Index> plant_crash_at;
   std::optional<Index> plant_hang_at;
   std::optional<Index> plant_oom_at;
+  std::optional<Index> plant_garbage_at;
+  std::optional<Index> digest_share;
+  std::optional<Index> large_share;
+  std::optional<Index> loopback_share;
   // Options that define the campaign, so that --resume refuses them: name -> given.
   std::vector<std::pair<std::string, CLI::Option*>> defining;
 };
@@ -206,6 +210,9 @@ int options_from_args(const CampaignArgs& args, campaign::Options& options) {
   options.eval.strict_layout = args.strict_layout;
   options.generate.record_digest = args.digest;
   options.generate.layout.max_elements = args.max_elements;
+  if (args.digest_share) options.digest_share = static_cast<int>(*args.digest_share);
+  if (args.large_share) options.large_share = static_cast<int>(*args.large_share);
+  if (args.loopback_share) options.loopback_share = static_cast<int>(*args.loopback_share);
   options.isolate = true;
   return kExitOk;
 }
@@ -278,9 +285,17 @@ int run_campaign(const CampaignArgs& args) {
   if (args.no_isolate) options.isolate = false;
   if (args.case_time_limit) options.case_time_limit = *args.case_time_limit;
   if (args.case_memory_limit_mib) options.case_memory_limit = *args.case_memory_limit_mib << 20;
+  // The loopback target: this very program, serving the strict policy over the protocol
+  // (a share of the cases, Options::loopback_share; not with a target of the user's).
+  if (options.eval.target.empty() && options.loopback_share > 0) {
+    std::error_code self_error;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", self_error);
+    if (!self_error) options.loopback_target = "exec:exec " + oracles::shell_word(self.string()) + " serve-protocol";
+  }
   options.plant_crash_at = args.plant_crash_at;
   options.plant_hang_at = args.plant_hang_at;
   options.plant_oom_at = args.plant_oom_at;
+  options.plant_garbage_at = args.plant_garbage_at;
 
   if (!options.eval.target.empty()) {
     // Started once here (and stopped again before any worker starts) so that a target
@@ -364,6 +379,13 @@ int run_campaign(const CampaignArgs& args) {
                  "shardcheck campaign: stopped after %lld cases; continue with: shardcheck campaign --resume %s\n",
                  static_cast<long long>(report.cases), out.c_str());
   }
+  if (!report.ledger_error.empty()) {
+    // The engine lost or doubled cases: its table is not the campaign it claims to be.
+    std::printf("verdict: ERROR, exit 2: the campaign's cases are not exactly the cases it ran: %s\n",
+                report.ledger_error.c_str());
+    std::fprintf(stderr, "shardcheck campaign: the ledger does not add up: %s\n", report.ledger_error.c_str());
+    return kExitUsage;
+  }
   std::fputs(verdict_line(report, out).c_str(), stdout);
   return report.failed() ? kExitFound : kExitOk;
 }
@@ -412,6 +434,11 @@ void register_campaign(CLI::App& app, RunState& state) {
   add_int_option(sub, "--plant-crash-at", args->plant_crash_at, Index{0}, kMaxIndex, "")->group("");
   add_int_option(sub, "--plant-hang-at", args->plant_hang_at, Index{0}, kMaxIndex, "")->group("");
   add_int_option(sub, "--plant-oom-at", args->plant_oom_at, Index{0}, kMaxIndex, "")->group("");
+  add_int_option(sub, "--plant-garbage-at", args->plant_garbage_at, Index{0}, kMaxIndex, "")->group("");
+  // Hidden: the shares of the default campaign's variants (1 in N cases; 0: none).
+  defining(add_int_option(sub, "--digest-share", args->digest_share, Index{0}, Index{1} << 20, "")->group(""));
+  defining(add_int_option(sub, "--large-share", args->large_share, Index{0}, Index{1} << 20, "")->group(""));
+  defining(add_int_option(sub, "--loopback-share", args->loopback_share, Index{0}, Index{1} << 20, "")->group(""));
   sub->callback([args, &state] { state.exit_code = run_campaign(*args); });
 }
 

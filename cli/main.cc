@@ -105,8 +105,9 @@ constexpr HelpSection kSections[] = {
       SIGINT/SIGTERM stop at the next case boundary; a second SIGINT stops at once.
       Exit: 0 nothing silently wrong and no finding; 1 a finding (silently wrong, a
       crash, time-out or out-of-memory case, a target fault; valid-but-different only
-      with --strict-layout); 2 bad usage, a target that does not start, or a checkpoint
-      that cannot be resumed; 130 stopped at once by a second SIGINT.
+      with --strict-layout); 2 bad usage, a target that does not start, a checkpoint
+      that cannot be resumed, or cases lost or doubled by the campaign itself (its
+      ledger does not add up); 130 stopped at once by a second SIGINT.
 )"},
 };
 
@@ -132,6 +133,7 @@ int main(int argc, char** argv) {
   register_repro(app, state);
   register_digest(app, state);
   register_campaign(app, state);
+  register_serve_protocol(app, state);
   // After the subcommands are made, so that they do not inherit the whole overview.
   app.footer(overview());
   for (const HelpSection& section : kSections) {

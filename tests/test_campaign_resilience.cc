@@ -25,7 +25,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shardcheck/campaign.h"
 #include "shardcheck/case.h"
+#include "../properties/src/campaign_internal.h"
 
 namespace {
 
@@ -402,6 +404,68 @@ Json run_to_report(const fs::path& dir, const std::string& name, std::vector<std
   Running run(args, dir / (name + "-stderr.txt"));
   code = exit_code(run.wait());
   return read_json(dir / name / "report.json");
+}
+
+TEST_F(CampaignResilience, GarbageFromAWorkerIsACrashFindingOfItsCase) {
+  int clean_code = -1, planted_code = -1;
+  const Json clean = run_to_report(dir_, "clean", {}, clean_code);
+  const Json planted = run_to_report(dir_, "planted", {"--plant-garbage-at", "700"}, planted_code);
+  ASSERT_FALSE(clean.is_discarded());
+  ASSERT_FALSE(planted.is_discarded());
+  EXPECT_EQ(clean_code, 0);
+  EXPECT_EQ(planted_code, 1) << "garbage from a worker is a finding, and the campaign goes on";
+  EXPECT_TRUE(planted.at("complete").get<bool>());
+  EXPECT_FALSE(planted.contains("ledger_error")) << planted.at("ledger_error");
+  expect_consistent_report(planted);
+  // Every case counted once: the planted one as crashed, its batch's others as before.
+  EXPECT_EQ(planted.at("cases"), clean.at("cases"));
+  EXPECT_EQ(planted.at("total").at("crashed").get<long long>(), 1);
+  ASSERT_EQ(planted.at("findings").size(), 1u) << planted.at("findings").dump(1);
+  const Json& finding = planted.at("findings")[0];
+  EXPECT_EQ(finding.at("case_index").get<long long>(), 700);
+  EXPECT_EQ(finding.at("signature").get<std::string>().rfind("crash:garbage:", 0), 0u) << finding.dump();
+  EXPECT_NE(finding.at("message").get<std::string>().find("do not hold up"), std::string::npos) << finding.dump();
+  ASSERT_TRUE(finding.at("file").is_string());
+  EXPECT_TRUE(fs::exists(dir_ / "planted" / finding.at("file").get<std::string>()));
+}
+
+TEST(CampaignLedger, AuditNamesLostAndDoubledCases) {
+  shardcheck::campaign::Options options;
+  options.cases = 100;
+  {
+    shardcheck::campaign::detail::Ledger ledger(options, nullptr);
+    auto range = ledger.take(60);
+    ASSERT_TRUE(range);
+    ledger.give_back(*range);
+    EXPECT_EQ(ledger.audit(false), "") << "a range handed out and given back whole is not lost";
+    auto again = ledger.take(60);
+    ASSERT_TRUE(again);
+    ledger.give_back({again->first + 1, again->end});  // case 0 neither done nor given back
+    EXPECT_NE(ledger.audit(false).find("neither done nor waiting"), std::string::npos) << ledger.audit(false);
+  }
+  {
+    shardcheck::campaign::detail::Ledger ledger(options, nullptr);
+    auto range = ledger.take(10);
+    ASSERT_TRUE(range);
+    shardcheck::campaign::detail::BatchResult result;
+    result.by_constructor["replicated"].cases = 10;
+    result.by_constructor["replicated"].exact = 10;
+    ledger.commit(*range, result);
+    EXPECT_EQ(ledger.audit(false), "");
+    EXPECT_NE(ledger.audit(true).find("complete with 10 of its 100"), std::string::npos) << ledger.audit(true);
+    ledger.commit({5, 6}, shardcheck::campaign::detail::BatchResult{});
+    EXPECT_NE(ledger.audit(false).find("committed twice"), std::string::npos) << ledger.audit(false);
+  }
+  {
+    shardcheck::campaign::detail::Ledger ledger(options, nullptr);
+    auto range = ledger.take(10);
+    ASSERT_TRUE(range);
+    shardcheck::campaign::detail::BatchResult result;
+    result.by_constructor["replicated"].cases = 9;  // one case of the ten not tallied
+    result.by_constructor["replicated"].exact = 9;
+    ledger.commit(*range, result);
+    EXPECT_NE(ledger.audit(false).find("tallies count 9"), std::string::npos) << ledger.audit(false);
+  }
 }
 
 TEST_F(CampaignResilience, CrashingAndHangingCasesBecomeOneFindingEach) {

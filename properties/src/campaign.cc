@@ -41,6 +41,7 @@ void Tally::merge(const Tally& other) {
 }
 
 bool Report::failed() const {
+  if (!ledger_error.empty()) return true;
   if (total.wrong > 0 || !findings.empty()) return true;
   return options.eval.strict_layout && total.valid_but_different > 0;
 }
@@ -53,9 +54,33 @@ std::uint64_t case_seed(std::uint64_t seed, Index index) {
   return z ^ (z >> 31);
 }
 
+Variant variant_of(const Options& options, Index index) {
+  // A stream of its own (not the case's seed, whose bits start the case's draws).
+  const std::uint64_t h = case_seed(options.seed ^ 0x6a09e667f3bcc909ull, index);
+  auto share = [&](int slot, int n) { return n > 0 && ((h >> (16 * slot)) & 0xffff) % static_cast<unsigned>(n) == 0; };
+  Variant v;
+  // An implementation of the user's may ignore digests (docs/protocol.md): it is judged
+  // by them with --digest only, as before.
+  v.digest = options.eval.target.empty() && share(0, options.digest_share);
+  v.large = share(1, options.large_share);
+  v.loopback = options.eval.target.empty() && !options.loopback_target.empty() && share(2, options.loopback_share);
+  return v;
+}
+
+props::EvalOptions eval_options_of(const Options& options, Index index) {
+  props::EvalOptions eval = options.eval;
+  if (variant_of(options, index).loopback) eval.target = options.loopback_target;
+  return eval;
+}
+
 Case generate_indexed_case(const Options& options, Index index) {
   gen::SeededChoices choices(case_seed(options.seed, index));
-  return gen::generate_case(choices, options.generate);
+  const Variant variant = variant_of(options, index);
+  if (!variant.digest && !variant.large) return gen::generate_case(choices, options.generate);
+  gen::CaseOptions generate = options.generate;
+  generate.record_digest = generate.record_digest || variant.digest;
+  generate.layout.large = variant.large;
+  return gen::generate_case(choices, generate);
 }
 
 Report run(const Options& options, const Control& control) {
@@ -86,6 +111,7 @@ Report run(const Options& options, const Control& control) {
   const double total_seconds = seconds();
   if (writer) writer->finish(complete);
   Report report = ledger.snapshot(total_seconds, complete).report;
+  report.ledger_error = ledger.audit(complete);
   for (auto& finding : report.findings) {
     if (finding.has_case) finding.reproducer = generate_indexed_case(options, finding.first_case);
   }
@@ -225,6 +251,7 @@ Json report_to_json(const Report& report) {
     f["file"] = finding.has_case ? Json("findings/" + finding_file_name(finding.signature)) : Json(nullptr);
     j["findings"].push_back(std::move(f));
   }
+  if (!report.ledger_error.empty()) j["ledger_error"] = report.ledger_error;
   j["failed"] = report.failed();
   return j;
 }
@@ -244,6 +271,9 @@ Json checkpoint_to_json(const Checkpoint& checkpoint) {
   j["strict_layout"] = o.eval.strict_layout;
   j["max_elements"] = o.generate.layout.max_elements;
   j["digest"] = o.generate.record_digest;
+  j["digest_share"] = o.digest_share;
+  j["large_share"] = o.large_share;
+  j["loopback_share"] = o.loopback_share;
   j["shard_index"] = o.shard_index;
   j["shard_count"] = o.shard_count;
   j["jobs"] = o.jobs;
@@ -325,6 +355,11 @@ Checkpoint parse_checkpoint(const Json& j) {
   o.eval.strict_layout = j.at("strict_layout").get<bool>();
   o.generate.layout.max_elements = count_field(j, "max_elements");
   o.generate.record_digest = j.at("digest").get<bool>();
+  // Absent from checkpoints written before the shared variants: none, as that campaign ran.
+  o.digest_share = j.value("digest_share", 0);
+  o.large_share = j.value("large_share", 0);
+  o.loopback_share = j.value("loopback_share", 0);
+  if (o.digest_share < 0 || o.large_share < 0 || o.loopback_share < 0) throw std::out_of_range("a share is negative");
   o.shard_index = j.at("shard_index").get<int>();
   o.shard_count = j.at("shard_count").get<int>();
   if (o.shard_count < 1 || o.shard_index < 0 || o.shard_index >= o.shard_count) {
@@ -396,6 +431,8 @@ Json finding_case_file(const Report& report, const FindingRecord& finding) {
   props::FoundWith found;
   found.policy = eval.policy;
   found.target = eval.target;
+  // A case that went through the loopback target replays through it.
+  if (eval.target.empty()) found.target = eval_options_of(report.options, finding.first_case).target;
   found.by = fmt::format("shardcheck campaign --seed {} (case {}, {} {})", report.options.seed, finding.first_case,
                          other_target ? "target" : "policy",
                          other_target ? eval.target : std::string(policy_name(eval.policy)));

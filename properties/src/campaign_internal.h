@@ -39,6 +39,8 @@ class RangeSet {
   std::optional<Range> take_front(Index max_size);
   bool empty() const { return ranges_.empty(); }
   Index count() const;
+  // Whether some number of `range` is in the set.
+  bool overlaps(Range range) const;
   std::vector<std::pair<Index, Index>> ranges() const;
 
  private:
@@ -116,6 +118,12 @@ class Ledger {
   void give_back(Range range);
   // Cases `range` ran, with their results.
   void commit(Range range, const BatchResult& result);
+  // The end-of-run audit: the cases done and the cases given back are disjoint and
+  // together exactly [0, N) of what was handed out, each case committed once, the
+  // tallies count the cases done, and a complete fixed-count campaign did all of its
+  // cases. Empty when it all adds up; else a sentence saying what was lost or doubled.
+  // Call when no range is handed out any more (every worker has returned).
+  std::string audit(bool complete) const;
 
   void request_stop() { stopping_.store(true, std::memory_order_relaxed); }
   bool stopping() const { return stopping_.load(std::memory_order_relaxed); }
@@ -138,6 +146,10 @@ class Ledger {
   Index frontier_ = 0;
   RangeSet done_;
   BatchResult committed_;
+  // The first inconsistency seen as it happened (a range committed or given back twice,
+  // or outside what was handed out), reported by audit().
+  std::string fault_;
+  Index committed_cases_ = 0;  // the sum of the sizes of the ranges committed this run
 };
 
 // A report from a checkpoint: totals summed, findings in signature order.
@@ -178,7 +190,7 @@ class Writer {
   };
   void loop();
   void write_findings(std::vector<FindingState> batch, bool announce);
-  void write_state(bool complete);
+  void write_state(bool complete, bool final = false);
   bool write_file(const std::filesystem::path& path, const std::string& text);
   void warn(const std::string& message);
 

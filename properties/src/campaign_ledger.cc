@@ -5,6 +5,8 @@
 #include <limits>
 #include <memory>
 
+#include <fmt/format.h>
+
 #include "campaign_internal.h"
 #include "shardcheck/gen/corruption.h"
 
@@ -42,6 +44,13 @@ Index RangeSet::count() const {
   Index total = 0;
   for (const auto& [first, end] : ranges_) total += end - first;
   return total;
+}
+
+bool RangeSet::overlaps(Range range) const {
+  if (range.empty()) return false;
+  auto next = ranges_.upper_bound(range.first);
+  if (next != ranges_.begin() && std::prev(next)->second > range.first) return true;
+  return next != ranges_.end() && next->first < range.end;
 }
 
 std::vector<std::pair<Index, Index>> RangeSet::ranges() const {
@@ -110,7 +119,9 @@ std::optional<FindingState> run_case(const Options& options, Index index, BatchR
   const Case c = generate_indexed_case(options, index);
   if (phase) phase(2);
   plant(options, index);
-  const props::Evaluation evaluation = props::evaluate_case(c, options.eval);
+  const Variant variant = variant_of(options, index);
+  const props::Evaluation evaluation =
+      props::evaluate_case(c, variant.loopback ? eval_options_of(options, index) : options.eval);
   into.by_constructor[c.constructor].add(evaluation.category);
   into.by_corruption[corruption_of(c)].add(evaluation.category);
   if (evaluation.refusal) {
@@ -197,16 +208,73 @@ std::optional<Range> Ledger::take(Index max_size) {
   return range;
 }
 
+namespace {
+
+std::string range_text(Range range) {
+  return range.size() == 1 ? fmt::format("case {}", range.first)
+                           : fmt::format("cases [{}, {})", range.first, range.end);
+}
+
+}  // namespace
+
 void Ledger::give_back(Range range) {
   std::lock_guard lock(mutex_);
+  if (range.empty()) return;
+  if (fault_.empty()) {
+    if (range.first < 0 || range.end > frontier_) {
+      fault_ = fmt::format("{} given back, beyond the {} cases handed out", range_text(range), frontier_);
+    } else if (done_.overlaps(range)) {
+      fault_ = fmt::format("{} given back after being done", range_text(range));
+    } else if (pending_.overlaps(range)) {
+      fault_ = fmt::format("{} given back twice", range_text(range));
+    }
+  }
   pending_.add(range);
 }
 
 void Ledger::commit(Range range, const BatchResult& result) {
   std::lock_guard lock(mutex_);
+  if (fault_.empty() && !range.empty()) {
+    if (range.first < 0 || range.end > frontier_) {
+      fault_ = fmt::format("{} committed, beyond the {} cases handed out", range_text(range), frontier_);
+    } else if (done_.overlaps(range)) {
+      fault_ = fmt::format("{} committed twice", range_text(range));
+    } else if (pending_.overlaps(range)) {
+      fault_ = fmt::format("{} committed while waiting to run again", range_text(range));
+    }
+  }
+  committed_cases_ += std::max<Index>(0, range.size());
   done_.add(range);
   committed_.merge(result);
   done_cases_.fetch_add(range.size(), std::memory_order_relaxed);
+}
+
+std::string Ledger::audit(bool complete) const {
+  std::lock_guard lock(mutex_);
+  if (!fault_.empty()) return fault_;
+  RangeSet both = done_;
+  for (const auto& [first, end] : pending_.ranges()) both.add({first, end});
+  const auto whole = both.ranges();
+  const Index done = done_.count();
+  if (done + pending_.count() != frontier_ || (frontier_ > 0 && (whole.size() != 1 || whole[0].first != 0))) {
+    const Index lost = frontier_ - both.count();
+    return fmt::format("of the {} cases handed out, {} are neither done nor waiting to run (done {}, waiting {})",
+                       frontier_, lost, done, pending_.count());
+  }
+  Index tallied = 0;
+  for (const auto& [name, tally] : committed_.by_constructor) tallied += tally.cases;
+  if (tallied != done) {
+    return fmt::format("the tallies count {} cases, the ledger {} done", tallied, done);
+  }
+  const Index resumed = done - committed_cases_;
+  if (resumed < 0 || done_cases() != done) {
+    return fmt::format("{} cases were committed this run, {} counted, for {} done", committed_cases_, done_cases(),
+                       done);
+  }
+  if (complete && options_.cases && (frontier_ != shard_cases_ || !pending_.empty())) {
+    return fmt::format("the campaign calls itself complete with {} of its {} cases done", done, shard_cases_);
+  }
+  return {};
 }
 
 bool Ledger::all_done() const {

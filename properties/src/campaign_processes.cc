@@ -24,14 +24,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <span>
 #include <fstream>
 #include <new>
 
 #include <fmt/format.h>
 
 #include "campaign_internal.h"
+#include "shardcheck/gen/corruption.h"
+#include "shardcheck/gen/layout.h"
 
 namespace shardcheck::campaign::detail {
 
@@ -202,6 +206,103 @@ bool decode_batch(Decoder& d, Range& range, BatchResult& result) {
   return d.done();
 }
 
+// Whether `text` is UTF-8 without control characters other than tab and newline (what
+// a report, a case file and a terminal line can carry).
+bool printable_utf8(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x80) {
+      if ((byte < 0x20 && byte != '\t' && byte != '\n') || byte == 0x7f) return false;
+      ++i;
+      continue;
+    }
+    const std::size_t length = byte >= 0xf0 ? 4 : byte >= 0xe0 ? 3 : byte >= 0xc2 ? 2 : 0;
+    if (length == 0 || byte > 0xf4 || i + length > text.size()) return false;
+    for (std::size_t k = 1; k < length; ++k) {
+      if ((static_cast<unsigned char>(text[i + k]) & 0xc0) != 0x80) return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
+// What a worker may say about `range` of shard-local case numbers: each tally sums up
+// (its outcomes are its cases, none crashed: only the parent counts those), the rows per
+// constructor and per corruption each count every case of the range once, under names
+// the generators use; refusal kinds and operations are known names and count no more
+// cases than they can; each finding belongs to a case of the range, under its judge's
+// prefix, in printable text. Empty when the batch holds up; else what does not.
+std::string validate_batch(const Ledger& ledger, Range range, const BatchResult& result) {
+  const Index n = range.size();
+  auto known = [](std::span<const std::string_view> names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  static const std::vector<std::string_view> kinds = [] {
+    std::vector<std::string_view> out{gen::kNoCorruption};
+    for (std::string_view kind : gen::corruption_kinds()) out.push_back(kind);
+    return out;
+  }();
+  constexpr std::string_view kOps[] = {"rebuild", "extract"};
+  auto check_rows = [&](const char* what, const std::map<std::string, Tally>& rows, auto&& name_ok, Index least,
+                        Index most) -> std::string {
+    Index cases = 0;
+    for (const auto& [name, t] : rows) {
+      if (!name_ok(name)) return fmt::format("a {} row of an unknown name", what);
+      for (Index v : {t.cases, t.refused, t.exact, t.wrong, t.valid_but_different, t.crashed, t.target_faults}) {
+        if (v < 0 || v > n) return fmt::format("the {} row {} counts {}", what, name, v);
+      }
+      if (t.crashed != 0) return fmt::format("the {} row {} counts crashed cases", what, name);
+      if (t.refused + t.exact + t.wrong + t.valid_but_different + t.target_faults != t.cases) {
+        return fmt::format("the {} row {}: its outcomes do not add up to its {} cases", what, name, t.cases);
+      }
+      cases += t.cases;
+    }
+    if (cases < least || cases > most) {
+      return fmt::format("the {} rows count {} cases for a batch of {}", what, cases, n);
+    }
+    return {};
+  };
+  std::string error = check_rows(
+      "constructor", result.by_constructor, [&](const std::string& name) { return known(gen::constructor_names(), name); },
+      n, n);
+  if (error.empty()) {
+    error = check_rows("corruption", result.by_corruption, [&](const std::string& name) { return known(kinds, name); },
+                       n, n);
+  }
+  if (error.empty()) {
+    error = check_rows(
+        "refusal kind", result.by_refusal_kind,
+        [](const std::string& name) { return name == "unknown" || parse_kind(name).has_value(); }, 0, n);
+  }
+  if (error.empty()) {
+    error = check_rows("operation", result.by_op, [&](const std::string& name) { return known(kOps, name); }, 0,
+                       2 * n);
+  }
+  if (!error.empty()) return error;
+  if (static_cast<Index>(result.findings.size()) > n) return fmt::format("{} findings from {} cases", result.findings.size(), n);
+  Index occurrences = 0;
+  for (const auto& [signature, f] : result.findings) {
+    const std::string_view prefix = props::judge_row(f.judge).prefix;
+    if (f.signature != signature || !printable_utf8(f.signature) || !printable_utf8(f.message) ||
+        f.signature.find('\n') != std::string::npos ||
+        f.signature.compare(0, prefix.size(), prefix) != 0 ||
+        (f.signature.size() > prefix.size() && f.signature[prefix.size()] != ':')) {
+      return "a finding whose signature is not its judge's, or whose text is not printable";
+    }
+    const Index k = (f.index - ledger.index_of(0)) / std::max<Index>(1, ledger.index_of(1) - ledger.index_of(0));
+    if (k < range.first || k >= range.end || ledger.index_of(k) != f.index) {
+      return fmt::format("a finding of case {}, not a case of the batch", f.index);
+    }
+    if (f.occurrences < 1 || f.occurrences > n || f.numel < 0 || f.pieces < 0 || !f.has_case) {
+      return fmt::format("the finding {} counts what no batch can", f.signature);
+    }
+    occurrences += f.occurrences;
+  }
+  if (occurrences > n) return fmt::format("findings in {} of {} cases", occurrences, n);
+  return {};
+}
+
 bool write_all(int fd, const std::string& bytes) {
   std::size_t written = 0;
   while (written < bytes.size()) {
@@ -308,6 +409,12 @@ void limit_address_space(Index limit) {
         run_case(options, ledger.index_of(k), result, phase);
         slot.phase.store(0, std::memory_order_release);
       }
+      if (options.plant_garbage_at && !result.by_constructor.empty()) {
+        const Index planted = *options.plant_garbage_at;
+        for (Index j = range.first; j < k; ++j) {
+          if (ledger.index_of(j) == planted) ++result.by_constructor.begin()->second.cases;
+        }
+      }
       if (!write_all(results, batch_frame({range.first, k}, result))) _exit(0);
       if (k < range.end) _exit(0);
     }
@@ -350,6 +457,10 @@ struct Worker {
   std::string killed_for;
   Index killed_k = -1;
   int killed_phase = 0;
+  // Killed for results that do not hold up: why, and whether its batch was taken back
+  // to run again one case at a time (then its death blames no case).
+  std::string garbage_why;
+  bool garbage_retried = false;
   bool alive() const { return pid > 0; }
 };
 
@@ -387,23 +498,90 @@ class Pool {
     Worker& w = workers_[i];
     if (!w.alive()) {
       if (stopping_) return;
-      auto range = ledger_.take(kBatchCases);
+      auto range = take();
       if (!range) return;
       if (!spawn(i)) {
-        ledger_.give_back(*range);
+        return_range(*range);
         return;
       }
       send(w, *range);
     }
     if (w.commands < 0) return;
     while (static_cast<int>(w.assigned.size()) < kQueued) {
-      auto range = ledger_.take(kBatchCases);
+      auto range = take();
       if (!range) break;
       send(w, *range);
     }
     if (w.assigned.empty()) close_commands(w);
   }
 
+  // The next range to run: a case of a batch whose results did not hold up, alone, or
+  // the ledger's next batch.
+  std::optional<Range> take() {
+    if (!singles_.empty() && !stopping_) {
+      const Index k = singles_.front();
+      singles_.pop_front();
+      return Range{k, k + 1};
+    }
+    return ledger_.take(kBatchCases);
+  }
+
+  // A range handed out and not run goes back where it came from.
+  void return_range(Range range) {
+    if (range.empty()) return;
+    if (range.size() == 1 && retry_of(range.first) != nullptr) singles_.push_front(range.first);
+    else ledger_.give_back(range);
+  }
+
+  // A batch of cases whose results did not hold up runs again one case per frame, so
+  // that the case whose results are garbage is named (and only that case).
+  struct Retry {
+    Range whole;
+    Index left = 0;  // its cases not yet run again
+    bool blamed = false;
+    std::string why;
+  };
+
+  Retry* retry_of(Index k) {
+    for (Retry& r : retries_) {
+      if (r.left > 0 && k >= r.whole.first && k < r.whole.end) return &r;
+    }
+    return nullptr;
+  }
+
+  // Case k of a retried batch ran again: `blamed` when its results were garbage again.
+  void settle(Index k, bool blamed) {
+    Retry* r = retry_of(k);
+    if (r == nullptr) return;
+    --r->left;
+    r->blamed = r->blamed || blamed;
+    if (r->left > 0 || r->blamed) return;
+    // Each case alone gave results that hold up: the garbage did not come back, and no
+    // case can be blamed. It is a finding all the same (a worker's memory went bad).
+    FindingState finding;
+    finding.judge = props::JudgeId::worker_crash;
+    finding.signature = props::signature_of(finding.judge, "garbage:unrepeated");
+    finding.message = fmt::format(
+        "a worker process sent results for cases {} to {} that do not hold up ({}); run again one at a time, "
+        "each case's results did",
+        ledger_.index_of(r->whole.first), ledger_.index_of(r->whole.end - 1), r->why);
+    finding.index = ledger_.index_of(r->whole.first);
+    finding.occurrences = 1;
+    finding.has_case = false;
+    BatchResult result;
+    result.add_finding(finding);
+    ledger_.commit({r->whole.first, r->whole.first}, result);
+    if (writer_) writer_->offer(finding);
+  }
+
+ public:
+  // Cases of retried batches that a stop left unrun go back to the ledger.
+  void give_back_singles() {
+    for (Index k : singles_) ledger_.give_back({k, k + 1});
+    singles_.clear();
+  }
+
+ private:
   void send(Worker& w, Range range) {
     Encoder e;
     e.i64(range.first);
@@ -509,8 +687,8 @@ class Pool {
 
   void parse(int i) {
     Worker& w = workers_[i];
-    if (w.killed_for == "crash:protocol") {
-      w.inbox.clear();  // nothing it sends after a malformed frame is trusted
+    if (!w.garbage_why.empty()) {
+      w.inbox.clear();  // nothing it sends after garbage is trusted
       return;
     }
     std::size_t at = 0;
@@ -518,15 +696,17 @@ class Pool {
       std::uint32_t length = 0, type = 0;
       std::memcpy(&length, w.inbox.data() + at, 4);
       std::memcpy(&type, w.inbox.data() + at + 4, 4);
-      if (type != kBatch || length > kMaxPayload) return protocol_error(i, at);
+      if (type != kBatch || length > kMaxPayload) return garbage(i, "a frame of another type or size");
       if (w.inbox.size() - at - 8 < length) break;
       Decoder d(w.inbox.data() + at + 8, length);
       Range range;
       BatchResult result;
-      if (!decode_batch(d, range, result) || w.assigned.empty() || range.first != w.assigned.front().first ||
-          range.end < range.first || range.end > w.assigned.front().end) {
-        return protocol_error(i, at);
+      if (!decode_batch(d, range, result)) return garbage(i, "a frame that does not decode");
+      if (w.assigned.empty() || range.first != w.assigned.front().first || range.end < range.first ||
+          range.end > w.assigned.front().end) {
+        return garbage(i, "results for cases it was not given");
       }
+      if (std::string why = validate_batch(ledger_, range, result); !why.empty()) return garbage(i, why);
       accept(w, range, result);
       at += 8 + length;
     }
@@ -537,21 +717,40 @@ class Pool {
     const Range whole = w.assigned.front();
     w.assigned.pop_front();
     ledger_.commit(range, result);
-    if (range.end < whole.end) ledger_.give_back({range.end, whole.end});
+    if (range.end < whole.end) return_range({range.end, whole.end});
+    for (Index k = range.first; k < range.end; ++k) settle(k, false);
     if (writer_) {
       for (const auto& [signature, finding] : result.findings) writer_->offer(finding);
     }
     unexplained_deaths_ = 0;
   }
 
-  void protocol_error(int i, std::size_t at) {
+  // Worker i sent something that is not a batch of its cases, or a batch whose counts do
+  // not hold up: nothing from it is trusted, it is killed, and the campaign goes on. A
+  // batch of one case blames that case (a crash finding, "crash:garbage:..."); a larger
+  // batch runs again one case per frame, so that the case whose results are garbage is
+  // named.
+  void garbage(int i, const std::string& why) {
     Worker& w = workers_[i];
-    w.inbox.erase(0, at);
-    warn("a worker process sent a malformed frame; it is replaced");
+    w.inbox.clear();
+    w.garbage_why = why;
     if (w.killed_for.empty()) {
-      w.killed_for = "crash:protocol";
+      w.killed_for = "crash:garbage";
       w.killed_k = -1;
+      w.killed_phase = 2;
+      if (!w.assigned.empty() && w.assigned.front().size() == 1) {
+        w.killed_k = w.assigned.front().first;
+      } else if (!w.assigned.empty()) {
+        const Range front = w.assigned.front();
+        w.assigned.pop_front();
+        if (Retry* r = retry_of(front.first); r == nullptr) {
+          retries_.push_back(Retry{front, front.size(), false, why});
+          for (Index k = front.first; k < front.end; ++k) singles_.push_back(k);
+        }
+        w.garbage_retried = true;
+      }
     }
+    warn(fmt::format("a worker process sent results that do not hold up ({}); it is replaced", why));
     ::kill(w.pid, SIGKILL);
   }
 
@@ -581,7 +780,7 @@ class Pool {
     blamed = blamed && !w.assigned.empty() && k >= w.assigned.front().first && k < w.assigned.front().end;
     if (blamed) {
       blame(w, k, kind, phase == 2);
-    } else if (!kind.empty()) {
+    } else if (!kind.empty() && !w.garbage_retried) {
       ++unexplained_deaths_;
       warn(fmt::format("a worker process died between cases ({}); it is replaced", kind));
       if (unexplained_deaths_ >= kMaxUnexplainedDeaths && !stopping_) {
@@ -589,7 +788,7 @@ class Pool {
         begin_stop();
       }
     }
-    for (const Range& range : w.assigned) ledger_.give_back(range);
+    for (const Range& range : w.assigned) return_range(range);
     close_commands(w);
     ::close(w.results);
     w = Worker{};
@@ -608,6 +807,8 @@ class Pool {
     } else if (kind == "oom") {
       message = fmt::format("case {} took more than {} MiB of memory; its worker was stopped", index,
                             options_.case_memory_limit >> 20);
+    } else if (kind == "crash:garbage") {
+      message = fmt::format("case {}: its worker process sent results that do not hold up ({})", index, w.garbage_why);
     } else {
       message = fmt::format("case {} took its worker process down ({})", index, kind.substr(kind.find(':') + 1));
     }
@@ -615,8 +816,9 @@ class Pool {
     BatchResult result;
     record_worker_death(options_, index, kind, message, generated, result);
     ledger_.commit({k, k + 1}, result);
-    ledger_.give_back({front.first, k});
-    ledger_.give_back({k + 1, front.end});
+    return_range({front.first, k});
+    return_range({k + 1, front.end});
+    settle(k, true);
     if (writer_) {
       for (const auto& [signature, finding] : result.findings) writer_->offer(finding);
     }
@@ -684,6 +886,8 @@ class Pool {
   std::vector<Worker> workers_;
   bool stopping_ = false;
   int unexplained_deaths_ = 0;
+  std::deque<Index> singles_;   // cases of retried batches, to run one per frame
+  std::vector<Retry> retries_;
 };
 
 }  // namespace
@@ -698,6 +902,7 @@ void run_processes(const Options& options, const Control& control, Ledger& ledge
   {
     Pool pool(options, control, ledger, writer);
     pool.run(monitor, immediate);
+    pool.give_back_singles();
   }
   sigaction(SIGPIPE, &previous, nullptr);
 }

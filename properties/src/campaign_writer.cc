@@ -109,8 +109,10 @@ void Writer::write_findings(std::vector<FindingState> batch, bool announce) {
   }
 }
 
-void Writer::write_state(bool complete) {
-  const Checkpoint checkpoint = ledger_.snapshot(seconds_(), complete);
+void Writer::write_state(bool complete, bool final) {
+  Checkpoint checkpoint = ledger_.snapshot(seconds_(), complete);
+  // The last report says whether the ledger adds up (every worker has returned by now).
+  if (final) checkpoint.report.ledger_error = ledger_.audit(complete);
   std::lock_guard lock(write_mutex_);
   write_file(control_.out / "checkpoint.json", checkpoint_to_json(checkpoint).dump() + "\n");
   write_file(control_.out / "table.txt", format_table(checkpoint.report));
@@ -134,7 +136,7 @@ void Writer::finish(bool complete) {
     committed.push_back(FindingState::from(record));
   }
   write_findings(std::move(committed), true);
-  write_state(complete);
+  write_state(complete, /*final=*/true);
 }
 
 // Writes a sibling temporary file and renames it over `path`: a reader (or a campaign

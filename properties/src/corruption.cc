@@ -267,6 +267,8 @@ void apply_edit(detail::Edit& e, const Row& row, Site site) {
       return offset_set_other(e, site, source);
     case Op::set_past_end:
       return offset_set_past_end(e, site, source);
+    case Op::set_last_address:
+      return offset_set_last_address(e, site, source);
     case Op::drop_location:
       return location_drop(e, site);
     case Op::add_location:
@@ -303,6 +305,7 @@ void apply_edit(detail::Edit& e, const Row& row, Site site) {
     case Op::text_duplicate_key:
     case Op::text_truncate:
     case Op::text_negative_zero:
+    case Op::text_trailing:
       return text_edit(e, row.op);
   }
 }

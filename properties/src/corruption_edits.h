@@ -65,6 +65,7 @@ enum class Op {
   set,
   set_other,
   set_past_end,
+  set_last_address,
   drop_location,
   add_location,
   replace_location,
@@ -86,6 +87,7 @@ enum class Op {
   text_duplicate_key,
   text_truncate,
   text_negative_zero,
+  text_trailing,
 };
 
 // An edit's parameter: an Index (deltas, offsets, stride values) or a scale.
@@ -206,6 +208,7 @@ constexpr bool well_formed(Field field, Fits fits, Op op, Param param) {
     case Op::set_other:
       return is_offset(field) && fits == Fits::other_offset && no_param;
     case Op::set_past_end:
+    case Op::set_last_address:
       return is_offset(field) && no_param;
     case Op::drop_location:
     case Op::replace_location:
@@ -237,6 +240,7 @@ constexpr bool well_formed(Field field, Fits fits, Op op, Param param) {
     case Op::text_duplicate_key:
     case Op::text_truncate:
     case Op::text_negative_zero:
+    case Op::text_trailing:
       return field == Field::map_text && fits == Fits::always && no_param;
   }
   return false;
@@ -316,6 +320,7 @@ void offset_add_stride(Edit& e, Site site, bool source, Index sign);
 void offset_set(Edit& e, Site site, bool source, Index value);
 void offset_set_other(Edit& e, Site site, bool source);
 void offset_set_past_end(Edit& e, Site site, bool source);
+void offset_set_last_address(Edit& e, Site site, bool source);
 
 void scale_set(Edit& e, Site site, double value);
 

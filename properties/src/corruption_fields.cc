@@ -216,6 +216,37 @@ void offset_set_past_end(Edit& e, Site site, bool source) {
   set_index(e.record, std::string(offset_name(source)), view.offset, value);
 }
 
+void offset_set_last_address(Edit& e, Site site, bool source) {
+  const Piece& piece = e.map.ranks[site.rank].pieces[site.piece];
+  constexpr Index kMax = std::numeric_limits<Index>::max();
+  Index below = 0;
+  if (!e.c.coin()) {
+    switch (e.c.below(3)) {
+      case 0: below = 1; break;
+      case 1: below = 2; break;
+      default: below = e.c.between(3, 4096); break;
+    }
+  }
+  const Index last = kMax - below;
+  StridedView& view = view_of(e, site, source);
+  // The view's span past its offset, when it has one that fits.
+  Index span = 0;
+  bool fits = true;
+  for (std::size_t k = 0; k < piece.shape.size() && k < view.strides.size(); ++k) {
+    if (piece.shape[k] <= 0) continue;
+    auto step = checked_mul(piece.shape[k] - 1, view.strides[k]);
+    auto sum = step ? checked_add(span, *step) : std::nullopt;
+    if (!sum || view.strides[k] < 0) {
+      fits = false;
+      break;
+    }
+    span = *sum;
+  }
+  const Index offset = fits && span <= last ? last - span : last;
+  set_index(e.record, std::string(offset_name(source)), view.offset, offset);
+  e.record.new_value += fmt::format(" (last address 2^63-1-{})", below);
+}
+
 void scale_set(Edit& e, Site site, double value) {
   double& scale = e.map.ranks[site.rank].pieces[site.piece].scale;
   e.record.field = "scale";

@@ -239,6 +239,21 @@ void text_edit(Edit& e, Op op) {
     case Op::text_truncate:
       if (e.c.chance(1, 2)) text = short_digest(json, e);
       break;
+    case Op::text_trailing: {
+      // A complete document and then more: JSON allows whitespace after the value and
+      // nothing else, so each of these must be refused (format), never read as the map.
+      const std::string whole = json.dump();
+      constexpr std::string_view kTails[] = {"}", "]", "x", "0", ",", "null"};
+      const std::string space = e.c.coin() ? "" : std::string(e.c.coin() ? " " : "\n");
+      const std::size_t which = e.c.below(std::size(kTails) + 1);
+      const std::string tail = which == std::size(kTails) ? whole : std::string(kTails[which]);
+      text = whole + space + tail;
+      e.record.field = "map_text";
+      e.record.old_value = fmt::format("{} bytes", whole.size());
+      e.record.new_value = which == std::size(kTails) ? std::string("the document twice")
+                                                      : Json(space + tail).dump() + " after it";
+      break;
+    }
     default:
       break;
   }

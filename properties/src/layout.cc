@@ -21,11 +21,55 @@ struct Bounds {
   int max_dims;
   Index max_extent;
   int max_tp;
+  Index min_elements = 0;  // a large layout: numel(F) at least this (see draw_any_shape)
 };
 
 Bounds clamp_options(const LayoutOptions& o) {
   return {std::clamp<Index>(o.max_elements, 1, Index{1} << 24), std::clamp(o.max_dims, 0, 8),
           std::clamp<Index>(o.max_extent, 0, 4096), std::clamp(o.max_tp, 1, 64)};
+}
+
+// The reference model judges maps of up to this many elements (F, a shard, and all
+// pieces together, replicas counted once per copy).
+constexpr Index kReferenceElements = Index{1} << 22;
+
+// A large layout's bounds for `dtype` (two bytes wide or more): F of 4 to 4.5 MiB, past
+// the parallel threshold (4 MiB) and many of the wide copy's chunks (64 KiB and up), two
+// or three axes, and few enough ranks that every copy of F stays within the reference
+// model's reach.
+Bounds large_bounds(ChoiceSource& c, const Bounds& b, DType dtype) {
+  const auto width = static_cast<Index>(element_size(dtype));
+  const Index bytes = c.between((Index{4} << 20) + 1, (Index{9} << 19));
+  Bounds large = b;
+  large.min_elements = (bytes + width - 1) / width;
+  large.max_elements = large.min_elements + 4096;
+  large.max_dims = 3;
+  large.max_tp = static_cast<int>(std::clamp<Index>(kReferenceElements / large.max_elements, 1, b.max_tp));
+  return large;
+}
+
+// The dtypes of large layouts: a one-byte F of 4 MiB would be more elements than the
+// reference model takes.
+constexpr DType kWideDTypes[] = {DType::float32, DType::float64, DType::float16, DType::bfloat16,
+                                 DType::int16,   DType::int32,   DType::int64};
+
+// draw_shape, or for a large layout: at least two axes, the last one taking the bulk
+// (long rows: few address runs, well within what the core checks verify) and the others,
+// the split axis `first` among them (never the last), of extent 1 to 64, so that numel
+// lies in [min_elements, min_elements + 4096).
+Extents draw_any_shape(ChoiceSource& c, int ndim, int first, const Bounds& b) {
+  if (b.min_elements == 0) return detail::draw_shape(c, ndim, first, b.max_extent, b.max_elements);
+  ndim = std::max({ndim, 2, first + 2});
+  Extents shape(static_cast<std::size_t>(ndim), 1);
+  const int bulk = ndim - 1;
+  Index rest = 1;
+  for (int k = 0; k < ndim; ++k) {
+    if (k == bulk) continue;
+    shape[static_cast<std::size_t>(k)] = c.between(1, 64);
+    rest *= shape[static_cast<std::size_t>(k)];
+  }
+  shape[static_cast<std::size_t>(bulk)] = (b.min_elements + rest - 1) / rest;
+  return shape;
 }
 
 // The split axis comes first in draw_shape so it gets the largest extent.
@@ -34,16 +78,17 @@ struct SplitShape {
   int dim = 0;
 };
 SplitShape draw_split_shape(ChoiceSource& c, const Bounds& b) {
-  int ndim = static_cast<int>(c.between(1, std::max(b.max_dims, 1)));
-  int dim = static_cast<int>(c.between(0, ndim - 1));
-  return {detail::draw_shape(c, ndim, dim, b.max_extent, b.max_elements), dim};
+  int ndim = static_cast<int>(c.between(b.min_elements > 0 ? 2 : 1, std::max(b.max_dims, 1)));
+  // A large layout splits an axis before its last (draw_any_shape).
+  int dim = static_cast<int>(c.between(0, ndim - (b.min_elements > 0 ? 2 : 1)));
+  return {draw_any_shape(c, ndim, dim, b), dim};
 }
 
 int draw_tp(ChoiceSource& c, const Bounds& b) { return static_cast<int>(c.between(1, b.max_tp)); }
 
 Result<Map> make_replicated(ChoiceSource& c, const Bounds& b, double scale) {
   int ndim = static_cast<int>(c.between(0, b.max_dims));
-  Extents shape = detail::draw_shape(c, ndim, 0, b.max_extent, b.max_elements);
+  Extents shape = draw_any_shape(c, ndim, 0, b);
   return replicated_map(shape, draw_tp(c, b), scale);
 }
 
@@ -113,7 +158,7 @@ Result<Map> make_block_gather(ChoiceSource& c, const Bounds& b) {
 
 Result<Map> make_experts(ChoiceSource& c, const Bounds& b) {
   int ndim = static_cast<int>(c.between(1, std::max(b.max_dims, 1)));
-  Extents shape = detail::draw_shape(c, ndim, 0, b.max_extent, b.max_elements);
+  Extents shape = draw_any_shape(c, ndim, 0, b);
   int tp = draw_tp(c, b);
   // Primaries sometimes go to a prefix of the ranks, so some ranks hold nothing.
   Index active = c.chance(1, 3) ? c.between(1, tp) : tp;
@@ -149,9 +194,11 @@ std::span<const std::string_view> constructor_names() { return kNames; }
 Layout generate_layout(ChoiceSource& c, const LayoutOptions& options) {
   Bounds b = clamp_options(options);
   // Every constructor but replicated needs an axis to split.
-  int ctor = b.max_dims < 1 ? kReplicated : static_cast<int>(c.between(0, 5));
-  DType dtype = c.pick(kAllDTypes);
-  bool floating = carries_scales(dtype);
+  int ctor = b.max_dims < 1 && !options.large ? kReplicated : static_cast<int>(c.between(0, 5));
+  DType dtype = options.large ? c.pick(kWideDTypes) : c.pick(kAllDTypes);
+  if (options.large) b = large_bounds(c, b, dtype);
+  // Large layouts are about sizes: scales are drawn on small ones.
+  bool floating = carries_scales(dtype) && !options.large;
   double map_scale = 1.0;
   if (ctor == kReplicated && floating && c.chance(1, 4)) map_scale = detail::draw_scale(c, dtype, false);
 
@@ -179,6 +226,7 @@ Layout generate_layout(ChoiceSource& c, const LayoutOptions& options) {
   }
   Layout out{std::string(kNames[ctor]), std::move(built).value(), dtype};
   if (floating && ctor != kReplicated) detail::draw_scales(c, out.map, dtype);
+  detail::add_empty_pieces(c, out.map);
   detail::relabel_ranks(c, out.map);
   detail::shuffle_order(c, out.map);
   return out;

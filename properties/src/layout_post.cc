@@ -85,6 +85,39 @@ void relabel_ranks(ChoiceSource& c, Map& map) {
   }
 }
 
+void add_empty_pieces(ChoiceSource& c, Map& map) {
+  if (!c.chance(1, 16)) return;
+  std::vector<RankEntry*> sites;
+  for (auto& entry : map.ranks) {
+    if (entry.shard_shape) sites.push_back(&entry);
+  }
+  if (sites.empty()) return;
+  const Index numel_f = checked_numel(map.logical_shape).value_or(0);
+  const Index count = c.between(1, 2);
+  for (Index n = 0; n < count; ++n) {
+    RankEntry& entry = *sites[c.below(sites.size())];
+    const Index shard_numel = checked_numel(*entry.shard_shape).value_or(0);
+    Piece piece;
+    const auto ndim = static_cast<std::size_t>(c.between(1, 3));
+    piece.shape.resize(ndim);
+    piece.source.strides.resize(ndim);
+    piece.dest.strides.resize(ndim);
+    for (std::size_t k = 0; k < ndim; ++k) {
+      piece.shape[k] = c.between(0, 4);
+      piece.source.strides[k] = c.between(1, 6);
+      piece.dest.strides[k] = c.between(1, 6);
+    }
+    piece.shape[c.below(ndim)] = 0;
+    // Anywhere inside the buffer (an offset past the end is a corruption's to make; an
+    // empty buffer has no inside: 1, which is not its end either).
+    piece.source.offset = numel_f > 0 ? c.between(0, numel_f - 1) : 1;
+    piece.dest.offset = shard_numel > 0 ? c.between(0, shard_numel - 1) : 1;
+    piece.locations = {entry.rank};
+    if (!entry.pieces.empty()) piece.scale = entry.pieces[c.below(entry.pieces.size())].scale;
+    entry.pieces.push_back(std::move(piece));
+  }
+}
+
 void shuffle_order(ChoiceSource& c, Map& map) {
   if (c.coin()) {
     for (auto& entry : map.ranks) c.shuffle(entry.pieces);

@@ -23,6 +23,14 @@ void draw_scales(ChoiceSource& c, Map& map, DType dtype);
 // also permuted, updating every locations list and keeping it sorted.
 void relabel_ranks(ChoiceSource& c, Map& map);
 
+// Sometimes (1 in 16) adds one or two empty pieces (some extent 0) to a rank that has a
+// shard shape: valid (contract 3: an empty piece covers nothing and is exempt from the
+// bounds; placed inside F and the shard, so that a past-the-end corruption still
+// changes it), naming its own
+// rank as its only location, with the scale of a sibling piece (or 1). Constructors drop
+// empty pieces, so without this no valid map would hold one.
+void add_empty_pieces(ChoiceSource& c, Map& map);
+
 // Sometimes shuffles piece order within every rank, sometimes rank order.
 void shuffle_order(ChoiceSource& c, Map& map);
 

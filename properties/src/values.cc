@@ -315,7 +315,10 @@ void damage_replica(Case& c, const ReplicaFlip& flip) {
   c.shards = std::move(supplied);
   if (c.op == Op::extract) c.op = Op::rebuild;
   c.expect = Outcome::refused;
-  c.expect_error = ErrorKind::different_data;
+  // Condition 7, unless the reference model refuses these shards for a reason that comes
+  // first (section 1.2: a copy that scaling back overflows or flushes, in every copy).
+  const auto judged = oracles::reference_rebuild(truth, shards.value(), c.dtype, c.scale_power);
+  c.expect_error = judged.ok() ? ErrorKind::different_data : judged.error().kind;
 }
 
 }  // namespace shardcheck::gen

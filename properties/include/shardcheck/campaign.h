@@ -50,6 +50,22 @@ struct Options {
   props::EvalOptions eval;
   gen::CaseOptions generate;
 
+  // Shares of the cases (1 in N; 0: none) that a default campaign also runs in ways the
+  // plain case does not, each chosen by a hash of (seed, index) (variant_of), so that a
+  // case regenerated from its index is the case that ran:
+  // - digest_share: the producer records digest(F) and rebuild verifies it, as with
+  //   --digest (generate.record_digest, which makes it every case); only without a
+  //   target of the user's (eval.target), which may ignore digests;
+  // - large_share: a large layout (gen::LayoutOptions::large), past the wide copy's
+  //   chunking and the parallel threshold, whatever max_elements says;
+  // - loopback_share: the case goes to `loopback_target` (an exec: target, normally
+  //   `shardcheck serve-protocol`, the strict policy behind the protocol codec) instead
+  //   of the in-process policy; only when eval.target is empty and loopback_target set.
+  int digest_share = 8;
+  int large_share = 10000;
+  int loopback_share = 64;
+  std::string loopback_target;
+
   // Isolation: cases run in forked worker processes (batches of cases per process), so
   // a case that crashes, hangs or exhausts memory becomes a finding of its own
   // ("crash:<signal>:...", "timeout:...", "oom:...") and a fresh worker carries on
@@ -64,6 +80,9 @@ struct Options {
   std::optional<Index> plant_crash_at;
   std::optional<Index> plant_hang_at;
   std::optional<Index> plant_oom_at;
+  // Test-only: the worker that runs case INDEX (isolated) reports its batch with one
+  // case too many in a tally, as a worker whose memory was damaged might.
+  std::optional<Index> plant_garbage_at;
 };
 
 // The smallest case seen for one finding signature (minimised by size, then index).
@@ -96,8 +115,13 @@ struct Report {
   std::vector<FindingRecord> findings;  // sorted by signature
   // Every requested case ran (or the time budget ran out); false for a stopped campaign.
   bool complete = false;
+  // The end-of-run audit of the ledger (detail::Ledger::audit): empty when the cases
+  // done are exactly the cases handed out less those waiting to run again, each counted
+  // once; otherwise what was lost or duplicated. A campaign with a ledger error failed,
+  // whatever its findings: its table does not describe the cases it claims.
+  std::string ledger_error;
   // Exit status of the campaign: anything silently wrong, any other property finding,
-  // or (with strict_layout) any valid-but-different case.
+  // (with strict_layout) any valid-but-different case, or a ledger error.
   bool failed() const;
 };
 
@@ -117,6 +141,16 @@ std::optional<Checkpoint> checkpoint_from_json(const Json& json, std::string& er
 std::uint64_t case_seed(std::uint64_t seed, Index index);
 // Case `index` of a campaign, exactly as the campaign generates it.
 Case generate_indexed_case(const Options& options, Index index);
+
+// Which of the shared variants (Options::digest_share, ...) case `index` takes.
+struct Variant {
+  bool digest = false;
+  bool large = false;
+  bool loopback = false;
+};
+Variant variant_of(const Options& options, Index index);
+// The evaluation options of case `index`: options.eval, or with the loopback target.
+props::EvalOptions eval_options_of(const Options& options, Index index);
 
 // Requests to stop, as a signal handler sets them.
 inline constexpr int kStopGraceful = 1;   // finish the current case, then end as usual

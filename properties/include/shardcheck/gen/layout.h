@@ -1,6 +1,7 @@
 // Random valid layouts from every in-tree constructor (contract 5), post-processed
 // in ways that must not change any verdict: ranks relabelled to non-contiguous ids,
-// piece order and rank order shuffled.
+// piece order and rank order shuffled, and sometimes empty pieces added (valid, and
+// otherwise never generated: constructors drop them).
 #pragma once
 
 #include <span>
@@ -27,6 +28,10 @@ struct LayoutOptions {
   int max_dims = 4;
   int max_extent = 16;
   int max_tp = 8;
+  // A large layout instead: F of 4 to 4.5 MiB (by the dtype's width) whatever the bounds
+  // above say, past the parallel threshold (ConvertOptions::parallel_min_bytes) and the
+  // wide copy's chunk size, with a split axis of at most 64 so that its pieces stay few.
+  bool large = false;
 };
 
 // "replicated", "contiguous_split", "sub_param", "segmented", "block_gather",
