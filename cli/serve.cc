@@ -89,10 +89,13 @@ Json answer(oracles::Target& target, const Json& request) {
   if (op != "check" && op != "rebuild" && op != "extract") {
     return Json{{"ok", false}, {"error", {{"type", "UnsupportedOperation"}, {"message", "no such op: " + op}}}};
   }
-  // The map as the request holds it: the policy decodes it (a map that does not decode
-  // is refused `format`, as the in-process policy refuses it).
-  const Json& map_json = request.at("map");
-  const oracles::TargetMap map{nullptr, &map_json};
+  // The map as the request holds it, JSON (`map`) or text (`map_text`): the policy
+  // decodes it (a map that does not decode is refused `format`, as in process).
+  std::string map_text;
+  const Json* map_json = nullptr;
+  if (request.contains("map_text")) map_text = request.at("map_text").get<std::string>();
+  else map_json = &request.at("map");
+  const oracles::TargetMap map{nullptr, map_json, map_json == nullptr ? &map_text : nullptr};
   if (op == "check") return answer_of(target.check(map));
   const auto dtype = parse_dtype(request.at("dtype").get<std::string>());
   if (!dtype) throw BadRequest{"an unknown dtype"};

@@ -116,7 +116,7 @@ def ranks_object(ranks):
         return None
     out = {}
     for entry in ranks:
-        if not isinstance(entry, dict) or type(entry.get('rank')) is not int or entry['rank'] < 0:
+        if not isinstance(entry, dict) or type(entry.get('rank')) is not int or not 0 <= entry['rank'] < 2**63:
             raise Refused('format', 'a ranks list entry needs a non-negative integer "rank"')
         key = str(entry['rank'])
         if key in out:
