@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "shardcheck/json.h"
+#include "shardcheck/splitmix.h"
 
 namespace shardcheck::fuzz {
 
@@ -14,13 +15,7 @@ namespace {
 class Rng {
  public:
   explicit Rng(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() {
-    state_ += 0x9e3779b97f4a7c15ULL;
-    std::uint64_t z = state_;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
+  std::uint64_t next() { return splitmix64_next(state_); }
   std::size_t below(std::size_t n) { return n == 0 ? 0 : static_cast<std::size_t>(next() % n); }
   bool one_in(std::size_t n) { return below(n) == 0; }
   bool coin() { return (next() & 1) != 0; }

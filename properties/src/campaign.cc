@@ -9,6 +9,7 @@
 
 #include "campaign_internal.h"
 #include "shardcheck/gen/choice.h"
+#include "shardcheck/splitmix.h"
 #include "shardcheck/gen/corruption.h"
 #include "shardcheck/gen/layout.h"
 
@@ -48,10 +49,7 @@ bool Report::failed() const {
 
 std::uint64_t case_seed(std::uint64_t seed, Index index) {
   // splitmix64 finaliser over (seed, index): independent streams per case.
-  std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * (static_cast<std::uint64_t>(index) + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  return splitmix64_mix(seed + kSplitMixGamma * (static_cast<std::uint64_t>(index) + 1));
 }
 
 Variant variant_of(const Options& options, Index index) {
