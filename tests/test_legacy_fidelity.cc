@@ -139,6 +139,11 @@ std::string explanation(const Case& c, const oracles::OpOutcome& legacy, const o
   if (c.dtype == DType::bfloat16 && has_scaled_piece(c.map) && differ_only_in_nan_bits(c.dtype, legacy, deepspeed)) {
     return "bfloat16 NaN bits from torch's scaling loop";
   }
+  // DeepSpeed's process died (torch wrote outside a storage, say) where the model refuses:
+  // no verdict to model, and a target-crash finding of any campaign against DeepSpeed.
+  if (legacy.verdict == Outcome::refused && deepspeed.verdict == Outcome::target_fault) {
+    return "DeepSpeed's process died where the model refuses";
+  }
   if (legacy.verdict == Outcome::refused && deepspeed.verdict != Outcome::refused && byte_addresses_overflow(c.map)) {
     return "torch's bounds check wraps past 64-bit byte addresses";
   }
