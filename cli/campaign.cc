@@ -233,17 +233,13 @@ int options_from_checkpoint(const CampaignArgs& args, campaign::Checkpoint& chec
     return kExitUsage;
   }
   auto json = parse_json(*file.text);
-  std::string error;
-  std::optional<campaign::Checkpoint> parsed;
-  if (json)
-    parsed = campaign::checkpoint_from_json(json.value(), error);
-  else
-    error = json.error().to_string();
+  Result<campaign::Checkpoint> parsed = json ? campaign::checkpoint_from_json(json.value()) : json.error();
   if (!parsed) {
+    const std::string error = json ? parsed.error().sentence : parsed.error().to_string();
     std::fprintf(stderr, "shardcheck campaign: cannot resume from %s: %s\n", path.c_str(), error.c_str());
     return kExitUsage;
   }
-  checkpoint = std::move(*parsed);
+  checkpoint = std::move(parsed).value();
   return kExitOk;
 }
 

@@ -725,16 +725,17 @@ TEST(CheckpointReader, RefusesTruncatedAndGarbageCheckpoints) {
   written.report = campaign::run(options);
   written.done = {{0, 30}};
   const Json json = campaign::checkpoint_to_json(written);
-  std::string error;
-  ASSERT_TRUE(campaign::checkpoint_from_json(json, error).has_value()) << error;
+  const auto read_back = campaign::checkpoint_from_json(json);
+  ASSERT_TRUE(read_back.ok()) << read_back.error().to_string();
 
   int refused = 0;
   auto expect_refused = [&](const Json& bad, const std::string& what) {
-    std::string why;
-    std::optional<campaign::Checkpoint> read;
-    EXPECT_NO_THROW(read = campaign::checkpoint_from_json(bad, why)) << what;
-    EXPECT_FALSE(read.has_value()) << what;
-    EXPECT_EQ(why.rfind("malformed checkpoint: ", 0), 0u) << what << ": " << why;
+    std::optional<Result<campaign::Checkpoint>> read;
+    EXPECT_NO_THROW(read = campaign::checkpoint_from_json(bad)) << what;
+    ASSERT_TRUE(read.has_value()) << what;
+    ASSERT_FALSE(read->ok()) << what;
+    EXPECT_EQ(read->error().kind, ErrorKind::format) << what;
+    EXPECT_EQ(read->error().sentence.rfind("malformed checkpoint: ", 0), 0u) << what << ": " << read->error().sentence;
     ++refused;
   };
   // Truncated: every prefix of the text that still parses as JSON (a number, say) is not
@@ -761,11 +762,10 @@ TEST(CheckpointReader, RefusesTruncatedAndGarbageCheckpoints) {
       if (wrong == value) continue;
       Json bad = json;
       bad[key] = wrong;
-      std::string why;
-      std::optional<campaign::Checkpoint> read;
-      EXPECT_NO_THROW(read = campaign::checkpoint_from_json(bad, why)) << key << " = " << wrong.dump();
-      if (!read) {
-        EXPECT_EQ(why.rfind("malformed checkpoint: ", 0), 0u) << key << ": " << why;
+      std::optional<Result<campaign::Checkpoint>> read;
+      EXPECT_NO_THROW(read = campaign::checkpoint_from_json(bad)) << key << " = " << wrong.dump();
+      if (read && !read->ok()) {
+        EXPECT_EQ(read->error().sentence.rfind("malformed checkpoint: ", 0), 0u) << key << ": " << read->error().sentence;
       }
     }
   }

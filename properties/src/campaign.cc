@@ -414,12 +414,13 @@ Checkpoint parse_checkpoint(const Json& j) {
 
 }  // namespace
 
-std::optional<Checkpoint> checkpoint_from_json(const Json& json, std::string& error) {
+Result<Checkpoint> checkpoint_from_json(const Json& json) {
+  // The parse reads nlohmann values with checked accessors, which throw on a wrong type or
+  // a missing key; the exception stops here and becomes the reader's error.
   try {
     return parse_checkpoint(json);
   } catch (const std::exception& e) {
-    error = std::string("malformed checkpoint: ") + e.what();
-    return std::nullopt;
+    return make_error(ErrorKind::format, std::string("malformed checkpoint: ") + e.what());
   }
 }
 

@@ -134,8 +134,9 @@ struct Checkpoint {
 };
 
 Json checkpoint_to_json(const Checkpoint& checkpoint);
-// Reads what checkpoint_to_json wrote; an error sentence for anything else.
-std::optional<Checkpoint> checkpoint_from_json(const Json& json, std::string& error);
+// Reads what checkpoint_to_json wrote; anything else is a `format` error whose sentence
+// starts "malformed checkpoint: ", as every reader of untrusted input answers.
+Result<Checkpoint> checkpoint_from_json(const Json& json);
 
 // The seed of case `index` within a campaign of `seed`.
 std::uint64_t case_seed(std::uint64_t seed, Index index);
