@@ -139,11 +139,11 @@ std::string explanation(const Case& c, const oracles::OpOutcome& legacy, const o
   if (c.dtype == DType::bfloat16 && has_scaled_piece(c.map) && differ_only_in_nan_bits(c.dtype, legacy, deepspeed)) {
     return "bfloat16 NaN bits from torch's scaling loop";
   }
-  // DeepSpeed's process died (torch wrote outside a storage, say) where the model refuses:
-  // no verdict to model, and a target-crash finding of any campaign against DeepSpeed.
-  if (legacy.verdict == Outcome::refused && deepspeed.verdict == Outcome::target_fault) {
-    return "DeepSpeed's process died where the model refuses";
-  }
+  // DeepSpeed's process died: torch's wrapped bounds check lets a view of a generated case
+  // write outside its storage, which corrupts the process's heap, and that case or a later
+  // one aborts in malloc (munmap_chunk, malloc_consolidate). A crash is no verdict to
+  // model, and every campaign against DeepSpeed reports it as a target-crash finding.
+  if (deepspeed.verdict == Outcome::target_fault) return "DeepSpeed's process died";
   if (legacy.verdict == Outcome::refused && deepspeed.verdict != Outcome::refused && byte_addresses_overflow(c.map)) {
     return "torch's bounds check wraps past 64-bit byte addresses";
   }
