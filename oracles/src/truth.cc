@@ -248,24 +248,6 @@ bool is_power_of_two(double scale) {
   return std::fabs(std::frexp(scale, &exponent)) == 0.5;
 }
 
-// Whether value * scale, exactly, lies below the dtype's smallest normal: scaling into
-// that range keeps fewer bits (gradual underflow, even rounding up to the smallest
-// normal), so a power-of-two scale may not give the value back. The smallest normal of
-// each dtype is the model's own list, not the core's.
-bool underflows(DType dtype, std::uint64_t bits, double scale) {
-  const double value = std::fabs(bits_to_double(dtype, bits));
-  if (value == 0 || std::isnan(value) || std::isinf(value)) return false;
-  // value * scale, exactly: with value = mv * 2^ev and scale = ms * 2^es (frexp), the
-  // product is mv * ms * 2^(ev + es), computed without forming it (a double product of
-  // two float64 values may itself round across the smallest normal).
-  int ev = 0, es = 0;
-  const double mv = std::frexp(value, &ev);
-  const double ms = std::frexp(std::fabs(scale), &es);
-  int smallest_normal_exponent = -126;
-  if (dtype == DType::float16) smallest_normal_exponent = -14;
-  if (dtype == DType::float64) smallest_normal_exponent = -1022;
-  return std::ldexp(mv * ms, ev + es - smallest_normal_exponent) < 1.0;
-}
 
 // Contract 8: the expected tensor is the truth map's own rebuild of the shards; where it
 // is not F, says where and why. With every truth scale a power of two it must be F, but
@@ -297,7 +279,7 @@ ExpectedVsFull compare_with_full(const Case& c, const Buffer& expected, const Bu
     bool underflowed = false;
     for (const auto& pair : pairing->pairs) {
       if (pair.element != e || pair.scale == 1.0) continue;
-      underflowed = underflowed || underflows(c.dtype, full.bits(e), pair.scale);
+      underflowed = underflowed || underflows_when_scaled(c.dtype, full.bits(e), pair.scale);
     }
     if (!underflowed) {
       out.harness_defect = fmt::format(
@@ -880,6 +862,25 @@ Json op_to_json(DType dtype, const OpOutcome& op) {
 }
 
 }  // namespace
+
+// Whether value * scale, exactly, lies below the dtype's smallest normal: scaling into
+// that range keeps fewer bits (gradual underflow, even rounding up to the smallest
+// normal), so a power-of-two scale may not give the value back. The smallest normal of
+// each dtype is the model's own list, not the core's.
+bool underflows_when_scaled(DType dtype, std::uint64_t bits, double scale) {
+  const double value = std::fabs(bits_to_double(dtype, bits));
+  if (value == 0 || std::isnan(value) || std::isinf(value)) return false;
+  // value * scale, exactly: with value = mv * 2^ev and scale = ms * 2^es (frexp), the
+  // product is mv * ms * 2^(ev + es), computed without forming it (a double product of
+  // two float64 values may itself round across the smallest normal).
+  int ev = 0, es = 0;
+  const double mv = std::frexp(value, &ev);
+  const double ms = std::frexp(std::fabs(scale), &es);
+  int smallest_normal_exponent = -126;
+  if (dtype == DType::float16) smallest_normal_exponent = -14;
+  if (dtype == DType::float64) smallest_normal_exponent = -1022;
+  return std::ldexp(mv * ms, ev + es - smallest_normal_exponent) < 1.0;
+}
 
 Result<std::uint64_t> truth_digest(const Case& c) {
   auto full = make_full(c, c.truth_map(), "truth");

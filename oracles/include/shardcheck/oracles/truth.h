@@ -131,6 +131,10 @@ Result<CaseOutcome> run_case(const Case& c, Target& target, OracleKind oracle = 
 // An unusable case is an error, as in run_case.
 Result<std::uint64_t> truth_digest(const Case& c);
 
+// Whether value * scale, exactly, lies below the dtype's smallest normal (gradual underflow:
+// contract 1.2 does not refuse it, and a power-of-two scale may not give the value back).
+bool underflows_when_scaled(DType dtype, std::uint64_t bits, double scale);
+
 // One JSON object: verdict, kind, message, valid_layout, ops, difference.
 Json outcome_to_json(const Case& c, const CaseOutcome& outcome);
 
