@@ -1,8 +1,17 @@
 // Backend differential checks: every available backend against the CPU reference
-// module on generated cases. The CUDA part needs a device: without one it is reported
-// as skipped, never as passed; the CUDA code itself is still compiled when the toolkit
-// is present.
+// module on generated cases and on the regression corpus. The device code runs on
+// OpenMP threads in every build that finds Thrust (CI's included); the CUDA part needs a
+// device: without one it is reported as skipped, never as passed; the CUDA code itself
+// is still compiled when the toolkit is present.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "shardcheck/convert.h"
+#include "shardcheck/json.h"
 
 #include "shardcheck/campaign.h"
 #include "shardcheck/gen/case_gen.h"
@@ -23,7 +32,8 @@ class FlippingBackend final : public Backend {
   std::string_view name() const override { return "flipping"; }
   void copy_block(DType dtype, const BlockCopy& copy) override {
     cpu_->copy_block(dtype, copy);
-    if (copy.shape->empty() || (*copy.shape)[0] > 0) copy.to[copy.to_view.offset * element_size(dtype)] ^= std::byte{1};
+    if (copy.shape->empty() || (*copy.shape)[0] > 0)
+      copy.to[copy.to_view->offset * element_size(dtype)] ^= std::byte{1};
   }
   std::optional<Index> compare_block(DType dtype, const BlockCopy& copy) override {
     return cpu_->compare_block(dtype, copy);
@@ -41,7 +51,8 @@ TEST(Backends, ExecutorReportsADifferentBackend) {
   options.generate.corrupt_probability = 0.0;
   int found = 0;
   for (Index i = 0; i < 200; ++i) {
-    if (auto difference = oracles::compare_backends(campaign::generate_indexed_case(options, i), backends)) {
+    if (auto difference = oracles::compare_backends(campaign::generate_indexed_case(options, i), backends,
+                                                    oracles::LaunchShape{1, 0})) {
       EXPECT_EQ(difference->signature.rfind("backend:flipping-vs-cpu:", 0), 0u) << difference->signature;
       ++found;
     }
@@ -49,17 +60,132 @@ TEST(Backends, ExecutorReportsADifferentBackend) {
   EXPECT_GT(found, 100);
 }
 
+std::vector<std::unique_ptr<Backend>> cpu_and(std::unique_ptr<Backend> other) {
+  std::vector<std::unique_ptr<Backend>> backends;
+  backends.push_back(make_cpu_backend());
+  backends.push_back(std::move(other));
+  return backends;
+}
+
+TEST(Backends, DeviceCodeOnOpenMpIsListedWhenBuilt) {
+  if (!device_omp_compiled()) GTEST_SKIP() << "built without Thrust's headers: no device code on OpenMP";
+  auto backends = oracles::available_backends();
+  ASSERT_GE(backends.size(), 2u);
+  EXPECT_EQ(backends[1]->name(), "device-omp");
+  EXPECT_TRUE(backends[1]->runs_batches());
+  EXPECT_NE(oracles::backend_named("device-omp"), nullptr);
+  EXPECT_EQ(oracles::backend_named("no-such-backend"), nullptr);
+}
+
+// Generated cases, valid and corrupted, each on 2-4 threads with a tile its own bytes
+// choose: verdict, whole error and output bits as the CPU backend's.
+TEST(Backends, DeviceCodeOnOpenMpAgreesWithCpuOnGeneratedCases) {
+  if (!device_omp_compiled()) GTEST_SKIP() << "built without Thrust's headers: no device code on OpenMP";
+  auto backends = cpu_and(make_device_omp_backend());
+  for (std::uint64_t seed : {11u, 12u, 13u}) {
+    campaign::Options options;
+    options.seed = seed;
+    if (seed == 13) options.generate.layout.max_elements = 1 << 14;  // rows longer than a tile
+    for (Index i = 0; i < 700; ++i) {
+      const Case c = campaign::generate_indexed_case(options, i);
+      auto difference = oracles::compare_backends(c, backends);
+      ASSERT_FALSE(difference) << difference->signature << "\n" << difference->message << "\n" << encode_case_text(c);
+    }
+  }
+}
+
+// The launch shape changes nothing: one case under every tile and thread count.
+TEST(Backends, DeviceCodeAnswersDoNotDependOnTheLaunchShape) {
+  if (!device_omp_compiled()) GTEST_SKIP() << "built without Thrust's headers: no device code on OpenMP";
+  auto backends = cpu_and(make_device_omp_backend());
+  campaign::Options options;
+  options.seed = 5;
+  for (Index i = 0; i < 60; ++i) {
+    const Case c = campaign::generate_indexed_case(options, i);
+    for (int threads : {1, 2, 3}) {
+      for (Index tile : {1, 2, 5, 4096}) {
+        auto difference = oracles::compare_backends(c, backends, oracles::LaunchShape{threads, tile});
+        ASSERT_FALSE(difference) << threads << " threads, tile " << tile << ": " << difference->signature << "\n"
+                                 << difference->message;
+      }
+    }
+  }
+}
+
+// Every case of corpus/regressions (the reported corruptions and their relatives).
+TEST(Backends, DeviceCodeOnOpenMpAgreesWithCpuOnTheRegressionCorpus) {
+  if (!device_omp_compiled()) GTEST_SKIP() << "built without Thrust's headers: no device code on OpenMP";
+  namespace fs = std::filesystem;
+  auto backends = cpu_and(make_device_omp_backend());
+  int replayed = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(SHARDCHECK_SOURCE_DIR) / "corpus" / "regressions")) {
+    if (entry.path().extension() != ".json") continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    auto c = decode_case_text(text.str());
+    if (!c) continue;  // a case whose map text is the finding: no conversion to compare
+    auto difference = oracles::compare_backends(c.value(), backends);
+    EXPECT_FALSE(difference) << entry.path().filename() << ": " << difference->signature << "\n" << difference->message;
+    ++replayed;
+  }
+  EXPECT_GE(replayed, 10);
+}
+
+// Replicas claim F through the writer record with an atomic minimum. Two ranks hold one
+// 2^18-element piece each and disagree everywhere; two threads take one rank's work items
+// each, in step. Whatever the schedule, every element's first writer is rank 0, so the
+// refusal names rank 1 at element 0. A writer record updated without atomics lets rank 1
+// win some elements, and the refusal then names rank 0 at one of them.
+TEST(Backends, ReplicaWriterRecordIsDeterministicUnderThreads) {
+  if (!device_omp_compiled()) GTEST_SKIP() << "built without Thrust's headers: no device code on OpenMP";
+  constexpr Index kNumel = Index{1} << 18;
+  constexpr Rank kRanks = 2;
+  Map map;
+  map.logical_shape = {kNumel};
+  ShardSet shards;
+  for (Rank r = 0; r < kRanks; ++r) {
+    Piece piece;
+    piece.shape = {kNumel};
+    piece.source = StridedView{0, {1}};
+    piece.dest = StridedView{0, {1}};
+    for (Rank holder = 0; holder < kRanks; ++holder) piece.locations.push_back(holder);
+    map.ranks.push_back(RankEntry{r, Extents{kNumel}, {piece}});
+    Buffer shard(DType::int32, kNumel);
+    for (Index e = 0; e < kNumel; ++e) shard.set_bits(e, static_cast<std::uint64_t>(e + 7 * r));
+    shards.emplace(r, std::move(shard));
+  }
+  auto cpu = make_cpu_backend();
+  auto omp = make_device_omp_backend();
+  ConvertOptions on_cpu;
+  on_cpu.backend = cpu.get();
+  const auto want = rebuild(map, shards, DType::int32, on_cpu);
+  ASSERT_FALSE(want.ok());
+  for (int round = 0; round < 20; ++round) {
+    for (Index tile : {Index{1}, Index{16}, Index{4096}}) {
+      ConvertOptions on_device;
+      on_device.backend = omp.get();
+      on_device.threads = 2;
+      on_device.tile = tile;
+      on_device.parallel_min_bytes = 0;
+      const auto got = rebuild(map, shards, DType::int32, on_device);
+      ASSERT_FALSE(got.ok());
+      ASSERT_EQ(got.error().to_string(), want.error().to_string()) << "round " << round << ", tile " << tile;
+    }
+  }
+}
+
 TEST(Backends, CudaAgreesWithCpuOnGeneratedCases) {
   if (!cuda_compiled()) GTEST_SKIP() << "built without the CUDA toolkit";
-  auto backends = oracles::available_backends();
-  if (backends.size() < 2) GTEST_SKIP() << "CUDA backend compiled, but no CUDA device is present";
+  auto cuda = make_cuda_backend();
+  if (!cuda) GTEST_SKIP() << "CUDA backend compiled, but no CUDA device is present";
+  auto backends = cpu_and(std::move(cuda));
   campaign::Options options;
   options.seed = 11;
   for (Index i = 0; i < 3000; ++i) {
     const Case c = campaign::generate_indexed_case(options, i);
     auto difference = oracles::compare_backends(c, backends);
-    ASSERT_FALSE(difference) << difference->signature << "\n" << difference->message << "\n"
-                             << encode_case_text(c);
+    ASSERT_FALSE(difference) << difference->signature << "\n" << difference->message << "\n" << encode_case_text(c);
   }
 }
 

@@ -438,9 +438,11 @@ TEST(CpuBackend, CopyAndCompareStridedBlocks) {
   BlockCopy copy;
   copy.shape = &shape;
   copy.from = from.data();
-  copy.from_view = {0, {12, 4, 1}};
+  const StridedView from_view{0, {12, 4, 1}};
+  const StridedView to_view{0, {1, 2, 6}};  // a transposing permutation
+  copy.from_view = &from_view;
   copy.to = to.data();
-  copy.to_view = {0, {1, 2, 6}};  // a transposing permutation
+  copy.to_view = &to_view;
   backend->copy_block(DType::float16, copy);
   for (Index i = 0; i < 2; ++i)
     for (Index j = 0; j < 3; ++j)
@@ -467,16 +469,20 @@ TEST(CpuBackend, OverlappingDestinationKeepsLastRowMajorWrite) {
   BlockCopy copy;
   copy.shape = &shape;
   copy.from = from.data();
-  copy.from_view = {0, {2, 1}};
+  const StridedView from_view{0, {2, 1}};
+  const StridedView to_view{0, {1, 1}};
+  copy.from_view = &from_view;
   copy.to = to.data();
-  copy.to_view = {0, {1, 1}};
+  copy.to_view = &to_view;
   backend->copy_block(DType::int64, copy);
   EXPECT_EQ(to, values(DType::int64, {9, 7, 6}));
   const Extents scalar{};
   BlockCopy one = copy;
   one.shape = &scalar;
-  one.from_view = {3, {}};
-  one.to_view = {1, {}};
+  const StridedView one_from{3, {}};
+  const StridedView one_to{1, {}};
+  one.from_view = &one_from;
+  one.to_view = &one_to;
   backend->copy_block(DType::int64, one);
   EXPECT_EQ(to, values(DType::int64, {9, 6, 6}));
   EXPECT_FALSE(backend->compare_block(DType::int64, one));

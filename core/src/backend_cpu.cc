@@ -8,6 +8,7 @@
 #include "element_types.h"
 #include "shardcheck/backend.h"
 #include "two_view_walk.h"
+#include "wide.h"
 
 namespace shardcheck {
 
@@ -148,7 +149,7 @@ void copy_slab_contract(const BlockCopy& copy, const Slab& s, const Scaling& sca
 
 template <class U, class T>
 void copy_slabs(DType dtype, const BlockCopy& copy, const Scaling& scaling) {
-  for_each_slab(*copy.shape, copy.from_view, copy.to_view, [&](const Slab& s) {
+  for_each_slab(*copy.shape, *copy.from_view, *copy.to_view, [&](const Slab& s) {
     if (!scaling.active) {
       dest_view<U>(copy.to, s) = const_view<U>(copy.from, s);
     } else if (scaling.arithmetic == Arithmetic::contract) {
@@ -177,7 +178,7 @@ std::optional<Index> compare_slabs(DType dtype, const BlockCopy& copy, const Sca
     while (!differs(0, c)) ++c;  // rows: (0, c) works for every expression
     return c;
   };
-  for_each_slab(*copy.shape, copy.from_view, copy.to_view, [&](const Slab& s) {
+  for_each_slab(*copy.shape, *copy.from_view, *copy.to_view, [&](const Slab& s) {
     const auto from_bits = const_view<U>(copy.from, s);
     const auto from_values = const_view<T>(copy.from, s);
     const auto held = const_dest_view<U>(copy.to, s);
@@ -213,7 +214,7 @@ std::optional<Index> compare_slabs(DType dtype, const BlockCopy& copy, const Sca
 void copy_ordered(DType dtype, const BlockCopy& copy) {
   const std::size_t size = element_size(dtype);
   const bool scaled = is_floating(dtype) && copy.scale != 1.0 && copy.power != 0;
-  for_each_slab(*copy.shape, copy.from_view, copy.to_view, [&](const Slab& s) {
+  for_each_slab(*copy.shape, *copy.from_view, *copy.to_view, [&](const Slab& s) {
     for (Index r = 0; r < s.rows; ++r) {
       for (Index c = 0; c < s.cols; ++c) {
         const Index from_at = s.from_offset + r * s.from_row_stride + c * s.from_col_stride;
@@ -228,13 +229,42 @@ void copy_ordered(DType dtype, const BlockCopy& copy) {
   });
 }
 
+// The wide row copies scale by one factor in contract arithmetic (power 1); anything else
+// (the legacy model's torch arithmetic, optimizer powers) goes block by block.
+bool wide_can_move(DType dtype, std::span<const BlockCopy> blocks) {
+  if (!is_floating(dtype)) return true;
+  for (const BlockCopy& b : blocks) {
+    if (b.scale != 1.0 && (b.power != 1 || b.arithmetic != Arithmetic::contract)) return false;
+  }
+  return true;
+}
+
 class CpuBackend final : public Backend {
  public:
   std::string_view name() const override { return "cpu"; }
+  bool runs_batches() const override { return true; }
+
+  bool copy_blocks(DType dtype, std::span<const BlockCopy> blocks, const Threading& threading,
+                   std::uint64_t* digest_of_written) override {
+    if (!wide_can_move(dtype, blocks)) return Backend::copy_blocks(dtype, blocks, threading, digest_of_written);
+    return wide::copy_blocks(dtype, blocks, threading, digest_of_written);
+  }
+  void copy_blocks_first_wins(DType dtype, std::span<const BlockCopy> blocks, const Threading& threading) override {
+    if (!wide_can_move(dtype, blocks)) return Backend::copy_blocks_first_wins(dtype, blocks, threading);
+    wide::copy_blocks_last_first(dtype, blocks, threading);
+  }
+  std::optional<BlockMismatch> compare_blocks(DType dtype, std::span<const BlockCopy> blocks,
+                                              const Threading& threading) override {
+    if (!wide_can_move(dtype, blocks)) return Backend::compare_blocks(dtype, blocks, threading);
+    return wide::compare_blocks(dtype, blocks, threading);
+  }
+  std::uint64_t digest(const Buffer& full, const Threading& threading) override {
+    return wide::parallel_digest(full, threading);
+  }
 
   void copy_block(DType dtype, const BlockCopy& copy) override {
     const std::optional<Scaling> scaling = resolve_scaling(dtype, copy);
-    if (!scaling || !is_unique(*copy.shape, copy.to_view.strides)) {
+    if (!scaling || !is_unique(*copy.shape, copy.to_view->strides)) {
       copy_ordered(dtype, copy);
       return;
     }
@@ -252,7 +282,7 @@ class CpuBackend final : public Backend {
   static std::optional<Index> compare_ordered(DType dtype, const BlockCopy& copy) {
     const std::size_t size = element_size(dtype);
     std::optional<Index> mismatch;
-    for_each_slab(*copy.shape, copy.from_view, copy.to_view, [&](const Slab& s) {
+    for_each_slab(*copy.shape, *copy.from_view, *copy.to_view, [&](const Slab& s) {
       for (Index r = 0; r < s.rows; ++r) {
         for (Index c = 0; c < s.cols; ++c) {
           std::uint64_t a = 0, b = 0;
@@ -286,16 +316,24 @@ std::unique_ptr<Backend> make_cuda_backend() { return nullptr; }
 bool cuda_compiled() { return false; }
 #endif
 
+#ifdef SHARDCHECK_WITH_DEVICE_OMP
+bool device_omp_compiled() { return true; }
+#else
+std::unique_ptr<Backend> make_device_omp_backend() { return nullptr; }
+bool device_omp_compiled() { return false; }
+#endif
+
 BlockCopy rebuild_block(const Piece& piece, const Buffer& shard, Buffer& full, int scale_power) {
   BlockCopy copy;
   copy.shape = &piece.shape;
   copy.from = shard.data();
-  copy.from_view = piece.dest;
+  copy.from_view = &piece.dest;
   copy.to = full.data();
-  copy.to_view = piece.source;
+  copy.to_view = &piece.source;
   copy.scale = piece.scale;
   copy.power = scale_power;
   copy.multiply = false;
+  copy.numel = checked_numel(piece.shape).value_or(0);
   return copy;
 }
 
@@ -303,12 +341,13 @@ BlockCopy extract_block(const Piece& piece, const Buffer& full, Buffer& shard, i
   BlockCopy copy;
   copy.shape = &piece.shape;
   copy.from = full.data();
-  copy.from_view = piece.source;
+  copy.from_view = &piece.source;
   copy.to = shard.data();
-  copy.to_view = piece.dest;
+  copy.to_view = &piece.dest;
   copy.scale = piece.scale;
   copy.power = scale_power;
   copy.multiply = true;
+  copy.numel = checked_numel(piece.shape).value_or(0);
   return copy;
 }
 

@@ -11,7 +11,6 @@
 #include "proven.h"
 #include "shardcheck/digest.h"
 #include "two_view_walk.h"
-#include "wide.h"
 
 namespace shardcheck {
 
@@ -47,8 +46,8 @@ struct Scratch {
   std::vector<std::uint32_t> writer;  // per element of F: 0 nobody, else visit + 1
   std::vector<std::uint8_t> seen;     // per shard address: read (rebuild) / written (extract)
   std::vector<ShardSpan> spans;       // rebuild: each supplied shard's part of `seen`
-  std::vector<wide::Block> blocks;
-  std::vector<wide::Block> replica_blocks;
+  std::vector<BlockCopy> blocks;
+  std::vector<BlockCopy> replica_blocks;
   std::vector<std::size_t> replica_visits;
 };
 
@@ -245,13 +244,37 @@ BlockCopy rebuild_copy(const Visit& v, Buffer& full, int scale_power) {
   return rebuild_block(*v.piece, *v.shard, full, scale_power);
 }
 
-BlockCopy single_element(const BlockCopy& block, Index from_address, Index to_address) {
+// One element of a block, as a block of its own; `views` holds its two views.
+struct ElementViews {
+  StridedView from;
+  StridedView to;
+};
+
+BlockCopy single_element(const BlockCopy& block, ElementViews& views, Index from_address, Index to_address) {
   static const Extents kScalar{};
   BlockCopy one = block;
+  views = ElementViews{StridedView{from_address, {}}, StridedView{to_address, {}}};
   one.shape = &kScalar;
-  one.from_view = StridedView{from_address, {}};
-  one.to_view = StridedView{to_address, {}};
+  one.from_view = &views.from;
+  one.to_view = &views.to;
+  one.numel = 1;
   return one;
+}
+
+// A proven visit's block (wide path): the visit already knows its count and scale, and
+// strict conversion scales with power 1 in contract arithmetic (check_scales).
+BlockCopy visit_block(const Visit& v, const std::byte* from, const StridedView& from_view, std::byte* to,
+                      const StridedView& to_view, bool multiply) {
+  BlockCopy b;
+  b.shape = &v.piece->shape;
+  b.from = from;
+  b.from_view = &from_view;
+  b.to = to;
+  b.to_view = &to_view;
+  b.scale = v.scale;
+  b.multiply = multiply;
+  b.numel = v.numel;
+  return b;
 }
 
 Error replica_mismatch(const Visit& first, const Visit& v, const Buffer& full, DType dtype, Index element,
@@ -321,7 +344,8 @@ Status move_piece(Scratch& s, std::size_t vi, Index fresh, Buffer& full, DType d
   const auto mine = static_cast<std::uint32_t>(vi + 1);
   Status result;
   walk(v.piece->shape, v.piece->source, v.piece->dest, [&](Index, Index element, Index shard_address) {
-    const BlockCopy one = single_element(block, shard_address, element);
+    ElementViews views;
+    const BlockCopy one = single_element(block, views, shard_address, element);
     if (s.writer[element] == mine) {
       backend.copy_block(dtype, one);
       return false;
@@ -389,7 +413,7 @@ bool wide_allowed(const ConvertOptions& options) {
   disabling.skip_digest_compare = false;     // judged after the copy either way
   disabling.box_skips_holder_count = false;  // lives in check_map; conversion trusts it
   if (!(disabling == PlantedBugs{})) return false;
-  return options.backend == nullptr || options.backend->name() == "cpu";
+  return backend_of(options).runs_batches();
 }
 
 // What check_map leaves a conversion. On the wide path (`wide`): the visits, from the
@@ -444,8 +468,8 @@ Status check_for_conversion(const Map& map, const ConvertOptions& options, const
   return proven;
 }
 
-wide::Threading threading_of(const ConvertOptions& options) {
-  return wide::Threading{options.threads, options.parallel_min_bytes};
+Threading threading_of(const ConvertOptions& options) {
+  return Threading{options.threads, options.parallel_min_bytes, options.tile};
 }
 
 bool covers(const Piece& piece, Index element) {
@@ -465,15 +489,15 @@ bool digest_asked(const ConvertOptions& options) {
 // (each element written once) and contiguous rows of F.
 Status wide_rebuild(Scratch& s, Buffer& full, DType dtype, const ConvertOptions& options,
                     std::optional<std::uint64_t>& fused_digest) {
-  const wide::Threading threading = threading_of(options);
+  const Threading threading = threading_of(options);
+  Backend& backend = backend_of(options);
   s.blocks.clear();
   s.replica_blocks.clear();
   s.replica_visits.clear();
   for (std::size_t vi = 0; vi < s.visits.size(); ++vi) {
     const Visit& v = s.visits[vi];
     if (v.numel == 0) continue;
-    const wide::Block block{&v.piece->shape,  v.shard->data(), &v.piece->dest, full.data(),
-                            &v.piece->source, v.scale,         false,          v.numel};
+    const BlockCopy block = visit_block(v, v.shard->data(), v.piece->dest, full.data(), v.piece->source, false);
     if (v.replica) {
       s.replica_blocks.push_back(block);
       s.replica_visits.push_back(vi);
@@ -483,15 +507,15 @@ Status wide_rebuild(Scratch& s, Buffer& full, DType dtype, const ConvertOptions&
   }
   if (s.replica_blocks.empty() && digest_asked(options)) {
     std::uint64_t sum = 0;
-    if (wide::copy_blocks(dtype, s.blocks, threading, &sum)) {
+    if (backend.copy_blocks(dtype, s.blocks, threading, &sum)) {
       fused_digest = sum;
       return {};
     }
   }
-  wide::copy_blocks(dtype, s.blocks, threading);
+  backend.copy_blocks(dtype, s.blocks, threading);
   if (s.replica_blocks.empty()) return {};
-  wide::copy_blocks_last_first(dtype, s.replica_blocks, threading);
-  auto mismatch = wide::compare_blocks(dtype, s.replica_blocks, threading);
+  backend.copy_blocks_first_wins(dtype, s.replica_blocks, threading);
+  auto mismatch = backend.compare_blocks(dtype, s.replica_blocks, threading);
   if (!mismatch) return {};
   const Visit& v = s.visits[s.replica_visits[mismatch->block]];
   const Index element = address_at(v.piece->shape, v.piece->source, mismatch->k);
@@ -582,7 +606,7 @@ struct ProvenRank {
 // extract_all moves every shard in one parallel pass.
 Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank rank, Index numel_f,
                                       const ConvertOptions& options, const ProvenRank* proven,
-                                      std::vector<wide::Block>* deferred = nullptr) {
+                                      std::vector<BlockCopy>* deferred = nullptr) {
   const RankEntry* entry = map.find_rank(rank);
   if (entry == nullptr || (!entry->shard_shape && !entry->pieces.empty())) return fault::no_shard_to_extract(rank);
   if (full.numel() != numel_f) return fault::full_numel(full.numel(), numel_f);
@@ -617,14 +641,13 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
   if (proven != nullptr) {
     // Condition 4, proven by check_map: the pieces write every shard address once.
     Buffer shard = Buffer::uninitialized(dtype, *shard_numel);
-    std::vector<wide::Block>& blocks = deferred != nullptr ? *deferred : s.blocks;
+    std::vector<BlockCopy>& blocks = deferred != nullptr ? *deferred : s.blocks;
     if (deferred == nullptr) s.blocks.clear();
     for (const Visit& v : proven->visits) {
       if (v.numel == 0) continue;
-      blocks.push_back(wide::Block{&v.piece->shape, full.data(), &v.piece->source, shard.data(), &v.piece->dest,
-                                   v.scale, true, v.numel});
+      blocks.push_back(visit_block(v, full.data(), v.piece->source, shard.data(), v.piece->dest, true));
     }
-    if (deferred == nullptr) wide::copy_blocks(dtype, s.blocks, threading_of(options));
+    if (deferred == nullptr) backend_of(options).copy_blocks(dtype, s.blocks, threading_of(options));
     return shard;
   }
   Buffer shard(dtype, *shard_numel);
@@ -666,7 +689,7 @@ Status check_digest(const Map& map, const Buffer& full, const ConvertOptions& op
     }
     recorded = it->second;
   }
-  const std::uint64_t actual = fused ? *fused : wide::parallel_digest(full, threading_of(options));
+  const std::uint64_t actual = fused ? *fused : backend_of(options).digest(full, threading_of(options));
   if (recorded && *recorded != actual) return fault::digest_differs(actual, *recorded, &*options.digest_state);
   if (options.expected_digest && *options.expected_digest != actual) {
     return fault::digest_differs(actual, *options.expected_digest, nullptr);
@@ -729,7 +752,7 @@ Result<ShardSet> extract_all(const Map& map, const Buffer& full, const ConvertOp
   std::sort(ranks.begin(), ranks.end());
   ShardSet out;
   // A shard's storage keeps its address when the buffer moves into `out`.
-  std::vector<wide::Block> deferred;
+  std::vector<BlockCopy> deferred;
   const bool wide = checked.wide;  // strict only: legacy leaves it false
   if (wide) deferred.reserve(s.visits.size());
   // The proof lists visits by rank id, as `ranks` goes.
@@ -746,7 +769,7 @@ Result<ShardSet> extract_all(const Map& map, const Buffer& full, const ConvertOp
     if (!shard) return shard.error();
     out.insert_or_assign(rank, std::move(shard).value());
   }
-  if (wide) wide::copy_blocks(full.dtype(), deferred, threading_of(options));
+  if (wide) backend_of(options).copy_blocks(full.dtype(), deferred, threading_of(options));
   return out;
 }
 

@@ -283,10 +283,11 @@ Result<std::map<Rank, std::uint64_t>> digest_shares(const Map& map, const ShardS
         const Index numel = span_facts(piece->shape, piece->source)->numel;
         unscaled = Buffer(dtype.value(), numel);
         BlockCopy copy = rebuild_block(*piece, shard, unscaled, scale_power);
-        copy.to_view = StridedView{0, row_major_strides(piece->shape)};
+        const StridedView packed{0, row_major_strides(piece->shape)};
+        copy.to_view = &packed;
         backend->copy_block(dtype.value(), copy);
         block.data = unscaled.data();
-        block.data_view = copy.to_view;
+        block.data_view = packed;
       }
       share += dedupe && piece->locations.size() > 1 ? block_terms_once(dtype.value(), block, claimed)
                                                      : block_terms(dtype.value(), block);

@@ -16,6 +16,7 @@
 #include "element_types.h"
 #include "shardcheck/digest.h"
 #include "threads.h"
+#include "row_plan.h"
 #include "two_view_walk.h"
 
 namespace shardcheck::wide {
@@ -25,21 +26,9 @@ namespace {
 static_assert(std::endian::native == std::endian::little);
 
 using Axis = detail::WalkAxis;
+using Block = BlockCopy;
 
-// A block reduced to rows: axes of extent 1 dropped, neighbouring axes merged where
-// both views are contiguous across them (which keeps the row-major element order), the
-// innermost axis left as one run of `len` elements, the outer axes enumerating rows.
-struct Plan {
-  std::size_t block = 0;
-  Index from_offset = 0;
-  Index to_offset = 0;
-  Index len = 1;
-  Index from_step = 1;
-  Index to_step = 1;
-  Index rows = 1;
-  std::int32_t axes_begin = 0;  // outer axes, outermost first, in Scratch::axes
-  std::int32_t axes_count = 0;
-};
+using Plan = detail::RowPlan;
 
 struct Chunk {
   std::int32_t plan;  // kEveryPlan: row_begin..row_end of every plan, row by row
@@ -61,52 +50,6 @@ struct Scratch {
 Scratch& scratch() {
   thread_local Scratch s;
   return s;
-}
-
-// False for an empty block (nothing to move). Axes are reduced on the stack and only
-// the outer axes left over go to `axes`: a one-row block (a gather's piece) adds none.
-bool make_plan(const Block& b, std::size_t index, std::vector<Axis>& axes, Plan& out) {
-  const Extents& shape = *b.shape;
-  // At most 63 axes have extent > 1: the block's numel fits 64 bits.
-  std::array<Axis, 64> kept;
-  std::size_t n = 0;
-  for (std::size_t k = 0; k < shape.size(); ++k) {
-    if (shape[k] == 0) return false;
-    if (shape[k] == 1) continue;
-    kept[n++] = Axis{shape[k], b.from_view->strides[k], b.to_view->strides[k]};
-  }
-  out = Plan{};
-  out.block = index;
-  out.from_offset = b.from_view->offset;
-  out.to_offset = b.to_view->offset;
-  // Merge from the innermost axis outwards: an outer axis whose strides equal the
-  // inner axis's span in both views continues it. kept[write..n) are the merged axes.
-  std::size_t write = n;
-  for (std::size_t k = n; k-- > 0;) {
-    if (write < n) {
-      Axis& inner = kept[write];
-      const Axis& outer = kept[k];
-      if (outer.from_stride == inner.from_stride * inner.extent && outer.to_stride == inner.to_stride * inner.extent) {
-        inner.extent *= outer.extent;  // bounded by the block's numel
-        continue;
-      }
-    }
-    kept[--write] = kept[k];
-  }
-  if (write < n) {
-    const Axis& inner = kept[n - 1];
-    out.len = inner.extent;
-    out.from_step = inner.from_stride;
-    out.to_step = inner.to_stride;
-    --n;
-  }
-  out.axes_begin = static_cast<std::int32_t>(axes.size());
-  out.axes_count = static_cast<std::int32_t>(n - write);
-  for (std::size_t k = write; k < n; ++k) {
-    axes.push_back(kept[k]);
-    out.rows *= kept[k].extent;
-  }
-  return true;
 }
 
 // Calls fn(from_offset, to_offset, row) for rows [row_begin, row_end) of a plan.
@@ -287,7 +230,7 @@ Index row_source(const Plan& p, const Axis* axes, Index row) {
 
 // Whether single-row plan `next` continues `last` (a single row, or rows it absorbed
 // before): same buffers and scaling, same row, and its offsets one step further on.
-bool continues(const std::vector<Block>& blocks, const std::vector<Axis>& axes, const Plan& last, const Plan& next) {
+bool continues(std::span<const BlockCopy> blocks, const std::vector<Axis>& axes, const Plan& last, const Plan& next) {
   const Block& a = blocks[last.block];
   const Block& b = blocks[next.block];
   if (next.axes_count != 0 || last.axes_count > 1 || a.from != b.from || a.to != b.to || a.multiply != b.multiply ||
@@ -305,7 +248,7 @@ bool continues(const std::vector<Block>& blocks, const std::vector<Axis>& axes, 
 // one-row blocks whose offsets advance by the same steps (a gather of rows) becomes one
 // plan of many rows: the same rows in the same order, without a plan and a chunk per
 // row. A copy only: a comparison reports a mismatch by block.
-void plan_blocks(DType dtype, const std::vector<Block>& blocks, Scratch& s, bool merge_rows = false) {
+void plan_blocks(DType dtype, std::span<const BlockCopy> blocks, Scratch& s, bool merge_rows = false) {
   s.plans.clear();
   s.axes.clear();
   const auto size = static_cast<Index>(element_size(dtype));
@@ -321,7 +264,7 @@ void plan_blocks(DType dtype, const std::vector<Block>& blocks, Scratch& s, bool
       __builtin_prefetch(later.to_view);
     }
     Plan p;
-    if (!make_plan(blocks[i], i, s.axes, p)) continue;
+    if (!detail::make_row_plan(blocks[i], i, s.axes, p)) continue;
     total += p.rows * p.len * size;
     if (merge_rows && !s.plans.empty() && continues(blocks, s.axes, s.plans.back(), p)) {
       Plan& last = s.plans.back();
@@ -371,7 +314,7 @@ void cut_chunks(DType dtype, int threads, Scratch& s, bool by_source = false) {
   }
 }
 
-Index moved_bytes(DType dtype, const std::vector<Block>& blocks) {
+Index moved_bytes(DType dtype, std::span<const BlockCopy> blocks) {
   Index total = 0;
   for (const Block& b : blocks) total += b.numel;  // a checked map: no overflow
   return total * static_cast<Index>(element_size(dtype));
@@ -394,7 +337,7 @@ PlanCopy plan_copy(DType dtype, const Block& b, const Plan& p, const Scratch& s,
 }
 
 // Copies one chunk; with `digest`, returns the digest terms of what it wrote.
-std::uint64_t copy_chunk(DType dtype, const std::vector<Block>& blocks, const Scratch& s, const Chunk& c, bool digest) {
+std::uint64_t copy_chunk(DType dtype, std::span<const BlockCopy> blocks, const Scratch& s, const Chunk& c, bool digest) {
   const Plan& p = s.plans[static_cast<std::size_t>(c.plan)];
   const Block& b = blocks[p.block];
   // Not a structured binding: clang 14 does not let the row lambda below capture one.
@@ -428,7 +371,7 @@ bool rows_contiguous_at_destination(const Scratch& s) {
 }
 
 // The first mismatch within a chunk, as a row-major index within its block.
-std::optional<Index> compare_chunk(DType dtype, const std::vector<Block>& blocks, const Scratch& s, const Chunk& c) {
+std::optional<Index> compare_chunk(DType dtype, std::span<const BlockCopy> blocks, const Scratch& s, const Chunk& c) {
   const Plan& p = s.plans[static_cast<std::size_t>(c.plan)];
   const Block& b = blocks[p.block];
   const RowOp op = row_op(dtype, b);
@@ -495,7 +438,7 @@ void chunk_side_by_side(DType dtype, int threads, Scratch& s) {
 
 // Copies rows [row_begin, row_end) of every plan, row by row, in s.side_by_side order;
 // with `digest`, returns the digest terms of what it wrote (as copy_chunk).
-std::uint64_t copy_side_by_side(DType dtype, const std::vector<Block>& blocks, const Scratch& s, const Chunk& c,
+std::uint64_t copy_side_by_side(DType dtype, std::span<const BlockCopy> blocks, const Scratch& s, const Chunk& c,
                                 bool digest) {
   const auto size = static_cast<Index>(element_size(dtype));
   // Each plan's row operation, once per chunk.
@@ -524,14 +467,14 @@ std::uint64_t copy_side_by_side(DType dtype, const std::vector<Block>& blocks, c
   return terms;
 }
 
-std::uint64_t copy_any_chunk(DType dtype, const std::vector<Block>& blocks, const Scratch& s, const Chunk& c,
+std::uint64_t copy_any_chunk(DType dtype, std::span<const BlockCopy> blocks, const Scratch& s, const Chunk& c,
                              bool digest) {
   return c.plan == kEveryPlan ? copy_side_by_side(dtype, blocks, s, c, digest)
                               : copy_chunk(dtype, blocks, s, c, digest);
 }
 
 // The digest terms are a sum mod 2^64, so the order chunks finish in does not matter.
-std::uint64_t run_copies(DType dtype, const std::vector<Block>& blocks, int threads, Scratch& s, bool digest) {
+std::uint64_t run_copies(DType dtype, std::span<const BlockCopy> blocks, int threads, Scratch& s, bool digest) {
   const auto count = static_cast<std::int64_t>(s.chunks.size());
   std::uint64_t terms = 0;
   if (threads <= 1) {
@@ -551,7 +494,7 @@ std::uint64_t run_copies(DType dtype, const std::vector<Block>& blocks, int thre
 
 }  // namespace
 
-bool copy_blocks(DType dtype, const std::vector<Block>& blocks, const Threading& threading,
+bool copy_blocks(DType dtype, std::span<const BlockCopy> blocks, const Threading& threading,
                  std::uint64_t* digest_of_written) {
   Scratch& s = scratch();
   const int threads = thread_count(threading, moved_bytes(dtype, blocks));
@@ -574,15 +517,11 @@ bool copy_blocks(DType dtype, const std::vector<Block>& blocks, const Threading&
   return true;
 }
 
-void copy_blocks_last_first(DType dtype, const std::vector<Block>& blocks, const Threading& threading) {
-  std::vector<Block> one(1);
-  for (std::size_t i = blocks.size(); i-- > 0;) {
-    one[0] = blocks[i];
-    copy_blocks(dtype, one, threading);
-  }
+void copy_blocks_last_first(DType dtype, std::span<const BlockCopy> blocks, const Threading& threading) {
+  for (std::size_t i = blocks.size(); i-- > 0;) copy_blocks(dtype, blocks.subspan(i, 1), threading);
 }
 
-std::optional<Mismatch> compare_blocks(DType dtype, const std::vector<Block>& blocks, const Threading& threading) {
+std::optional<BlockMismatch> compare_blocks(DType dtype, std::span<const BlockCopy> blocks, const Threading& threading) {
   Scratch& s = scratch();
   const int threads = thread_count(threading, moved_bytes(dtype, blocks));
   plan_blocks(dtype, blocks, s);
@@ -612,7 +551,7 @@ std::optional<Mismatch> compare_blocks(DType dtype, const std::vector<Block>& bl
   const std::int64_t first = best.load();
   if (first == count) return std::nullopt;
   const Chunk& c = s.chunks[static_cast<std::size_t>(first)];
-  return Mismatch{s.plans[static_cast<std::size_t>(c.plan)].block, found[static_cast<std::size_t>(first)]};
+  return BlockMismatch{s.plans[static_cast<std::size_t>(c.plan)].block, found[static_cast<std::size_t>(first)]};
 }
 
 std::uint64_t parallel_digest(const Buffer& full, const Threading& threading) {

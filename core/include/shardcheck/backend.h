@@ -1,10 +1,13 @@
 // Backends move and compare strided blocks of raw elements. One interface; the CPU
-// backend (Eigen) is always present, CUDA when built with the toolkit and a device
-// is present. Every call works on one piece: `shape` and two views.
+// backend (Eigen rows, wide row copies for batches) is always present; the device backend
+// (core/src/device/: Thrust, one source) runs on OpenMP threads wherever Thrust's headers
+// are found, and on CUDA when built with the toolkit and a device is present.
 #pragma once
 
 #include <memory>
+#include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -13,12 +16,15 @@
 
 namespace shardcheck {
 
+// The one block type of every conversion path: a piece's elements in its row-major order,
+// read through `from_view` and written through `to_view`. Views are pointers (to a piece's
+// own, usually) so that a plan of a million blocks copies no strides.
 struct BlockCopy {
   const Extents* shape = nullptr;
   const std::byte* from = nullptr;
-  StridedView from_view;
+  const StridedView* from_view = nullptr;
   std::byte* to = nullptr;
-  StridedView to_view;
+  const StridedView* to_view = nullptr;
   // Scaling: to = from * scale^power when multiply, from / scale^power otherwise.
   // scale == 1 moves bits unchanged.
   double scale = 1.0;
@@ -27,6 +33,7 @@ struct BlockCopy {
   // Contract 1.2's arithmetic (NaN bits kept, float32 opmath for 16-bit types);
   // only the legacy model asks for torch's arithmetic instead.
   Arithmetic arithmetic = Arithmetic::contract;
+  Index numel = 0;  // elements it moves: numel(*shape)
 };
 
 // The block of one piece in each direction of contract 1.2: rebuild reads the shard through
@@ -35,19 +42,65 @@ struct BlockCopy {
 BlockCopy rebuild_block(const Piece& piece, const Buffer& shard, Buffer& full, int scale_power);
 BlockCopy extract_block(const Piece& piece, const Buffer& full, Buffer& shard, int scale_power);
 
+// How many threads a batched call may use and from what size on; no answer depends on
+// either (tests run 1, 2 and 8 threads). `tile` is the largest run of elements one work
+// item moves on a backend that cuts rows into items (0: the backend's choice); it too
+// changes nothing but speed.
+struct Threading {
+  int threads = 0;                   // 0: what OpenMP offers (OMP_NUM_THREADS or the cores)
+  Index min_bytes = Index{1} << 22;  // below this many bytes moved, one thread
+  Index tile = 0;
+};
+
+// Where compare_blocks found its first difference: the block (index into the span) and
+// the row-major index within it. "First" is in (block, index) order, whatever the schedule.
+struct BlockMismatch {
+  std::size_t block = 0;
+  Index k = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+
+  // Capability: the backend moves a whole proven plan per call (the batched entries below
+  // are its own, run in parallel). Conversion then gives it maps check_map proved valid as
+  // one batch; a backend without it gets one call per piece under the writer and read
+  // records, which is slower but needs nothing of it beyond copy_block and compare_block.
+  virtual bool runs_batches() const { return false; }
+
   // Copies one block; views have been checked (in bounds, unique destination).
   virtual void copy_block(DType dtype, const BlockCopy& copy) = 0;
   // Compares `from` (after scaling as in copy_block) with what `to` already holds,
   // bitwise. Returns the row-major index within the block of the first mismatch.
   virtual std::optional<Index> compare_block(DType dtype, const BlockCopy& copy) = 0;
+
+  // Batched entries; the defaults loop over the blocks with the calls above.
+  //
+  // Copies every block; the blocks write disjoint addresses (order is free). With
+  // `digest_of_written`, also sums the digest terms (contract 10) of every element written,
+  // taking each destination address as the element's index; returns false, copying
+  // nothing, when it cannot (the caller then digests the result with digest()).
+  virtual bool copy_blocks(DType dtype, std::span<const BlockCopy> blocks, const Threading& threading,
+                           std::uint64_t* digest_of_written = nullptr);
+  // Copies blocks that may overlap (replicas): where they do, the value of the first block
+  // in span order remains, as if they were copied last to first.
+  virtual void copy_blocks_first_wins(DType dtype, std::span<const BlockCopy> blocks, const Threading& threading);
+  // The first mismatch of compare_block over the blocks, in (block, index) order.
+  virtual std::optional<BlockMismatch> compare_blocks(DType dtype, std::span<const BlockCopy> blocks,
+                                                      const Threading& threading);
+  // digest(F) of a whole buffer (contract 10).
+  virtual std::uint64_t digest(const Buffer& full, const Threading& threading);
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
-// nullptr when CUDA support was not built or no device is present.
+// The device code (core/src/device/) on Thrust's OpenMP system: host memory, real
+// threads. nullptr when built without Thrust's headers (device_omp_compiled() says so).
+std::unique_ptr<Backend> make_device_omp_backend();
+bool device_omp_compiled();
+// The same device code on CUDA; nullptr when CUDA support was not built or no device is
+// present.
 std::unique_ptr<Backend> make_cuda_backend();
 bool cuda_compiled();
 

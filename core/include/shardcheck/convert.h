@@ -46,8 +46,12 @@ struct ConvertOptions {
   // thread. Neither changes any result or which error is reported.
   int threads = 0;
   Index parallel_min_bytes = Index{1} << 22;
-  // A map that check_map proves moves by rows, with no writer or read records (strict,
-  // CPU backend). The same results either way; off only to compare the two paths.
+  // The launch shape of a backend that cuts rows into work items (the device backend):
+  // the most elements one item moves, 0 for its default. Changes no result either.
+  Index tile = 0;
+  // A map that check_map proves moves as one batch (Backend::copy_blocks), with no writer
+  // or read records (strict, a backend that runs_batches()). The same results either way;
+  // off only to compare the two paths.
   bool wide_copies = true;
 };
 

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardcheck/backend.h"
@@ -12,16 +13,35 @@
 
 namespace shardcheck::oracles {
 
-// The CPU backend first (the reference module), then every other backend present.
+// The CPU backend first (the reference module), then every other backend present: the
+// device code on OpenMP threads (built with Thrust), CUDA where a device is.
 std::vector<std::unique_ptr<Backend>> available_backends();
+// One of them by name ("cpu", "device-omp", "cuda"); nullptr when it is not present.
+std::unique_ptr<Backend> backend_named(std::string_view name);
+// The names this build knows (present or not: CUDA without a device is named).
+std::vector<std::string> backend_names();
+
+// How batched backends are driven for a case: thread count and work-item tile. A few of
+// the case's own bytes choose it (launch_shape_for); no answer may change with it.
+struct LaunchShape {
+  int threads = 2;
+  Index tile = 0;  // 0: the backend's default
+};
+LaunchShape launch_shape_for(const Case& c);
 
 struct BackendDifference {
-  std::string signature;  // "backend:<name>-vs-cpu:<op>:<verdict|kind|bits>"
+  std::string signature;  // "backend:<name>-vs-cpu:<op>:<verdict|kind|error|bits>"
   std::string message;
 };
 
 // Runs the case's ops (strict policy, shards extracted through the truth map) on every
-// backend; std::nullopt when all agree on verdict, error kind and output bits.
+// backend, every size on `shape.threads` threads; std::nullopt when all agree on verdict,
+// the whole error (kind, rank, piece, address) and output bits, or when the truth map's
+// F has 2^28 elements or more (no data to move here).
+std::optional<BackendDifference> compare_backends(const Case& c,
+                                                  const std::vector<std::unique_ptr<Backend>>& backends,
+                                                  const LaunchShape& shape);
+// With the case's own launch shape.
 std::optional<BackendDifference> compare_backends(const Case& c,
                                                   const std::vector<std::unique_ptr<Backend>>& backends);
 

@@ -1,0 +1,63 @@
+// The device backend on Thrust's OpenMP system: the device code of device_kernels.h on
+// host memory and real threads. Built wherever Thrust's headers are found (the CUDA
+// toolkit's CCCL, or Debian's libthrust-dev), so every CI run executes the device code.
+#include <omp.h>
+
+#include <thrust/system/omp/execution_policy.h>
+
+#include "device_backend.h"
+
+namespace shardcheck {
+
+namespace {
+
+// Sets the OpenMP thread count of the calling thread for one launch (0: leaves it).
+class ThreadsFor {
+ public:
+  explicit ThreadsFor(int threads) : saved_(omp_get_max_threads()) {
+    if (threads > 0) omp_set_num_threads(threads);
+  }
+  ~ThreadsFor() { omp_set_num_threads(saved_); }
+  ThreadsFor(const ThreadsFor&) = delete;
+  ThreadsFor& operator=(const ThreadsFor&) = delete;
+
+ private:
+  int saved_;
+};
+
+struct OmpSystem {
+  static constexpr const char* kName = "device-omp";
+  // Long enough that an item's bookkeeping (a binary search and a row decode) is small
+  // beside its copy, short enough that a shard's rows spread over the threads.
+  static constexpr device::Index kDefaultTile = 1 << 13;
+
+  template <class T>
+  using vector = std::vector<T>;
+  template <class T>
+  static T* raw(vector<T>& v) {
+    return v.data();
+  }
+
+  // Host memory is the device's memory here: the runs point at the caller's buffers.
+  template <class Fn>
+  static void launch(const device::HostBatch& batch, int threads, Fn&& fn) {
+    ThreadsFor scope(threads);
+    fn(thrust::omp::par, batch.view());
+  }
+
+  static std::uint64_t digest(const Buffer& full, device::Index tile, int threads) {
+    ThreadsFor scope(threads);
+    const device::DigestTile kernel{reinterpret_cast<const unsigned char*>(full.data()), full.numel(), tile,
+                                    static_cast<std::uint32_t>(element_size(full.dtype()))};
+    const device::Index items = (full.numel() + tile - 1) / tile;
+    return thrust::transform_reduce(thrust::omp::par, thrust::counting_iterator<device::Index>(0),
+                                    thrust::counting_iterator<device::Index>(items), kernel, std::uint64_t{0},
+                                    device::SumTerms{});
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_device_omp_backend() { return std::make_unique<device::DeviceBackend<OmpSystem>>(); }
+
+}  // namespace shardcheck

@@ -1,0 +1,244 @@
+// The device backend, written once over a `System`: where the batch's memory lives and
+// which Thrust execution policy runs it. backend_omp.cc instantiates it for Thrust's
+// OpenMP system (host memory, real threads), core/src/cuda/backend_cuda.cu for CUDA.
+//
+// A System provides:
+//   static constexpr const char* kName;
+//   static constexpr Index kDefaultTile;            // elements per work item
+//   template <class T> using vector = ...;          // memory the policy can reach
+//   template <class T> static T* raw(vector<T>&);
+//   template <class Fn> static void launch(const HostBatch&, int threads, Fn&& fn);
+//       calls fn(policy, batch) with a Batch whose pointers the policy can reach, and
+//       makes what the runs wrote visible in the caller's buffers when it returns.
+//   static std::uint64_t digest(const Buffer&, Index tile, int threads);
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include <thrust/fill.h>
+#include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/transform_reduce.h>
+
+#include "device_kernels.h"
+#include "row_plan.h"
+#include "shardcheck/backend.h"
+#include "shardcheck/dtype.h"
+#include "shardcheck/map.h"
+
+namespace shardcheck::device {
+
+// A batch as the host builds it: runs and axes in host memory, and each buffer the runs
+// touch with the number of elements they may reach (for staging).
+struct HostBatch {
+  std::vector<Run> runs;
+  std::vector<Axis> axes;
+  Index tile = 1;
+  std::uint32_t element_size = 1;
+  Index items = 0;
+  Index bytes = 0;      // moved: what decides the thread count
+  Index to_extent = 0;  // 1 + the highest destination address any run writes
+  // Per run, 1 + the highest address it reads and writes: what a system that stages
+  // buffers copies.
+  std::vector<Index> from_reach;
+  std::vector<Index> to_reach;
+
+  Batch view() const {
+    return Batch{runs.data(), static_cast<std::uint32_t>(runs.size()), axes.data(), tile, element_size, items};
+  }
+};
+
+// The format a block scales in, or nullopt when the device does not run it (the legacy
+// model's torch arithmetic, an optimizer power, a scale the arithmetic cannot hold):
+// conversion refuses the last before it moves data, the rest stay on the CPU backend.
+inline std::optional<Run> run_scaling(DType dtype, const BlockCopy& b) {
+  Run run;
+  if (!is_floating(dtype) || b.scale == 1.0 || b.power == 0) return run;
+  if (b.arithmetic != Arithmetic::contract || (b.power != 1 && b.power != -1)) return std::nullopt;
+  run.up = b.multiply == (b.power > 0);
+  switch (dtype) {
+    case DType::float16:
+      run.format = Format::float16;
+      break;
+    case DType::bfloat16:
+      run.format = Format::bfloat16;
+      break;
+    case DType::float32:
+      run.format = Format::float32;
+      break;
+    default:
+      run.format = Format::float64;
+  }
+  if (run.format == Format::float64) {
+    if (!scaling::arithmetic_factor(b.scale, run.factor)) return std::nullopt;
+  } else {
+    float factor = 1.0f;
+    if (!scaling::arithmetic_factor(b.scale, factor)) return std::nullopt;
+    run.factor = factor;
+  }
+  return run;
+}
+
+// The highest address a view reaches over `shape` (checked views: no overflow).
+inline Index view_max(const detail::RowPlan& p, const std::vector<detail::WalkAxis>& axes, bool to_side) {
+  Index at = to_side ? p.to_offset : p.from_offset;
+  at += (p.len - 1) * std::max<Index>(0, to_side ? p.to_step : p.from_step);
+  for (std::int32_t a = 0; a < p.axes_count; ++a) {
+    const detail::WalkAxis& axis = axes[static_cast<std::size_t>(p.axes_begin + a)];
+    at += (axis.extent - 1) * std::max<Index>(0, to_side ? axis.to_stride : axis.from_stride);
+  }
+  return at;
+}
+
+// Builds the batch, or returns false when a block is one the device does not run.
+inline bool make_batch(DType dtype, std::span<const BlockCopy> blocks, Index tile, HostBatch& out) {
+  out = HostBatch{};
+  out.tile = tile;
+  out.element_size = static_cast<std::uint32_t>(element_size(dtype));
+  std::vector<detail::WalkAxis> walk_axes;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const BlockCopy& b = blocks[i];
+    std::optional<Run> run = run_scaling(dtype, b);
+    if (!run) return false;
+    detail::RowPlan p;
+    if (!detail::make_row_plan(b, i, walk_axes, p)) continue;
+    run->from = reinterpret_cast<const unsigned char*>(b.from);
+    run->to = reinterpret_cast<unsigned char*>(b.to);
+    run->from_offset = p.from_offset;
+    run->to_offset = p.to_offset;
+    run->len = p.len;
+    run->from_step = p.from_step;
+    run->to_step = p.to_step;
+    run->rows = p.rows;
+    run->segments = (p.len + tile - 1) / tile;
+    run->first_item = out.items;
+    run->axes_begin = p.axes_begin;
+    run->axes_count = p.axes_count;
+    run->block = static_cast<std::uint32_t>(i);
+    out.items += p.rows * run->segments;
+    out.bytes += b.numel * static_cast<Index>(out.element_size);
+    out.from_reach.push_back(view_max(p, walk_axes, false) + 1);
+    out.to_reach.push_back(view_max(p, walk_axes, true) + 1);
+    out.to_extent = std::max(out.to_extent, out.to_reach.back());
+    out.runs.push_back(*run);
+  }
+  out.axes.reserve(walk_axes.size());
+  for (const detail::WalkAxis& a : walk_axes) out.axes.push_back(Axis{a.extent, a.from_stride, a.to_stride});
+  return true;
+}
+
+template <class System>
+class DeviceBackend final : public Backend {
+ public:
+  std::string_view name() const override { return System::kName; }
+  bool runs_batches() const override { return true; }
+
+  // One block at a time (the recorded path of conversion): a batch of one. A block whose
+  // destination overlaps itself keeps its last row-major write, an order the device
+  // does not promise, so such a block (and one it does not run) goes to the CPU backend.
+  void copy_block(DType dtype, const BlockCopy& copy) override {
+    if (!is_unique(*copy.shape, copy.to_view->strides) || !run_copies(dtype, {&copy, 1}, Threading{}, nullptr)) {
+      cpu_->copy_block(dtype, copy);
+    }
+  }
+
+  std::optional<Index> compare_block(DType dtype, const BlockCopy& copy) override {
+    HostBatch batch;
+    if (!make_batch(dtype, {&copy, 1}, tile_of(Threading{}), batch)) return cpu_->compare_block(dtype, copy);
+    const Position first = compare(batch, Threading{});
+    if (first.block == kNoPosition.block) return std::nullopt;
+    return first.k;
+  }
+
+  // Returns false (nothing copied) only for blocks the device does not run, or when a
+  // digest is asked of it and it cannot give one; the caller then uses the per-block path.
+  bool copy_blocks(DType dtype, std::span<const BlockCopy> blocks, const Threading& threading,
+                   std::uint64_t* digest_of_written) override {
+    if (run_copies(dtype, blocks, threading, digest_of_written)) return true;
+    return Backend::copy_blocks(dtype, blocks, threading, digest_of_written);
+  }
+
+  // The writer record settles overlaps: every destination address takes the least block
+  // index writing it, then each block writes what it claimed. Blocks into different
+  // buffers cannot overlap but share no record, so those go block by block.
+  void copy_blocks_first_wins(DType dtype, std::span<const BlockCopy> blocks, const Threading& threading) override {
+    HostBatch batch;
+    const bool one_destination =
+        std::all_of(blocks.begin(), blocks.end(), [&](const BlockCopy& b) { return b.to == blocks.front().to; });
+    if (!one_destination || !make_batch(dtype, blocks, tile_of(threading), batch)) {
+      Backend::copy_blocks_first_wins(dtype, blocks, threading);
+      return;
+    }
+    if (batch.items == 0) return;
+    typename System::template vector<std::uint32_t> writer(static_cast<std::size_t>(batch.to_extent));
+    std::uint32_t* record = System::raw(writer);
+    System::launch(batch, threads_for(threading, batch.bytes), [&](auto policy, const Batch& on_device) {
+      thrust::fill(policy, record, record + batch.to_extent, kNoPosition.block);
+      const thrust::counting_iterator<Index> first(0);
+      thrust::for_each(policy, first, first + on_device.items, ClaimSegment{on_device, record});
+      thrust::for_each(policy, first, first + on_device.items, CopyClaimed{on_device, record});
+    });
+  }
+
+  std::optional<BlockMismatch> compare_blocks(DType dtype, std::span<const BlockCopy> blocks,
+                                              const Threading& threading) override {
+    HostBatch batch;
+    if (!make_batch(dtype, blocks, tile_of(threading), batch)) return Backend::compare_blocks(dtype, blocks, threading);
+    const Position first = compare(batch, threading);
+    if (first.block == kNoPosition.block) return std::nullopt;
+    return BlockMismatch{first.block, first.k};
+  }
+
+  std::uint64_t digest(const Buffer& full, const Threading& threading) override {
+    return System::digest(full, tile_of(threading), threads_for(threading, static_cast<Index>(full.size_bytes())));
+  }
+
+ private:
+  // False, copying nothing, for blocks the device does not run.
+  bool run_copies(DType dtype, std::span<const BlockCopy> blocks, const Threading& threading,
+                  std::uint64_t* digest_of_written) {
+    HostBatch batch;
+    if (!make_batch(dtype, blocks, tile_of(threading), batch)) return false;
+    std::uint64_t terms = 0;
+    if (batch.items > 0) {
+      const bool digest = digest_of_written != nullptr;
+      System::launch(batch, threads_for(threading, batch.bytes), [&](auto policy, const Batch& on_device) {
+        terms = thrust::transform_reduce(policy, thrust::counting_iterator<Index>(0),
+                                         thrust::counting_iterator<Index>(on_device.items),
+                                         CopySegment{on_device, digest}, std::uint64_t{0}, SumTerms{});
+      });
+    }
+    if (digest_of_written != nullptr) *digest_of_written = terms;
+    return true;
+  }
+
+  static Index tile_of(const Threading& threading) {
+    return threading.tile > 0 ? threading.tile : System::kDefaultTile;
+  }
+
+  static int threads_for(const Threading& threading, Index bytes) {
+    if (bytes < threading.min_bytes) return 1;
+    return threading.threads;  // 0: the system's own choice
+  }
+
+  Position compare(const HostBatch& batch, const Threading& threading) {
+    Position first = kNoPosition;
+    if (batch.items == 0) return first;
+    System::launch(batch, threads_for(threading, batch.bytes), [&](auto policy, const Batch& on_device) {
+      first = thrust::transform_reduce(policy, thrust::counting_iterator<Index>(0),
+                                       thrust::counting_iterator<Index>(on_device.items), CompareSegment{on_device},
+                                       kNoPosition, FirstPosition{});
+    });
+    return first;
+  }
+
+  std::unique_ptr<Backend> cpu_ = make_cpu_backend();
+};
+
+}  // namespace shardcheck::device
