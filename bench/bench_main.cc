@@ -394,10 +394,44 @@ std::optional<std::size_t> extra_heap_bytes(const WideInputs& in, DType dtype, b
   return extra;
 }
 
-void BM_WideConvert(benchmark::State& state, std::string layout, DType dtype, bool rebuild_side) {
+// memcpy of the same bytes cut into `threads` slices, one thread each (the baseline of a
+// conversion on that many threads).
+Best memcpy_best_threads(const Buffer& full, int threads) {
+  std::vector<std::byte> to(full.size_bytes());
+  std::memcpy(to.data(), full.data(), full.size_bytes());
+  const std::size_t slice = (full.size_bytes() + static_cast<std::size_t>(threads) - 1) / static_cast<std::size_t>(threads);
+  Best best;
+  for (int i = 0; i < 5; ++i) {
+    time_once(best, [&] {
+      std::vector<std::thread> workers;
+      for (int t = 0; t < threads; ++t) {
+        const std::size_t begin = std::min(full.size_bytes(), slice * static_cast<std::size_t>(t));
+        const std::size_t end = std::min(full.size_bytes(), begin + slice);
+        workers.emplace_back([&, begin, end] { std::memcpy(to.data() + begin, full.data() + begin, end - begin); });
+      }
+      for (auto& w : workers) w.join();
+      benchmark::ClobberMemory();
+    });
+  }
+  return best;
+}
+
+void BM_WideConvert(benchmark::State& state, std::string layout, DType dtype, bool rebuild_side,
+                    std::string backend_name) {
   const WideInputs& in = wide_inputs(layout, dtype);
   ConvertOptions options;
   options.threads = static_cast<int>(state.range(0));
+  std::unique_ptr<Backend> backend;
+  if (!backend_name.empty()) {
+    backend = backend_name == "device-omp" ? make_device_omp_backend() : make_cuda_backend();
+    if (!backend) {
+      state.SkipWithError(("backend " + backend_name + " is not present in this build or machine").c_str());
+      for (auto _ : state) {
+      }
+      return;
+    }
+    options.backend = backend.get();
+  }
   auto once = [&] {
     if (rebuild_side) {
       auto out = rebuild(in.map, in.shards, dtype, options);
@@ -419,6 +453,14 @@ void BM_WideConvert(benchmark::State& state, std::string layout, DType dtype, bo
   state.counters["cpu_vs_memcpy"] = best.cpu / baseline.cpu;
   state.counters["best_ms"] = best.wall * 1e3;
   state.counters["memcpy_ms"] = baseline.wall * 1e3;
+  // The same thread count on both sides (0: what OpenMP offers).
+  const int threads = options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const Best same_threads = threads == 1 ? baseline : memcpy_best_threads(in.full, threads);
+  state.counters["vs_memcpy_same_threads"] = best.wall / same_threads.wall;
+  if (!backend_name.empty()) {
+    state.SetBytesProcessed(state.iterations() * static_cast<Index>(in.full.size_bytes()));
+    return;  // the heap row is the CPU path's
+  }
   if (const auto extra = extra_heap_bytes(in, dtype, rebuild_side)) {
     state.counters["extra_bytes"] = static_cast<double>(*extra);
     state.counters["extra_bytes_per_element"] = static_cast<double>(*extra) / static_cast<double>(in.full.numel());
@@ -448,13 +490,32 @@ void register_wide() {
     for (bool rebuild_side : {true, false}) {
       const std::string name = std::string("wide/") + (rebuild_side ? "rebuild/" : "extract_all/") + row.layout + "_" +
                                std::string(dtype_name(row.dtype)) + "_" + row.shape + "_tp8";
-      benchmark::RegisterBenchmark(name.c_str(), BM_WideConvert, std::string(row.layout), row.dtype, rebuild_side)
+      benchmark::RegisterBenchmark(name.c_str(), BM_WideConvert, std::string(row.layout), row.dtype, rebuild_side,
+                                   std::string())
           ->ArgName("threads")
           ->Arg(1)
           ->Arg(0)
           ->Iterations(5)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
+    }
+  }
+  // The device code (core/src/device/) on OpenMP threads and, where a GPU is, on CUDA:
+  // the same conversions through a backend that runs batches.
+  for (const char* backend : {"device-omp", "cuda"}) {
+    for (const Row& row : {rows[0], rows[1], rows[2]}) {
+      for (bool rebuild_side : {true, false}) {
+        const std::string name = std::string(backend) + "/" + (rebuild_side ? "rebuild/" : "extract_all/") +
+                                 row.layout + "_" + std::string(dtype_name(row.dtype)) + "_" + row.shape + "_tp8";
+        benchmark::RegisterBenchmark(name.c_str(), BM_WideConvert, std::string(row.layout), row.dtype, rebuild_side,
+                                     std::string(backend))
+            ->ArgName("threads")
+            ->Arg(1)
+            ->Arg(0)
+            ->Iterations(5)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
     }
   }
 }

@@ -21,6 +21,7 @@
 #include "commands.h"
 #include "shardcheck/campaign.h"
 #include "shardcheck/json.h"
+#include "shardcheck/oracles/backends.h"
 #include "shardcheck/oracles/target.h"
 #include "shardcheck/oracles/truth.h"
 
@@ -56,6 +57,8 @@ struct CampaignArgs {
   std::optional<Index> digest_share;
   std::optional<Index> large_share;
   std::optional<Index> loopback_share;
+  std::string backend;
+  std::optional<Index> backend_share;
   // Options that define the campaign, so that --resume refuses them: name -> given.
   std::vector<std::pair<std::string, CLI::Option*>> defining;
 };
@@ -213,6 +216,17 @@ int options_from_args(const CampaignArgs& args, campaign::Options& options) {
   if (args.digest_share) options.digest_share = static_cast<int>(*args.digest_share);
   if (args.large_share) options.large_share = static_cast<int>(*args.large_share);
   if (args.loopback_share) options.loopback_share = static_cast<int>(*args.loopback_share);
+  if (!args.backend.empty()) {
+    if (!oracles::backend_named(args.backend)) {
+      std::fprintf(stderr, "shardcheck campaign: backend '%s' is not present here (this build knows: %s)\n",
+                   args.backend.c_str(), fmt::format("{}", fmt::join(oracles::backend_names(), ", ")).c_str());
+      return kExitUsage;
+    }
+    options.eval.backend = args.backend;
+  }
+  // A share of every default campaign runs the device code beside the CPU backend.
+  if (device_omp_compiled()) options.share_backend = "device-omp";
+  if (args.backend_share) options.backend_share = static_cast<int>(*args.backend_share);
   options.isolate = true;
   return kExitOk;
 }
@@ -412,6 +426,9 @@ void register_campaign(CLI::App& app, RunState& state) {
   defining(
       sub->add_option("--target", args->target,
                       "Implementation under test: strict, legacy, deepspeed or exec:COMMAND (overrides --policy)"));
+  defining(sub->add_option("--backend", args->backend,
+                           "Also convert every case on this backend beside the CPU backend (device-omp, cuda); any "
+                           "difference in verdict, error or bits is a finding"));
   defining(add_seconds_option(sub, "--target-timeout", args->target_timeout,
                               "Seconds an exec target may take per request before it counts as hung (default 10)"));
   sub->add_flag("--quiet", args->quiet, "No progress output");
@@ -435,6 +452,7 @@ void register_campaign(CLI::App& app, RunState& state) {
   defining(add_int_option(sub, "--digest-share", args->digest_share, Index{0}, Index{1} << 20, "")->group(""));
   defining(add_int_option(sub, "--large-share", args->large_share, Index{0}, Index{1} << 20, "")->group(""));
   defining(add_int_option(sub, "--loopback-share", args->loopback_share, Index{0}, Index{1} << 20, "")->group(""));
+  defining(add_int_option(sub, "--backend-share", args->backend_share, Index{0}, Index{1} << 20, "")->group(""));
   sub->callback([args, &state] { state.exit_code = run_campaign(*args); });
 }
 

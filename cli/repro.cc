@@ -7,10 +7,12 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "commands.h"
 #include "shardcheck/case.h"
 #include "shardcheck/convert.h"
+#include "shardcheck/oracles/backends.h"
 #include "shardcheck/oracles/truth.h"
 #include "shardcheck/properties.h"
 
@@ -25,6 +27,9 @@ struct ReproArgs {
   std::string target;  // overrides the policy: strict, legacy, deepspeed, exec:COMMAND
   double target_timeout = 10.0;
   bool json = false;
+  // A backend to run beside the CPU backend (the backend differential); empty: the one
+  // the case file records, if any.
+  std::string backend;
   // Whether --policy or --target was given: if neither, the case file's record decides.
   bool implementation_given = false;
 };
@@ -62,6 +67,28 @@ std::string implementation_for(const ReproArgs& args, const Json& file, std::str
     return {};
   }
   return recorded;
+}
+
+// The backend differential on the case: the CPU backend and `name`, strict conversion,
+// on the case's own launch shape. Prints one line; true when they differ.
+bool backends_differ(const Case& c, const std::string& name, bool& usage_error) {
+  std::vector<std::unique_ptr<Backend>> backends;
+  backends.push_back(make_cpu_backend());
+  auto other = oracles::backend_named(name);
+  if (!other) {
+    fmt::print(stderr, "shardcheck: backend '{}' is not present here (this build knows: {})\n", name,
+               fmt::join(oracles::backend_names(), ", "));
+    usage_error = true;
+    return false;
+  }
+  backends.push_back(std::move(other));
+  const oracles::LaunchShape shape = oracles::launch_shape_for(c);
+  if (auto difference = oracles::compare_backends(c, backends, shape)) {
+    fmt::print("backend difference: {}: {}\n", difference->signature, difference->message);
+    return true;
+  }
+  fmt::print("backend {} converts as the CPU backend does (2 threads, tile {})\n", name, shape.tile);
+  return false;
 }
 
 int run_repro(const ReproArgs& args) {
@@ -148,7 +175,17 @@ int run_repro(const ReproArgs& args) {
   bool silently_wrong =
       o.verdict == Outcome::wrong || o.verdict == Outcome::target_fault || !o.expected_vs_full.harness_defect.empty();
   const bool misjudged = !misreported.empty() || !o.digest_shares_wrong.empty();
-  return silently_wrong || misjudged || !o.matches_expectation ? kExitFound : kExitOk;
+  std::string backend = args.backend;
+  if (backend.empty() && file_json.is_object() && file_json.contains("backend") && file_json["backend"].is_string()) {
+    backend = file_json["backend"].get<std::string>();
+  }
+  bool backend_differs = false;
+  if (!backend.empty()) {
+    bool usage_error = false;
+    backend_differs = backends_differ(c.value(), backend, usage_error);
+    if (usage_error) return kExitUsage;
+  }
+  return silently_wrong || misjudged || backend_differs || !o.matches_expectation ? kExitFound : kExitOk;
 }
 
 }  // namespace
@@ -170,6 +207,9 @@ void register_repro(CLI::App& app, RunState& state) {
   add_seconds_option(sub, "--target-timeout", args->target_timeout,
                      "seconds an exec target may take per request before it counts as hung (default 10)");
   sub->add_flag("--json", args->json, "print the outcome as one JSON object");
+  sub->add_option("--backend", args->backend,
+                  "also convert on this backend beside the CPU backend and compare verdict, error and bits: "
+                  "device-omp (the device code on OpenMP threads) or cuda (default: the one the case file records)");
   sub->callback([args, policy, target, &state] {
     args->implementation_given = policy->count() > 0 || target->count() > 0;
     state.exit_code = run_repro(*args);

@@ -1,7 +1,7 @@
 // Fuzz targets conversion and conversion_legacy: the fuzzer's bytes drive the same
 // generators as the properties (through FdpChoices), and the generated case goes
-// through props::evaluate_case: the truth oracle, and the reference model against the
-// fast checks. Built twice; SHARDCHECK_FUZZ_LEGACY selects the pre-fix policy, under
+// through props::evaluate_case: the truth oracle, the reference model against the
+// fast checks, and (strict) the backend differential. Built twice; SHARDCHECK_FUZZ_LEGACY selects the pre-fix policy, under
 // which the target must find silently wrong conversions (its proof that it can fail).
 #include <cstddef>
 #include <cstdint>
@@ -9,6 +9,7 @@
 
 #include "fdp_choices.h"
 #include "report.h"
+#include "shardcheck/backend.h"
 #include "shardcheck/gen/case_gen.h"
 #include "shardcheck/properties.h"
 
@@ -40,6 +41,9 @@ props::EvalOptions eval_options() {
   options.policy = kLegacy ? Policy::legacy : Policy::strict;
   // The reference agreement does not depend on the policy; the strict target covers it.
   options.compare_reference = !kLegacy;
+  // The backend differential (docs/backends.md): the device code on OpenMP threads beside
+  // the CPU backend, wherever this build has it; the strict target covers it too.
+  if (!kLegacy && device_omp_compiled()) options.backend = "device-omp";
   return options;
 }
 

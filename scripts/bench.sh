@@ -17,7 +17,7 @@ out=${1:-bench-out}
 [[ $# -gt 0 ]] && shift
 [[ ${1:-} == -- ]] && shift
 build=${SHARDCHECK_BENCH_BUILD:-$root/build-bench}
-filter=${SHARDCHECK_BENCH_FILTER:-'wide/|check_map/|BM_CampaignCase|BM_StrictRebuild/1024|BM_ReferenceRebuild/1024'}
+filter=${SHARDCHECK_BENCH_FILTER:-'wide/|device-omp/|cuda/|check_map/|BM_CampaignCase|BM_StrictRebuild/1024|BM_ReferenceRebuild/1024'}
 mkdir -p "$out"
 cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSHARDCHECK_SANITIZE=OFF \
   -DSHARDCHECK_TESTS=OFF -DSHARDCHECK_BENCH=ON >/dev/null
@@ -33,6 +33,8 @@ rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(f"{out}/tim
 # every core (threads:0, the default a converter gets); both are timed against the same
 # one-thread memcpy, as the issue puts it, and the one-thread row is the stricter test.
 def target(name):
+    if name.startswith("device-omp/"): return "<= 1.5 (memcpy on as many threads)"
+    if name.startswith("cuda/"): return "GPU: see scripts/gpu-check.sh"
     if name.startswith("wide/"):
         if re.search(r"/(column|row)_", name): bound = "<= 1.3; no bytes per element"
         elif "fallback" in name: bound = "<= 5; <= 0.25 B/element"
@@ -44,8 +46,11 @@ def target(name):
     return ""
 def figure(run):
     c = run
+    if c.get("error_occurred"): return f"skipped: {c.get('error_message', '')}"
     if "vs_memcpy" in c:
         text = f"{c['vs_memcpy']:.2f}x memcpy (CPU {c.get('cpu_vs_memcpy', c['vs_memcpy']):.2f}x)"
+        if "vs_memcpy_same_threads" in c and "threads:1" not in run["name"]:
+            text += f", {c['vs_memcpy_same_threads']:.2f}x memcpy on as many threads"
         if "extra_bytes" in c:
             text += (f"; extra heap {c['extra_bytes'] / 1024:,.0f} KiB = {c['extra_bytes_per_element']:.4f} B/element,"
                      f" {c['extra_bytes_per_piece']:,.0f} B/piece")

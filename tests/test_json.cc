@@ -754,9 +754,10 @@ TEST(CheckpointReader, RefusesTruncatedAndGarbageCheckpoints) {
   for (const auto& [key, value] : json.items()) {
     Json missing = json;
     missing.erase(key);
-    // Optional keys: a checkpoint may name no target, and one written before the default
-    // campaign's shares existed resumes without them.
-    const bool optional = key == "target" || key == "target_timeout" || key.ends_with("_share");
+    // Optional keys: a checkpoint may name no target or backend, and one written before
+    // the default campaign's shares existed resumes without them.
+    const bool optional = key == "target" || key == "target_timeout" || key == "backend" || key == "share_backend" ||
+                          key.ends_with("_share");
     if (!optional) expect_refused(missing, "without " + key);
     for (const Json& wrong : {Json("x"), Json(-1), Json::array({1, 2, 3}), Json(1e300)}) {
       if (wrong == value) continue;

@@ -62,12 +62,15 @@ Variant variant_of(const Options& options, Index index) {
   v.digest = options.eval.target.empty() && share(0, options.digest_share);
   v.large = share(1, options.large_share);
   v.loopback = options.eval.target.empty() && !options.loopback_target.empty() && share(2, options.loopback_share);
+  v.backend = options.eval.backend.empty() && !options.share_backend.empty() && share(3, options.backend_share);
   return v;
 }
 
 props::EvalOptions eval_options_of(const Options& options, Index index) {
   props::EvalOptions eval = options.eval;
-  if (variant_of(options, index).loopback) eval.target = options.loopback_target;
+  const Variant variant = variant_of(options, index);
+  if (variant.loopback) eval.target = options.loopback_target;
+  if (variant.backend) eval.backend = options.share_backend;
   return eval;
 }
 
@@ -194,6 +197,7 @@ std::string format_table(const Report& report) {
                      o.shard_count > 1 ? fmt::format(" --shard {}/{}", o.shard_index, o.shard_count)
                                        : std::string(),
                      o.generate.record_digest ? " --digest" : "");
+  if (!o.eval.backend.empty()) out.insert(out.size() - 1, " --backend " + o.eval.backend);
   return out;
 }
 
@@ -224,6 +228,7 @@ Json report_to_json(const Report& report) {
   j["time_seconds"] = o.time_seconds ? Json(*o.time_seconds) : Json(nullptr);
   j["policy"] = policy_name(o.eval.policy);
   if (!o.eval.target.empty()) j["target"] = o.eval.target;
+  if (!o.eval.backend.empty()) j["backend"] = o.eval.backend;
   j["oracle"] = oracle_name(o.eval.oracle);
   j["jobs"] = o.jobs;
   j["isolate"] = o.isolate;
@@ -272,6 +277,9 @@ Json checkpoint_to_json(const Checkpoint& checkpoint) {
   j["digest_share"] = o.digest_share;
   j["large_share"] = o.large_share;
   j["loopback_share"] = o.loopback_share;
+  j["backend"] = o.eval.backend;
+  j["backend_share"] = o.backend_share;
+  j["share_backend"] = o.share_backend;
   j["shard_index"] = o.shard_index;
   j["shard_count"] = o.shard_count;
   j["jobs"] = o.jobs;
@@ -357,7 +365,12 @@ Checkpoint parse_checkpoint(const Json& j) {
   o.digest_share = j.value("digest_share", 0);
   o.large_share = j.value("large_share", 0);
   o.loopback_share = j.value("loopback_share", 0);
-  if (o.digest_share < 0 || o.large_share < 0 || o.loopback_share < 0) throw std::out_of_range("a share is negative");
+  o.eval.backend = j.value("backend", std::string());
+  o.backend_share = j.value("backend_share", 0);
+  o.share_backend = j.value("share_backend", std::string());
+  if (o.digest_share < 0 || o.large_share < 0 || o.loopback_share < 0 || o.backend_share < 0) {
+    throw std::out_of_range("a share is negative");
+  }
   o.shard_index = j.at("shard_index").get<int>();
   o.shard_count = j.at("shard_count").get<int>();
   if (o.shard_count < 1 || o.shard_index < 0 || o.shard_index >= o.shard_count) {
@@ -432,6 +445,10 @@ Json finding_case_file(const Report& report, const FindingRecord& finding) {
   found.target = eval.target;
   // A case that went through the loopback target replays through it.
   if (eval.target.empty()) found.target = eval_options_of(report.options, finding.first_case).target;
+  // A backend finding replays through the backend differential (`repro` reads the record).
+  if (finding.judge == props::JudgeId::backend_differs) {
+    found.backend = eval_options_of(report.options, finding.first_case).backend;
+  }
   found.by = fmt::format("shardcheck campaign --seed {} (case {}, {} {})", report.options.seed, finding.first_case,
                          other_target ? "target" : "policy",
                          other_target ? eval.target : std::string(policy_name(eval.policy)));

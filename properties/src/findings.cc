@@ -161,6 +161,7 @@ Json finding_case_file(const Finding& finding, const FoundWith& found) {
   } else {
     j["target"] = found.target;
   }
+  if (!found.backend.empty()) j["backend"] = found.backend;
   j["comment"] = fmt::format("found by {}: {}", found.by, finding.message);
   return j;
 }

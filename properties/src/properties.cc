@@ -1,4 +1,5 @@
 #include "shardcheck/properties.h"
+#include "shardcheck/oracles/backends.h"
 
 #include <unistd.h>
 
@@ -10,22 +11,18 @@
 
 #include <fmt/format.h>
 
+#include "properties_internal.h"
 #include "shardcheck/digest.h"
 #include "shardcheck/json.h"
 #include "shardcheck/oracles/reference.h"
-#include "properties_internal.h"
 
 namespace shardcheck::props {
 
 namespace {
 
-std::string corruption_label(const Case& c) {
-  return c.corruption ? c.corruption->kind : std::string("none");
-}
+std::string corruption_label(const Case& c) { return c.corruption ? c.corruption->kind : std::string("none"); }
 
-std::string constructor_label(const Case& c) {
-  return c.constructor.empty() ? std::string("unknown") : c.constructor;
-}
+std::string constructor_label(const Case& c) { return c.constructor.empty() ? std::string("unknown") : c.constructor; }
 
 // "constructor/corruption": how most signatures end, so that a campaign tells the
 // generators' places apart.
@@ -36,11 +33,10 @@ enum class Alone { any_finding, truth_oracle, truth_oracle_digests, masked };
 enum class Blind { in_blind, not_blind };
 enum class Conversion { memory_safe, memory_unsafe };
 
-#define SHARDCHECK_PLANTED_BUG(name, disables, alone, blind, conversion)                    \
-  static_assert(Alone::alone != Alone::masked || Blind::blind == Blind::in_blind,           \
-                "planted_bugs.def: " #name " shows in no scenario (masked and not in_blind)"); \
-  static_assert(Blind::blind == Blind::not_blind ||                                         \
-                    Conversion::conversion == Conversion::memory_safe,                      \
+#define SHARDCHECK_PLANTED_BUG(name, disables, alone, blind, conversion)                               \
+  static_assert(Alone::alone != Alone::masked || Blind::blind == Blind::in_blind,                      \
+                "planted_bugs.def: " #name " shows in no scenario (masked and not in_blind)");         \
+  static_assert(Blind::blind == Blind::not_blind || Conversion::conversion == Conversion::memory_safe, \
                 "planted_bugs.def: " #name " is memory_unsafe, so it cannot be in_blind");
 #include "shardcheck/planted_bugs.def"
 #undef SHARDCHECK_PLANTED_BUG
@@ -127,11 +123,9 @@ std::optional<Finding> agree_with_reference(const Case& c, const Map& map, const
                           c);
     }
     if (!fast.ok() && !reference.kind) {
-      return make_finding(JudgeId::reference_verdict,
-                          fmt::format("{}-refuses:{}:{}", proof, kind_name(fast.error().kind), where),
-                          fmt::format("{} refuse a map the reference model accepts: {}", checks,
-                                      fast.error().to_string()),
-                          c);
+      return make_finding(
+          JudgeId::reference_verdict, fmt::format("{}-refuses:{}:{}", proof, kind_name(fast.error().kind), where),
+          fmt::format("{} refuse a map the reference model accepts: {}", checks, fast.error().to_string()), c);
     }
     if (!fast.ok() && reference.kind && fast.error().kind != *reference.kind) {
       // The conservative stride rule is the one documented place where the two may
@@ -220,16 +214,26 @@ std::optional<Finding> agree_on_digest_shares(const Case& c, const Map& map, std
 // Another element type of the same width, as a reader that compares sizes would mistake.
 DType same_width_other(DType dtype) {
   switch (dtype) {
-    case DType::float32: return DType::int32;
-    case DType::float64: return DType::int64;
-    case DType::float16: return DType::bfloat16;
-    case DType::bfloat16: return DType::int16;
-    case DType::int8: return DType::uint8;
-    case DType::int16: return DType::float16;
-    case DType::int32: return DType::float32;
-    case DType::int64: return DType::float64;
-    case DType::uint8: return DType::boolean;
-    case DType::boolean: return DType::int8;
+    case DType::float32:
+      return DType::int32;
+    case DType::float64:
+      return DType::int64;
+    case DType::float16:
+      return DType::bfloat16;
+    case DType::bfloat16:
+      return DType::int16;
+    case DType::int8:
+      return DType::uint8;
+    case DType::int16:
+      return DType::float16;
+    case DType::int32:
+      return DType::float32;
+    case DType::int64:
+      return DType::float64;
+    case DType::uint8:
+      return DType::boolean;
+    case DType::boolean:
+      return DType::int8;
   }
   return DType::float32;
 }
@@ -254,20 +258,19 @@ std::optional<Finding> agree_on_retyped_shards(const Case& c, const PlantedBugs&
   const std::string said = got.ok() ? "accepted" : std::string(kind_name(got.error().kind));
   const std::string wanted = expected.ok() ? "accepted" : std::string(kind_name(expected.error().kind));
   if (said == wanted) return std::nullopt;
-  return make_finding(JudgeId::retyped_shards,
-                      fmt::format("{}:{}-vs-{}:{}", dtype_name(other), said, wanted, case_label(c)),
-                      fmt::format("rebuild from shards of {} for {} data: strict {}, the reference model {}",
-                                  dtype_name(other), dtype_name(c.dtype),
-                                  got.ok() ? "accepts" : got.error().to_string(),
-                                  expected.ok() ? "accepts" : expected.error().to_string()),
-                      c);
+  return make_finding(
+      JudgeId::retyped_shards, fmt::format("{}:{}-vs-{}:{}", dtype_name(other), said, wanted, case_label(c)),
+      fmt::format("rebuild from shards of {} for {} data: strict {}, the reference model {}", dtype_name(other),
+                  dtype_name(c.dtype), got.ok() ? "accepts" : got.error().to_string(),
+                  expected.ok() ? "accepts" : expected.error().to_string()),
+      c);
 }
 
 // Contract section 3: the verdict, and the kind, rank, piece and address of the error,
 // do not depend on the order in which ranks and pieces are listed. `as_listed`: the
 // verdict on `map` when the caller has it.
-std::optional<Finding> order_independent(const Case& c, const Map& map, const PlantedBugs& bugs,
-                                         std::string_view what, const Status* as_listed) {
+std::optional<Finding> order_independent(const Case& c, const Map& map, const PlantedBugs& bugs, std::string_view what,
+                                         const Status* as_listed) {
   CheckOptions check_options;
   check_options.bugs = bugs;
   const Status listed = as_listed != nullptr ? *as_listed : check_map(map, check_options);
@@ -278,12 +281,13 @@ std::optional<Finding> order_independent(const Case& c, const Map& map, const Pl
   const std::string told = order_free_verdict(map, listed);
   const std::string told_reversed = order_free_verdict(reversed, other);
   if (told == told_reversed) return std::nullopt;
-  return make_finding(JudgeId::check_order,
-                      fmt::format("{}:{}{}", listed.ok() ? "valid" : kind_name(listed.error().kind), case_label(c), what),
-                      fmt::format("the core checks' verdict depends on rank or piece order: {} as listed, {} "
-                                  "with ranks and pieces reversed",
-                                  told, told_reversed),
-                      c);
+  return make_finding(
+      JudgeId::check_order,
+      fmt::format("{}:{}{}", listed.ok() ? "valid" : kind_name(listed.error().kind), case_label(c), what),
+      fmt::format("the core checks' verdict depends on rank or piece order: {} as listed, {} "
+                  "with ranks and pieces reversed",
+                  told, told_reversed),
+      c);
 }
 
 // The map with a twin of one piece that differs only in scale (doubled), at the same
@@ -326,7 +330,8 @@ std::optional<Finding> check_reference_agreement(const Case& c, const PlantedBug
   if ((case_hash(c) >> 48 & 7) == 0) {
     const bool replica = (case_hash(c) >> 51 & 1) != 0;
     if (auto doubled = with_piece_twice(c.map, replica)) {
-      if (auto finding = agree_with_reference(c, *doubled, bugs, replica ? "+replica-twice" : "+piece-twice", nullptr)) {
+      if (auto finding =
+              agree_with_reference(c, *doubled, bugs, replica ? "+replica-twice" : "+piece-twice", nullptr)) {
         return finding;
       }
       if (replica) {
@@ -415,9 +420,7 @@ class CaseJudgement {
   bool must_convert_exactly = false;
 
   // The outcome, when the case converted and could be run.
-  const oracles::CaseOutcome* result() const {
-    return converted && converted->ok() ? &converted->value() : nullptr;
-  }
+  const oracles::CaseOutcome* result() const { return converted && converted->ok() ? &converted->value() : nullptr; }
 
   const oracles::ReferenceVerdict& reference_verdict() {
     if (!reference_) reference_ = oracles::reference_check(c.map);
@@ -523,9 +526,15 @@ std::optional<Finding> judge_target_fault(CaseJudgement& judged) {
   const oracles::TargetFault& fault = *result->fault;
   JudgeId judge = JudgeId::target_crash;
   switch (fault.kind) {
-    case oracles::FaultKind::crash: judge = JudgeId::target_crash; break;
-    case oracles::FaultKind::timeout: judge = JudgeId::target_timeout; break;
-    case oracles::FaultKind::garbage: judge = JudgeId::target_garbage; break;
+    case oracles::FaultKind::crash:
+      judge = JudgeId::target_crash;
+      break;
+    case oracles::FaultKind::timeout:
+      judge = JudgeId::target_timeout;
+      break;
+    case oracles::FaultKind::garbage:
+      judge = JudgeId::target_garbage;
+      break;
   }
   return make_finding(judge,
                       fmt::format("{}:{}:{}", shown ? op_name(shown->op) : "start", fault.reason, case_label(judged.c)),
@@ -592,10 +601,10 @@ std::optional<Finding> judge_wrong_tensor(CaseJudgement& judged) {
                         fmt::format("{}:{}:{}", judged.implementation(), op_name(shown->op), case_label(judged.c)),
                         result->message, judged.c);
   }
-  return make_finding(silently_wrong ? JudgeId::silently_wrong : JudgeId::valid_but_different,
-                      fmt::format("{}{}:{}", op_name(shown->op), shown->digest_ignored ? "-ignoring-digest" : "",
-                                  case_label(judged.c)),
-                      result->message, judged.c);
+  return make_finding(
+      silently_wrong ? JudgeId::silently_wrong : JudgeId::valid_but_different,
+      fmt::format("{}{}:{}", op_name(shown->op), shown->digest_ignored ? "-ignoring-digest" : "", case_label(judged.c)),
+      result->message, judged.c);
 }
 
 // refusal-misreported: a refusal must report what is there, the values a condition-7
@@ -605,10 +614,10 @@ std::optional<Finding> judge_refusal_report(CaseJudgement& judged) {
   if (result == nullptr) return std::nullopt;
   for (const auto& op : result->ops) {
     if (op.misreported.empty()) continue;
-    return make_finding(JudgeId::refusal_misreported,
-                        fmt::format("{}:{}:{}", op_name(op.op), op.error ? kind_name(op.error->kind) : "unknown",
-                                    case_label(judged.c)),
-                        op.misreported, judged.c);
+    return make_finding(
+        JudgeId::refusal_misreported,
+        fmt::format("{}:{}:{}", op_name(op.op), op.error ? kind_name(op.error->kind) : "unknown", case_label(judged.c)),
+        op.misreported, judged.c);
   }
   return std::nullopt;
 }
@@ -652,12 +661,11 @@ std::optional<Finding> judge_strict_accepts(CaseJudgement& judged) {
     }
   }
   if (accepted == nullptr) return std::nullopt;
-  return make_finding(
-      JudgeId::strict_accepts,
-      fmt::format("{}:{}:{}", op_name(accepted->op), kind_name(refusal->kind), case_label(judged.c)),
-      fmt::format("strict conversion returned a tensor for a map the reference model refuses: {}",
-                  refusal->to_string()),
-      judged.c);
+  return make_finding(JudgeId::strict_accepts,
+                      fmt::format("{}:{}:{}", op_name(accepted->op), kind_name(refusal->kind), case_label(judged.c)),
+                      fmt::format("strict conversion returned a tensor for a map the reference model refuses: {}",
+                                  refusal->to_string()),
+                      judged.c);
 }
 
 // accepts-invalid: an implementation under test (DeepSpeed, an exec target) returned the
@@ -704,8 +712,7 @@ std::optional<Finding> judge_case_expectation(CaseJudgement& judged) {
       judged.options.oracle != oracles::OracleKind::truth || result->matches_expectation) {
     return std::nullopt;
   }
-  return make_finding(JudgeId::expectation,
-                      fmt::format("{}:{}", outcome_name(result->verdict), case_label(judged.c)),
+  return make_finding(JudgeId::expectation, fmt::format("{}:{}", outcome_name(result->verdict), case_label(judged.c)),
                       result->expectation_message + ": " + result->message, judged.c);
 }
 
@@ -720,12 +727,32 @@ std::optional<Finding> judge_map_text(CaseJudgement& judged) {
                       "the map text decodes to another map than the one it means", c);
 }
 
+// The backend differential (cryptofuzz's executor): the CPU backend and the named one on
+// the same case; one backend pair per evaluating thread, made on first use.
+std::optional<Finding> judge_backends(CaseJudgement& judged) {
+  const std::string& name = judged.options.backend;
+  if (name.empty() || judged.c.map_text) return std::nullopt;
+  thread_local std::string made_for;
+  thread_local std::vector<std::unique_ptr<Backend>> backends;
+  if (made_for != name) {
+    backends.clear();
+    backends.push_back(make_cpu_backend());
+    if (auto other = oracles::backend_named(name)) backends.push_back(std::move(other));
+    made_for = name;
+  }
+  auto difference = oracles::compare_backends(judged.c, backends);
+  if (!difference) return std::nullopt;
+  // The signature is "backend:" + the executor's own "<name>-vs-cpu:<op>:<what>".
+  std::string_view detail = difference->signature;
+  detail.remove_prefix(std::min(detail.size(), std::string_view("backend:").size()));
+  return make_finding(JudgeId::backend_differs, detail, difference->message, judged.c);
+}
+
 // In order of precedence: the first judge that finds something names the case's finding.
-constexpr std::array<CaseJudge, 13> kCaseJudges = {
-    judge_target_fault,     judge_expected_tensor, judge_reference_agreement, judge_json_roundtrip,
-    judge_unusable_case,    judge_equivalent_map,  judge_wrong_tensor,        judge_refusal_report,
-    judge_digest_shares,    judge_strict_accepts,  judge_accepts_invalid,     judge_case_expectation,
-    judge_map_text,
+constexpr std::array<CaseJudge, 14> kCaseJudges = {
+    judge_target_fault,   judge_expected_tensor, judge_reference_agreement, judge_json_roundtrip, judge_unusable_case,
+    judge_equivalent_map, judge_wrong_tensor,    judge_refusal_report,      judge_digest_shares,  judge_backends,
+    judge_strict_accepts, judge_accepts_invalid, judge_case_expectation,    judge_map_text,
 };
 
 }  // namespace
@@ -802,8 +829,8 @@ namespace {
 std::string order_fingerprint(const oracles::CaseOutcome& outcome) {
   std::string out(outcome_name(outcome.verdict));
   if (outcome.error) {
-    out += fmt::format(" {} r{} a{}", kind_name(outcome.error->kind),
-                       outcome.error->rank.value_or(-1), outcome.error->address.value_or(-1));
+    out += fmt::format(" {} r{} a{}", kind_name(outcome.error->kind), outcome.error->rank.value_or(-1),
+                       outcome.error->address.value_or(-1));
   }
   for (const auto& op : outcome.ops) {
     out += fmt::format(" | {} {}", op_name(op.op), outcome_name(op.verdict));
@@ -917,10 +944,10 @@ std::optional<Finding> check_text_readings(std::string_view text, const Result<s
   c.name = "json-text";
   c.constructor = "json";
   c.map_text = std::string(text);
-  return make_finding(JudgeId::json_readings, "",
-                      fmt::format("{} answer differently: '{}' vs '{}'", what, direct.substr(0, 300),
-                                  via_json.substr(0, 300)),
-                      std::move(c));
+  return make_finding(
+      JudgeId::json_readings, "",
+      fmt::format("{} answer differently: '{}' vs '{}'", what, direct.substr(0, 300), via_json.substr(0, 300)),
+      std::move(c));
 }
 
 std::span<const PlantedScenario> planted_scenarios() {
@@ -928,14 +955,14 @@ std::span<const PlantedScenario> planted_scenarios() {
     std::vector<PlantedScenario> s;
     // Every layout check that keeps memory safe, and the writer record behind them: the
     // truth oracle alone must then see silently wrong tensors.
-    PlantedScenario blind{"skip_all_layout_checks_and_writer_record",
-                          "every in_blind switch of planted_bugs.def", {}, true};
-#define SHARDCHECK_PLANTED_BUG(name, disables, alone, in, conversion)                                   \
-  if (Alone::alone != Alone::masked) {                                                                  \
-    s.push_back(PlantedScenario{#name, disables, {}, Alone::alone != Alone::any_finding,                \
-                                Alone::alone == Alone::truth_oracle_digests});                          \
-    s.back().bugs.name = true;                                                                          \
-  }                                                                                                     \
+    PlantedScenario blind{
+        "skip_all_layout_checks_and_writer_record", "every in_blind switch of planted_bugs.def", {}, true};
+#define SHARDCHECK_PLANTED_BUG(name, disables, alone, in, conversion)                                           \
+  if (Alone::alone != Alone::masked) {                                                                          \
+    s.push_back(PlantedScenario{                                                                                \
+        #name, disables, {}, Alone::alone != Alone::any_finding, Alone::alone == Alone::truth_oracle_digests}); \
+    s.back().bugs.name = true;                                                                                  \
+  }                                                                                                             \
   if (Blind::in == Blind::in_blind) blind.bugs.name = true;
 #include "shardcheck/planted_bugs.def"
 #undef SHARDCHECK_PLANTED_BUG

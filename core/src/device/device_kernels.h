@@ -159,22 +159,44 @@ SHARDCHECK_HD inline std::uint64_t digest_term_at(Index index, std::uint64_t bit
   return digest_term(static_cast<std::uint64_t>(index), bits);
 }
 
+// Moves `count` elements of width sizeof(Bits) (the element type chosen once per item, not
+// per element); returns the digest terms of what it wrote when `digest`.
+template <class Bits>
+SHARDCHECK_HD inline std::uint64_t copy_elements(const Run& r, Index from, Index to, Index count, bool digest) {
+  const Bits* src = reinterpret_cast<const Bits*>(r.from) + from;
+  Bits* dst = reinterpret_cast<Bits*>(r.to) + to;
+  std::uint64_t terms = 0;
+  if (r.format == Format::plain && r.from_step == 1 && r.to_step == 1) {
+    std::memcpy(dst, src, static_cast<std::size_t>(count) * sizeof(Bits));
+    if (digest) {
+      for (Index j = 0; j < count; ++j) terms += digest_term_at(to + j, dst[j]);
+    }
+    return terms;
+  }
+  for (Index j = 0; j < count; ++j) {
+    const auto bits = static_cast<Bits>(moved(r, src[j * r.from_step]));
+    dst[j * r.to_step] = bits;
+    if (digest) terms += digest_term_at(to + j * r.to_step, bits);
+  }
+  return terms;
+}
+
 // Copies one segment; returns the digest terms of what it wrote when `digest`.
 struct CopySegment {
   Batch batch;
   bool digest = false;
   SHARDCHECK_HD std::uint64_t operator()(Index item) const {
     const Segment s = segment_at(batch, item);
-    const Run& r = *s.run;
-    const std::uint32_t size = batch.element_size;
-    std::uint64_t terms = 0;
-    for (Index j = 0; j < s.count; ++j) {
-      const Index to = s.to + j * r.to_step;
-      const std::uint64_t bits = moved(r, load(r.from, s.from + j * r.from_step, size));
-      store(r.to, to, size, bits);
-      if (digest) terms += digest_term_at(to, bits);
+    switch (batch.element_size) {
+      case 1:
+        return copy_elements<std::uint8_t>(*s.run, s.from, s.to, s.count, digest);
+      case 2:
+        return copy_elements<std::uint16_t>(*s.run, s.from, s.to, s.count, digest);
+      case 4:
+        return copy_elements<std::uint32_t>(*s.run, s.from, s.to, s.count, digest);
+      default:
+        return copy_elements<std::uint64_t>(*s.run, s.from, s.to, s.count, digest);
     }
-    return terms;
   }
 };
 
@@ -230,18 +252,36 @@ struct FirstPosition {
   }
 };
 
+template <class Bits>
+SHARDCHECK_HD inline Index first_difference(const Run& r, Index from, Index to, Index count) {
+  const Bits* src = reinterpret_cast<const Bits*>(r.from) + from;
+  const Bits* held = reinterpret_cast<const Bits*>(r.to) + to;
+  for (Index j = 0; j < count; ++j) {
+    if (static_cast<Bits>(moved(r, src[j * r.from_step])) != held[j * r.to_step]) return j;
+  }
+  return -1;
+}
+
 // The first element of a segment whose scaled source differs from what its destination holds.
 struct CompareSegment {
   Batch batch;
   SHARDCHECK_HD Position operator()(Index item) const {
     const Segment s = segment_at(batch, item);
-    const Run& r = *s.run;
-    const std::uint32_t size = batch.element_size;
-    for (Index j = 0; j < s.count; ++j) {
-      const std::uint64_t want = moved(r, load(r.from, s.from + j * r.from_step, size));
-      if (want != load(r.to, s.to + j * r.to_step, size)) return Position{r.block, s.k + j};
+    Index j = -1;
+    switch (batch.element_size) {
+      case 1:
+        j = first_difference<std::uint8_t>(*s.run, s.from, s.to, s.count);
+        break;
+      case 2:
+        j = first_difference<std::uint16_t>(*s.run, s.from, s.to, s.count);
+        break;
+      case 4:
+        j = first_difference<std::uint32_t>(*s.run, s.from, s.to, s.count);
+        break;
+      default:
+        j = first_difference<std::uint64_t>(*s.run, s.from, s.to, s.count);
     }
-    return kNoPosition;
+    return j < 0 ? kNoPosition : Position{s.run->block, s.k + j};
   }
 };
 

@@ -61,10 +61,15 @@ struct Options {
   // - loopback_share: the case goes to `loopback_target` (an exec: target, normally
   //   `shardcheck serve-protocol`, the strict policy behind the protocol codec) instead
   //   of the in-process policy; only when eval.target is empty and loopback_target set.
+  // - backend_share: the case also runs on `share_backend` beside the CPU backend (the
+  //   backend differential, props::EvalOptions::backend); only when eval.backend is empty
+  //   and share_backend names a backend this build has.
   int digest_share = 8;
   int large_share = 10000;
   int loopback_share = 64;
   std::string loopback_target;
+  int backend_share = 64;
+  std::string share_backend;
 
   // Isolation: cases run in forked worker processes (batches of cases per process), so
   // a case that crashes, hangs or exhausts memory becomes a finding of its own
@@ -148,6 +153,7 @@ struct Variant {
   bool digest = false;
   bool large = false;
   bool loopback = false;
+  bool backend = false;
 };
 Variant variant_of(const Options& options, Index index);
 // The evaluation options of case `index`: options.eval, or with the loopback target.

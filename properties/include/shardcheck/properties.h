@@ -77,7 +77,8 @@ Finding make_finding(JudgeId judge, std::string_view detail, std::string message
 struct FoundWith {
   Policy policy = Policy::strict;
   std::string target;
-  std::string by;  // "shardcheck campaign --seed 3 (case 12)", "fuzz target conversion"
+  std::string backend;  // the backend run beside the CPU backend, if any
+  std::string by;       // "shardcheck campaign --seed 3 (case 12)", "fuzz target conversion"
 };
 
 // The one way a finding becomes a case file, ready for corpus/regressions/: the
@@ -103,6 +104,11 @@ struct EvalOptions {
   // (a fork copies no started target: the parent never evaluates a case itself).
   std::string target;
   double target_timeout_seconds = 10.0;
+  // A backend run beside the CPU backend on the case (oracles::backend_named's names:
+  // "device-omp", "cuda"), strict conversion with shards from the truth map, each on two
+  // threads with the case's own launch shape: any difference in verdict, error or output
+  // bits is a `backend:` finding. Empty: none.
+  std::string backend;
 };
 
 struct Evaluation {
