@@ -75,8 +75,8 @@ TEST_P(DocumentedCommands, RunAsWritten) {
     GTEST_SKIP() << "needs DeepSpeed's sdist and torch: set SHARDCHECK_DEEPSPEED_PATH (CI does, after "
                     "scripts/deepspeed-target.sh)";
   }
-  const fs::path scratch = fs::temp_directory_path() / ("shardcheck-docs-" + std::to_string(::getpid()) + "-" +
-                                                         std::to_string(block.line));
+  const fs::path scratch =
+      fs::temp_directory_path() / ("shardcheck-docs-" + std::to_string(::getpid()) + "-" + std::to_string(block.line));
   fs::remove_all(scratch);
   fs::create_directories(scratch);
   for (const char* shared : {"examples", "corpus", "scripts", "out", "adapters"}) {
