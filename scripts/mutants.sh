@@ -15,7 +15,7 @@
 # compile is build-failed; neither counts as killed. The unmutated tree must pass every
 # detector first. --list only checks the anchors (exit 1 when any is stale).
 # Output (default out/mutants/<time>/): matrix.md, results.tsv, results.json, logs/.
-# Run it nightly (README, Fuzzing: Nightly), not in CI: a full pass takes about
+# Run it nightly (docs/guide/testing.md, Fuzzing: Nightly), not in CI: a full pass takes about
 # (build + budget) x mutants.
 set -euo pipefail
 exec python3 "$(dirname "$0")/mutants.py" "$@"

@@ -252,7 +252,7 @@ TEST(ErrorVoice, TheGrammarRefusesOtherVoices) {
 
 // error_kinds.def is the one list of kinds: every row parses back from its name, has a
 // contract section and a meaning, and is a row of the tables of error kinds of the
-// contract and the README.
+// contract and the user guide (docs/guide/errors.md).
 TEST(ErrorKinds, TheTableMatchesTheContract) {
   auto read = [](const std::string& name) {
     std::ifstream in(std::string(SHARDCHECK_SOURCE_DIR) + "/" + name);
@@ -261,8 +261,8 @@ TEST(ErrorKinds, TheTableMatchesTheContract) {
     return text.str();
   };
   const std::string contract = read("docs/contract.md");
-  const std::string readme = read("README.md");
-  ASSERT_FALSE(contract.empty() || readme.empty()) << "docs/contract.md or README.md not found";
+  const std::string readme = read("docs/guide/errors.md");
+  ASSERT_FALSE(contract.empty() || readme.empty()) << "docs/contract.md or docs/guide/errors.md not found";
   std::set<std::string_view> names;
   for (ErrorKind kind : kAllErrorKinds) {
     const std::string_view name = kind_name(kind);
@@ -273,7 +273,7 @@ TEST(ErrorKinds, TheTableMatchesTheContract) {
     EXPECT_NE(contract.find(fmt::format("| `{}` |", name)), std::string::npos)
         << "docs/contract.md's table of error kinds has no row for " << name;
     EXPECT_NE(readme.find(fmt::format("| `{}` |", name)), std::string::npos)
-        << "README.md's table of error kinds has no row for " << name;
+        << "docs/guide/errors.md's table of error kinds has no row for " << name;
   }
   EXPECT_FALSE(parse_kind("no_such_kind").has_value());
 }

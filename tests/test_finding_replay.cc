@@ -1,5 +1,5 @@
 // Findings replay: every finding file a campaign writes fails `shardcheck repro` with
-// the policy or target that found it, until the bug is fixed (README "Findings"). Short
+// the policy or target that found it, until the bug is fixed (docs/guide/cli.md, "Findings"). Short
 // campaigns under the legacy model and against tests/python/protocol_impl.py with bugs
 // planted that depend on the case alone (so that a finding they cause replays).
 #include <sys/wait.h>

@@ -1,4 +1,4 @@
-// The judges' table (findings.def): signatures are built from it, the README's list of
+// The judges' table (findings.def): signatures are built from it, the user guide's list of
 // judgements is the table, and a finding file carries the expectations of its row.
 #include <fstream>
 #include <set>
@@ -23,7 +23,7 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
-// The README's table, as findings.def's rows give it.
+// The guide's table (docs/guide/cli.md), as findings.def's rows give it.
 std::string rendered_table() {
   std::string out = "| signature | judge | class | finding file expects | what it asks |\n|---|---|---|---|---|\n";
   for (const props::JudgeRow& row : props::judges()) {
@@ -34,15 +34,15 @@ std::string rendered_table() {
 }
 
 TEST(Findings, TheReadmeListsExactlyTheJudgesOfTheTable) {
-  const std::string readme = read_text(std::string(SHARDCHECK_SOURCE_DIR) + "/README.md");
+  const std::string readme = read_text(std::string(SHARDCHECK_SOURCE_DIR) + "/docs/guide/cli.md");
   const std::string begin = "<!-- findings.def: begin -->\n";
   const std::string end = "<!-- findings.def: end -->";
   const auto from = readme.find(begin);
   const auto to = readme.find(end);
-  ASSERT_NE(from, std::string::npos) << "README.md has no findings.def table";
+  ASSERT_NE(from, std::string::npos) << "docs/guide/cli.md has no findings.def table";
   ASSERT_NE(to, std::string::npos);
   const std::string listed = readme.substr(from + begin.size(), to - from - begin.size());
-  EXPECT_EQ(listed, rendered_table()) << "paste this between the README's findings.def markers:\n" << rendered_table();
+  EXPECT_EQ(listed, rendered_table()) << "paste this between the findings.def markers of docs/guide/cli.md:\n" << rendered_table();
 }
 
 TEST(Findings, EveryJudgeHasAUniquePrefixAndNameAndADocLine) {

@@ -48,9 +48,11 @@ struct HostBatch {
   // buffers copies.
   std::vector<Index> from_reach;
   std::vector<Index> to_reach;
+  bool round_robin = false;  // see Batch::round_robin
 
   Batch view() const {
-    return Batch{runs.data(), static_cast<std::uint32_t>(runs.size()), axes.data(), tile, element_size, items};
+    return Batch{runs.data(), static_cast<std::uint32_t>(runs.size()), axes.data(), tile, element_size, items,
+                 round_robin};
   }
 };
 
@@ -96,8 +98,12 @@ inline Index view_max(const detail::RowPlan& p, const std::vector<detail::WalkAx
   return at;
 }
 
-// Builds the batch, or returns false when a block is one the device does not run.
-inline bool make_batch(DType dtype, std::span<const BlockCopy> blocks, Index tile, HostBatch& out) {
+// Builds the batch, or returns false when a block is one the device does not run. With
+// `disjoint` (the blocks write disjoint addresses), runs of equally many items are dealt
+// round-robin; blocks that may overlap keep run order, so that replicas of one element are
+// claimed by different threads at the same time, where a race in the writer record shows.
+inline bool make_batch(DType dtype, std::span<const BlockCopy> blocks, Index tile, HostBatch& out,
+                       bool disjoint = true) {
   out = HostBatch{};
   out.tile = tile;
   out.element_size = static_cast<std::uint32_t>(element_size(dtype));
@@ -128,6 +134,9 @@ inline bool make_batch(DType dtype, std::span<const BlockCopy> blocks, Index til
     out.to_extent = std::max(out.to_extent, out.to_reach.back());
     out.runs.push_back(*run);
   }
+  out.round_robin = disjoint && out.runs.size() > 1 && std::all_of(out.runs.begin(), out.runs.end(), [&](const Run& r) {
+                      return r.rows * r.segments == out.runs.front().rows * out.runs.front().segments;
+                    });
   out.axes.reserve(walk_axes.size());
   for (const detail::WalkAxis& a : walk_axes) out.axes.push_back(Axis{a.extent, a.from_stride, a.to_stride});
   return true;
@@ -171,7 +180,7 @@ class DeviceBackend final : public Backend {
     HostBatch batch;
     const bool one_destination =
         std::all_of(blocks.begin(), blocks.end(), [&](const BlockCopy& b) { return b.to == blocks.front().to; });
-    if (!one_destination || !make_batch(dtype, blocks, tile_of(threading), batch)) {
+    if (!one_destination || !make_batch(dtype, blocks, tile_of(threading), batch, /*disjoint=*/false)) {
       Backend::copy_blocks_first_wins(dtype, blocks, threading);
       return;
     }

@@ -58,6 +58,11 @@ struct Batch {
   Index tile = 1;
   std::uint32_t element_size = 1;
   Index items = 0;
+  // Runs of equally many items may be dealt round-robin: item i is item i / run_count of
+  // run i % run_count, so that consecutive items walk blocks side by side (the row r of
+  // every column block of F before any row r + 1) and a thread's share of the items is
+  // one stretch of the buffer they share. Only for blocks with disjoint destinations.
+  bool round_robin = false;
 };
 
 // The run that holds work item `item`: the last one whose first item is not after it.
@@ -86,8 +91,8 @@ struct Segment {
 };
 
 SHARDCHECK_HD inline Segment segment_at(const Batch& b, Index item) {
-  const Run& r = run_at(b, item);
-  const Index local = item - r.first_item;
+  const Run& r = b.round_robin ? b.runs[item % b.run_count] : run_at(b, item);
+  const Index local = b.round_robin ? item / b.run_count : item - r.first_item;
   const Index row = local / r.segments;
   const Index first = (local % r.segments) * b.tile;
   Index from = r.from_offset;
