@@ -209,8 +209,30 @@ TransferSegment segment_of(const Row& first, Index rows, Index source_gap, Index
 // Rows of one rank pair, length and steps, taken in target address order, become one
 // segment while the distance from row to row is the same on both sides (and not
 // negative: views have non-negative strides).
-std::vector<TransferSegment> merge_rows(std::vector<Row> rows, const PlannerBugs& bugs) {
-  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.key() < b.key(); });
+std::vector<TransferSegment> merge_rows(std::vector<Row> all, const PlannerBugs& bugs) {
+  // The rows in key order. They come in target run order, so each group (rank pair,
+  // length, steps) is usually in target order already: bucketed by group, a bucket is
+  // sorted only when it is not (sorting all rows took two thirds of planning 4096 x 4096
+  // TP 8 to TP 4).
+  using Group = std::tuple<Rank, Rank, Index, Index, Index>;
+  std::map<Group, std::vector<Row>> buckets;
+  std::vector<Row>* last = nullptr;
+  Group last_group;
+  for (const Row& row : all) {
+    const Group group{row.source_rank, row.target_rank, row.len, row.source_step, row.target_step};
+    if (last == nullptr || group != last_group) {
+      last = &buckets[group];
+      last_group = group;
+    }
+    last->push_back(row);
+  }
+  std::vector<Row> rows;
+  rows.reserve(all.size());
+  const auto less = [](const Row& a, const Row& b) { return a.key() < b.key(); };
+  for (auto& [group, bucket] : buckets) {
+    if (!std::is_sorted(bucket.begin(), bucket.end(), less)) std::sort(bucket.begin(), bucket.end(), less);
+    rows.insert(rows.end(), bucket.begin(), bucket.end());
+  }
   std::vector<TransferSegment> out;
   std::size_t i = 0;
   while (i < rows.size()) {
@@ -443,6 +465,27 @@ Status check_views(const Plan& plan, const ShardSet& sources, const ShardSet& ta
   return {};
 }
 
+void copy_row(const std::byte* from, std::byte* to, std::size_t size, Index a, Index b, Index len, Index sa, Index sb) {
+  if (sa == 1 && sb == 1) {
+    std::memcpy(to + b * size, from + a * size, static_cast<std::size_t>(len) * size);
+    return;
+  }
+  for (Index i = 0; i < len; ++i) std::memcpy(to + (b + i * sb) * size, from + (a + i * sa) * size, size);
+}
+
+// The copies of a plan, segment by segment in plan order. (Copying the rows of the
+// segments that fill one target row together, so that the target is written front to
+// back, measured no faster at 4096 x 4096 TP 8 to TP 4: 5.2 ms against 5.0 ms.)
+void copy_segments(const std::vector<TransferSegment>& segments, const ShardSet& sources, ShardSet& targets,
+                   std::size_t size) {
+  for (const TransferSegment& s : segments) {
+    const std::byte* from = sources.at(s.source_rank).data();
+    std::byte* to = targets.at(s.target_rank).data();
+    for_each_row(s.shape, s.source, s.target,
+                 [&](Index a, Index b, Index len, Index sa, Index sb) { copy_row(from, to, size, a, b, len, sa, sb); });
+  }
+}
+
 Status compare_replicas(const Plan& plan, const ShardSet& sources, DType dtype) {
   const std::size_t size = element_size(dtype);
   for (const TransferSegment& s : plan.replica_checks) {
@@ -486,18 +529,7 @@ Status execute_into(const Plan& plan, const ShardSet& source_shards, ShardSet& t
   if (Status status = check_scales(plan, dtype); !status.ok()) return status;
   if (Status status = check_views(plan, source_shards, target_shards); !status.ok()) return status;
   if (Status status = compare_replicas(plan, source_shards, dtype); !status.ok()) return status;
-  const std::size_t size = element_size(dtype);
-  for (const TransferSegment& s : plan.segments) {
-    const std::byte* from = source_shards.at(s.source_rank).data();
-    std::byte* to = target_shards.at(s.target_rank).data();
-    for_each_row(s.shape, s.source, s.target, [&](Index a, Index b, Index len, Index sa, Index sb) {
-      if (sa == 1 && sb == 1) {
-        std::memcpy(to + b * size, from + a * size, static_cast<std::size_t>(len) * size);
-        return;
-      }
-      for (Index i = 0; i < len; ++i) std::memcpy(to + (b + i * sb) * size, from + (a + i * sa) * size, size);
-    });
-  }
+  copy_segments(plan.segments, source_shards, target_shards, element_size(dtype));
   return {};
 }
 
