@@ -24,6 +24,7 @@
 #include "shardcheck/gen/case_gen.h"
 #include "shardcheck/oracles/reference.h"
 #include "shardcheck/properties.h"
+#include "shardcheck/reshard.h"
 
 namespace shardcheck {
 namespace {
@@ -248,6 +249,79 @@ void BM_DigestMemcpyBaseline(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * in.full.numel() * 4);
 }
 
+
+// ---- resharding (contract 11) -------------------------------------------------------------
+// 4096 x 4096 float32 from a TP 8 column split to a TP 4 row split, one thread: executing a
+// plan into target shards already allocated (and faulted in), as `vs_memcpy` (a memcpy of
+// the same 64 MiB, timed in the same run) and as `vs_rebuild_then_extract` (strict rebuild
+// of F, then extract_all through the target map: the documented fallback); `best_` the same
+// with the best of ten executions instead of the loop's mean. `plan_ms`: the planning
+// alone; `with_plan_vs_memcpy`: planning and executing into fresh shards.
+
+struct ReshardInputs {
+  Map source;
+  Map target;
+  Buffer full;
+  ShardSet source_shards;
+  Plan plan;
+};
+
+const ReshardInputs& reshard_inputs() {
+  static const ReshardInputs in = [] {
+    ReshardInputs r;
+    r.source = contiguous_split_map({kDigestSide, kDigestSide}, std::vector<Index>(8, kDigestSide / 8), 1).value();
+    r.target = contiguous_split_map({kDigestSide, kDigestSide}, std::vector<Index>(4, kDigestSide / 4), 0).value();
+    r.full = marker_buffer(DType::float32, kDigestSide * kDigestSide);
+    r.source_shards = extract_all(r.source, r.full).value();
+    r.plan = plan(r.source, r.target).value();
+    return r;
+  }();
+  return in;
+}
+
+void BM_ReshardTp8ColumnToTp4Row(benchmark::State& state) {
+  const ReshardInputs& in = reshard_inputs();
+  ConvertOptions one_thread;
+  one_thread.threads = 1;
+  ShardSet into;
+  for (const auto& [rank, numel] : in.plan.target_numel) {
+    into.emplace(rank, Buffer(DType::float32, numel));  // zero-filled: faulted in, as memcpy's buffer is
+  }
+  const double baseline = memcpy_seconds(in.full);
+  const double fallback = best_of(3, [&] {
+    auto full = rebuild(in.source, in.source_shards, DType::float32, one_thread);
+    if (!full) state.SkipWithError("rebuild refused");
+    auto shards = extract_all(in.target, full.value(), one_thread);
+    if (!shards) state.SkipWithError("extract refused");
+    benchmark::DoNotOptimize(shards);
+  });
+  const double planning = best_of(5, [&] { benchmark::DoNotOptimize(plan(in.source, in.target)); });
+  const double with_plan = best_of(3, [&] {
+    auto made = plan(in.source, in.target);
+    auto shards = execute(made.value(), in.source_shards, DType::float32);
+    if (!shards) state.SkipWithError("execute refused");
+    benchmark::DoNotOptimize(shards);
+  });
+  auto once = [&] {
+    if (Status status = execute_into(in.plan, in.source_shards, into); !status.ok()) state.SkipWithError("refused");
+    benchmark::ClobberMemory();
+  };
+  const double best = best_of(10, once);
+  const double start = thread_seconds();
+  for (auto _ : state) once();
+  const double per_iteration = (thread_seconds() - start) /
+                               static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
+  if (into != extract_all(in.target, in.full).value()) state.SkipWithError("the plan's shards are not the target's");
+  state.counters["vs_memcpy"] = per_iteration / baseline;
+  state.counters["best_vs_memcpy"] = best / baseline;
+  state.counters["vs_rebuild_then_extract"] = per_iteration / fallback;
+  state.counters["best_vs_rebuild_then_extract"] = best / fallback;
+  state.counters["fallback_vs_memcpy"] = fallback / baseline;
+  state.counters["plan_ms"] = planning * 1e3;
+  state.counters["with_plan_vs_memcpy"] = with_plan / baseline;
+  state.counters["segments"] = static_cast<double>(in.plan.statistics.segments);
+  state.SetBytesProcessed(state.iterations() * in.full.numel() * 4);
+}
 
 // ---- strict conversion against memcpy ---------------------------------------------------
 // 4096 x 4096 at TP 8 in several layouts, rebuild (all shards to F) and extract_all (F to
@@ -567,6 +641,9 @@ BENCHMARK(BM_DigestRebuildTp8)->Name("digest/rebuild_4096x4096_f32_tp8_column")-
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DigestOfF)->Name("digest/digest_of_f_4096x4096_f32")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DigestSharesTp8)->Name("digest/shares_4096x4096_f32_tp8_column")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ReshardTp8ColumnToTp4Row)
+    ->Name("reshard/execute_4096x4096_f32_tp8_column_to_tp4_row")
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_MemcpyBaseline)->Arg(16)->Arg(64)->Arg(1024);
 BENCHMARK(BM_StrictRebuild)->Arg(16)->Arg(64)->Arg(1024);

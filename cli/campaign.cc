@@ -42,6 +42,7 @@ struct CampaignArgs {
   std::string out = "campaign-out";
   bool strict_layout = false;
   bool digest = false;
+  std::string op;  // "" (rebuild and extract, as always) or "reshard"
   Index max_elements = 256;
   bool quiet = false;
   bool verbose = false;  // every finding again at the end, with its count of cases
@@ -211,6 +212,16 @@ int options_from_args(const CampaignArgs& args, campaign::Options& options) {
     return kExitUsage;
   }
   options.eval.strict_layout = args.strict_layout;
+  if (!args.op.empty() && args.op != op_name(Op::reshard)) {
+    std::fprintf(stderr, "shardcheck campaign: --op takes reshard (without it, cases rebuild and extract), got '%s'\n",
+                 args.op.c_str());
+    return kExitUsage;
+  }
+  options.generate.reshard = !args.op.empty();
+  if (options.generate.reshard && args.digest) {
+    std::fprintf(stderr, "shardcheck campaign: --digest does not apply to --op reshard (no rebuild verifies one)\n");
+    return kExitUsage;
+  }
   options.generate.record_digest = args.digest;
   options.generate.layout.max_elements = args.max_elements;
   if (args.digest_share) options.digest_share = static_cast<int>(*args.digest_share);
@@ -227,6 +238,14 @@ int options_from_args(const CampaignArgs& args, campaign::Options& options) {
   // A share of every default campaign runs the device code beside the CPU backend.
   if (device_omp_compiled()) options.share_backend = "device-omp";
   if (args.backend_share) options.backend_share = static_cast<int>(*args.backend_share);
+  if (options.generate.reshard) {
+    // Reshard pairs have no digest or large variant, and the protocol's loopback serves
+    // no reshard: every case is the plain pair.
+    options.digest_share = 0;
+    options.large_share = 0;
+    options.loopback_share = 0;
+    options.backend_share = 0;  // the backend differential runs rebuild and extract
+  }
   options.isolate = true;
   return kExitOk;
 }
@@ -316,6 +335,10 @@ int run_campaign(const CampaignArgs& args) {
     auto probe = oracles::make_target(options.eval.target, target_options);
     if (!probe.target) {
       std::fprintf(stderr, "shardcheck campaign: %s\n", probe.error.c_str());
+      return kExitUsage;
+    }
+    if (options.generate.reshard && !probe.target->supports(Op::reshard)) {
+      std::fprintf(stderr, "shardcheck campaign: target %s does not implement reshard\n", options.eval.target.c_str());
       return kExitUsage;
     }
   }
@@ -421,6 +444,9 @@ void register_campaign(CLI::App& app, RunState& state) {
   defining(sub->add_flag("--digest", args->digest,
                          "The producer records a content digest and every rebuild verifies it; the catalogue "
                          "also corrupts the record"));
+  defining(sub->add_option("--op", args->op,
+                           "reshard: pairs of layouts over one shape, either side corrupted, through transfer "
+                           "plans (contract section 11); default: rebuild and extract cases"));
   defining(add_int_option(sub, "--max-elements", args->max_elements, Index{1}, Index{1} << 20,
                           "Largest numel(F) generated (default 256)"));
   defining(

@@ -29,6 +29,7 @@ void register_check(CLI::App& app, RunState& state);
 void register_repro(CLI::App& app, RunState& state);
 void register_digest(CLI::App& app, RunState& state);
 void register_campaign(CLI::App& app, RunState& state);
+void register_plan(CLI::App& app, RunState& state);
 // Hidden: the strict policy as a protocol target, the far end of the campaign's loopback.
 void register_serve_protocol(CLI::App& app, RunState& state);
 

@@ -109,6 +109,14 @@ constexpr HelpSection kSections[] = {
       that cannot be resumed, or cases lost or doubled by the campaign itself (its
       ledger does not add up); 130 stopped at once by a second SIGINT.
 )"},
+    {"plan", R"(  plan SOURCE.json TARGET.json [--json] [--dtype D] [--compare-replicas] [--max-segments N]
+      Plans the transfer from the shards of the source map to those of the target map
+      (contract section 11) and prints its summary: segments, elements and bytes per
+      (source rank, target rank) pair and read per source rank; --json prints the plan
+      (segments as DeepSpeed's TransferSegment.to_dict). Or prints `refused KIND: ...`.
+      Writes no files.
+      Exit: 0 planned; 1 refused; 2 unreadable file, not a map, or bad usage.
+)"},
 };
 
 std::string overview() {
@@ -133,6 +141,7 @@ int main(int argc, char** argv) {
   register_repro(app, state);
   register_digest(app, state);
   register_campaign(app, state);
+  register_plan(app, state);
   register_serve_protocol(app, state);
   // After the subcommands are made, so that they do not inherit the whole overview.
   app.footer(overview());

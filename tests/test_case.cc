@@ -33,7 +33,7 @@ TEST(CaseCodec, DefaultsWhenOptionalFieldsAreAbsent) {
   EXPECT_EQ(c.name, "t");
   EXPECT_EQ(c.dtype, DType::float32);
   EXPECT_EQ(c.scale_power, 1);
-  EXPECT_EQ(c.op, Op::rebuild);
+  EXPECT_EQ(c.ops, OpList{Op::rebuild});
   EXPECT_FALSE(c.truth.has_value());
   EXPECT_FALSE(c.full.has_value());
   EXPECT_FALSE(c.shards.has_value());
@@ -217,7 +217,7 @@ Case full_case() {
   c.full = std::vector<std::uint64_t>{0x3c00, 0x8000, 0x7e01, 0xffff};
   c.shards = std::map<Rank, std::vector<std::uint64_t>>{{0, {0x1, 0x2}}, {7, {0x3}}};
   c.scale_power = -2;
-  c.op = Op::both;
+  c.ops = {Op::rebuild, Op::extract};
   c.expect = Outcome::refused;
   c.expect_error = ErrorKind::twice;
   c.accept_errors = {ErrorKind::uncovered, ErrorKind::holders};
@@ -301,7 +301,35 @@ TEST(CaseCodec, ExpectAndLegacyExpectShareTheOutcomeVocabulary) {
 TEST(CaseCodec, OpNames) {
   EXPECT_EQ(op_name(Op::rebuild), "rebuild");
   EXPECT_EQ(op_name(Op::extract), "extract");
-  EXPECT_EQ(op_name(Op::both), "both");
+  EXPECT_EQ(op_name(Op::reshard), "reshard");
+  for (Op op : kAllOps) EXPECT_EQ(parse_op(op_name(op)), op);
+  EXPECT_EQ(parse_op("both"), std::nullopt);  // a spelling of the case file's "op", not an operation
+}
+
+// "op" is one name, a list, or the older spelling "both"; a list is kept in the table's
+// order and written back as a list.
+TEST(CaseCodec, OpsAreAList) {
+  auto ops_of = [](const std::string& op) {
+    auto c = decode_case_text(case_with(R"(, "op": )" + op));
+    EXPECT_TRUE(c.ok()) << op << ": " << c.error().to_string();
+    return c.ok() ? c.value().ops : OpList{};
+  };
+  EXPECT_EQ(ops_of(R"("both")"), (OpList{Op::rebuild, Op::extract}));
+  EXPECT_EQ(ops_of(R"(["extract", "rebuild"])"), (OpList{Op::rebuild, Op::extract}));
+  EXPECT_EQ(ops_of(R"("extract")"), OpList{Op::extract});
+  Case c;
+  c.ops = {Op::extract, Op::rebuild};
+  EXPECT_EQ(encode_case(c)["op"], "both");  // the older spelling, which older readers know
+  c.ops = {Op::reshard, Op::extract};
+  EXPECT_EQ(encode_case(c)["op"], Json::array({"extract", "reshard"}));
+  c.ops = {Op::extract};
+  EXPECT_EQ(encode_case(c)["op"], "extract");
+  auto refused = decode_case_text(case_with(R"(, "op": "reshard")"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("target_map"), std::string::npos);
+  auto twice = decode_case_text(case_with(R"(, "op": ["rebuild", "rebuild"])"));
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.error().path, "$.op[1]");
 }
 
 }  // namespace

@@ -604,9 +604,9 @@ TEST_F(CliTest, HelpCoversSubcommandsExitCodesAndOutputs) {
   EXPECT_EQ(help.exit_code, 0);
   for (const char* usage :
        {"  check MAP.json [--json]", "  repro CASE.json ", "  digest MAP.json ", "  digest CASE.json ",
-        "  campaign [--seed S]", "  campaign --resume DIR", "findings/SIGNATURE.json", "report.json",
-        "table.txt", "checkpoint.json", "--jobs 0 (the default) means one worker per core",
-        "130 stopped at once"}) {
+        "  campaign [--seed S]", "  campaign --resume DIR", "findings/SIGNATURE.json", "report.json", "table.txt",
+        "checkpoint.json", "--jobs 0 (the default) means one worker per core", "130 stopped at once",
+        "  plan SOURCE.json TARGET.json"}) {
     EXPECT_NE(help.out.find(usage), std::string::npos) << usage << "\n" << help.out;
   }
   // One "Exit:" line per subcommand, in the overview and in each subcommand's own help.
@@ -614,8 +614,8 @@ TEST_F(CliTest, HelpCoversSubcommandsExitCodesAndOutputs) {
   for (std::size_t at = help.out.find("Exit: 0 "); at != std::string::npos; at = help.out.find("Exit: 0 ", at + 1)) {
     ++exits;
   }
-  EXPECT_EQ(exits, 4u) << help.out;
-  for (const char* sub : {"check", "repro", "digest", "campaign"}) {
+  EXPECT_EQ(exits, 5u) << help.out;
+  for (const char* sub : {"check", "repro", "digest", "campaign", "plan"}) {
     Ran own = shardcheck(std::string(sub) + " --help");
     EXPECT_EQ(own.exit_code, 0) << sub;
     EXPECT_NE(own.out.find(std::string("\n  ") + sub + " "), std::string::npos) << own.out;
@@ -625,6 +625,33 @@ TEST_F(CliTest, HelpCoversSubcommandsExitCodesAndOutputs) {
   EXPECT_EQ(all.exit_code, 0);
   EXPECT_NE(all.out.find("--case-memory-limit"), std::string::npos);
   EXPECT_NE(all.out.find("--scale-power"), std::string::npos);
+}
+
+// --- plan (contract 11) ----------------------------------------------------------------
+
+TEST_F(CliTest, PlanPrintsASummaryThePlanOrTheRefusal) {
+  const std::string source = write("tp2-columns.json", R"({"logical_shape": [2, 4], "ranks": {
+    "0": {"shard_shape": [2, 2], "pieces": [{"shape": [2, 2], "source": [0, [4, 1]], "dest": [0, [2, 1]], "locations": [0]}]},
+    "1": {"shard_shape": [2, 2], "pieces": [{"shape": [2, 2], "source": [2, [4, 1]], "dest": [0, [2, 1]], "locations": [1]}]}}})");
+  const std::string target = write("tp1.json", R"({"logical_shape": [2, 4], "ranks": {
+    "0": {"shard_shape": [2, 4], "pieces": [{"shape": [2, 4], "source": [0, [4, 1]], "dest": [0, [4, 1]], "locations": [0]}]}}})");
+  Ran summary = shardcheck("plan " + source + " " + target);
+  EXPECT_EQ(summary.exit_code, 0) << summary.out;
+  EXPECT_NE(summary.out.find("plan: 2 segments, 8 elements (32 bytes) moved as float32"), std::string::npos)
+      << summary.out;
+  EXPECT_NE(summary.out.find("source rank 1 -> target rank 0: 4 elements (16 bytes)"), std::string::npos)
+      << summary.out;
+  Ran json = shardcheck("plan --json " + source + " " + target);
+  EXPECT_EQ(json.exit_code, 0);
+  EXPECT_NE(json.out.find(R"({"shape":[2,2],"source":[1,0,[2,1]],"target":[0,2,[4,1]]})"), std::string::npos)
+      << json.out;
+  const std::string other_shape = write("other.json", R"({"logical_shape": [8], "ranks": {
+    "0": {"shard_shape": [8], "pieces": [{"shape": [8], "source": [0, [1]], "dest": [0, [1]], "locations": [0]}]}}})");
+  Ran refused = shardcheck("plan " + source + " " + other_shape);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_EQ(refused.out.rfind("refused shape: ", 0), 0u) << refused.out;
+  Ran missing = shardcheck("plan " + source + " " + quoted((dir_ / "nope.json").string()));
+  EXPECT_EQ(missing.exit_code, 2);
 }
 
 // --- cmake --install ---------------------------------------------------------------

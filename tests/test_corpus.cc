@@ -90,7 +90,8 @@ TEST(Corpus, EveryValidButDifferentCaseHasADigestTwin) {
     bool found = false;
     for (const Case& t : cases) {
       const bool same_data = t.map == c.map && t.truth == c.truth && t.dtype == c.dtype && t.full == c.full &&
-                             t.shards == c.shards && t.scale_power == c.scale_power && t.op == c.op;
+                             t.shards == c.shards && t.scale_power == c.scale_power && t.ops == c.ops &&
+                             t.target_map == c.target_map && t.target_truth == c.target_truth;
       if (!same_data || (!t.digest && !t.digest_state)) continue;
       if (t.expect != Outcome::refused || t.expect_error != ErrorKind::digest) continue;
       auto recorded = oracles::truth_digest(t);
@@ -141,7 +142,7 @@ Case must_load(const std::string& name) {
 
 TEST(TruthOracle, ExtractThroughSwappedDestinationsIsWrongOnAValidLayout) {
   Case c = must_load("valid-layout-swapped-destinations.json");
-  c.op = Op::extract;
+  c.ops = {Op::extract};
   auto outcome = oracles::run_case(c, ConvertOptions{});
   ASSERT_TRUE(outcome.ok());
   const auto& o = outcome.value();
@@ -169,7 +170,7 @@ TEST(TruthOracle, SameMapRoundTripMissesWhatTheTruthOracleSees) {
 
 TEST(TruthOracle, BothOpsReportTheWorstVerdict) {
   Case c = must_load("valid-layout-swapped-destinations.json");
-  c.op = Op::both;
+  c.ops = {Op::rebuild, Op::extract};
   auto outcome = oracles::run_case(c, ConvertOptions{});
   ASSERT_TRUE(outcome.ok());
   ASSERT_EQ(outcome.value().ops.size(), 2u);
@@ -178,7 +179,7 @@ TEST(TruthOracle, BothOpsReportTheWorstVerdict) {
   EXPECT_EQ(outcome.value().verdict, Outcome::wrong);
 
   Case refused = must_load("spec6-5-two-pieces-one-address.json");
-  refused.op = Op::both;
+  refused.ops = {Op::rebuild, Op::extract};
   auto r = oracles::run_case(refused, ConvertOptions{});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r.value().verdict, Outcome::refused);
@@ -229,7 +230,7 @@ TEST(TruthOracle, ExtractForARankTheTruthLacksIsWrong) {
   // The map under test files rank 1's block under rank 5, a rank the truth lacks.
   c.map.ranks[1].rank = 5;
   c.map.ranks[1].pieces[0].locations = {5};
-  c.op = Op::extract;
+  c.ops = {Op::extract};
   auto outcome = oracles::run_case(c, ConvertOptions{});
   ASSERT_TRUE(outcome.ok()) << outcome.error().to_string();
   EXPECT_EQ(outcome.value().verdict, Outcome::wrong) << outcome.value().message;

@@ -226,8 +226,8 @@ TEST(Generators, EveryConstructorAndCorruptionKindOccurs) {
       EXPECT_TRUE(k.truth_map().content_digests.count(*k.digest_state)) << k.name;
     }
     corrupted += k.truth.has_value();
-    extract += k.op == Op::extract;
-    both += k.op == Op::both;
+    extract += k.ops == OpList{Op::extract};
+    both += k.ops == OpList{Op::rebuild, Op::extract};
     negative_power += k.scale_power < 0;
     const Map& truth = k.truth_map();
     if (k.scale_power != 1) {

@@ -386,6 +386,36 @@ Error no_shard_to_extract(Rank rank) {
                     Where::in_rank(rank));
 }
 
+Error reshard_shapes_differ(const Extents& source, const Extents& target) {
+  return make_error(ErrorKind::shape,
+                    fmt::format("the source map's logical shape {} and the target map's {} differ, so no plan "
+                                "can move one parameter between them",
+                                shape_text(source), shape_text(target)));
+}
+
+Error reshard_scales_differ(const PieceAt& target_at, Index element, double source_scale) {
+  return make_error(ErrorKind::scale,
+                    fmt::format("the target piece has scale {} but the source holds this element with scale {}; a "
+                                "transfer plan copies and may not rescale (rebuild, then extract)",
+                                target_at.piece->scale, source_scale),
+                    where_of(target_at).at(Side::full, element));
+}
+
+Error plan_over_budget(Index max_segments) {
+  return make_error(ErrorKind::format,
+                    fmt::format("the transfer plan needs more than {} address runs or segments, its budget; no "
+                                "partial plan is returned",
+                                max_segments));
+}
+
+Error replica_holders_differ(Rank rank, Index address, Rank other_rank, Index other_address, DType dtype,
+                             std::uint64_t held, std::uint64_t other) {
+  return make_error(ErrorKind::different_data,
+                    fmt::format("this replica holds {} but rank {} holds {} for the same element at shard address {}",
+                                format_element(dtype, held), other_rank, format_element(dtype, other), other_address),
+                    Where::in_rank(rank).at(Side::shard, address));
+}
+
 Error too_large_to_verify(Index max_runs) {
   return make_error(ErrorKind::format,
                     fmt::format("the map is too large to verify, as it needs more than {} address runs", max_runs));

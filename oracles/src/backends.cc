@@ -64,14 +64,14 @@ Run run_on(const Case& c, Backend& backend, const LaunchShape& shape) {
   const Map& truth = c.truth_map();
   const Index numel = checked_numel(truth.logical_shape).value_or(0);
   const Buffer full = marker_buffer(c.dtype, numel);
-  if (c.op != Op::extract) {
+  if (c.ops.has(Op::rebuild)) {
     ConvertOptions cpu_truth;  // shards come from the truth map on the default backend
     cpu_truth.scale_power = c.scale_power;
     auto shards = extract_all(truth, full, cpu_truth);
     run.labels.push_back("rebuild");
     run.results.push_back(shards ? rebuild(c.map, shards.value(), c.dtype, options) : Result<Buffer>(shards.error()));
   }
-  if (c.op != Op::rebuild) {
+  if (c.ops.has(Op::extract)) {
     for (const auto& entry : c.map.ranks) {
       run.labels.push_back(fmt::format("extract r{}", entry.rank));
       run.results.push_back(extract(c.map, full, entry.rank, options));

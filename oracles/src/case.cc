@@ -10,13 +10,65 @@
 
 namespace shardcheck {
 
+namespace {
+
+struct OpRow {
+  Op op;
+  std::string_view name;
+  std::string_view doc;
+};
+constexpr OpRow kOpRows[] = {
+#define SHARDCHECK_OP(name, doc) {Op::name, #name, doc},
+#include "shardcheck/ops.def"
+#undef SHARDCHECK_OP
+};
+
+// The spelling older case files use for rebuild and extract together.
+constexpr std::string_view kBothOps = "both";
+
+}  // namespace
+
 std::string_view op_name(Op op) {
-  switch (op) {
-    case Op::rebuild: return "rebuild";
-    case Op::extract: return "extract";
-    case Op::both: return "both";
+  for (const auto& row : kOpRows) {
+    if (row.op == op) return row.name;
   }
   return "rebuild";
+}
+
+std::string_view op_doc(Op op) {
+  for (const auto& row : kOpRows) {
+    if (row.op == op) return row.doc;
+  }
+  return {};
+}
+
+std::optional<Op> parse_op(std::string_view name) {
+  for (const auto& row : kOpRows) {
+    if (row.name == name) return row.op;
+  }
+  return std::nullopt;
+}
+
+std::string op_choices(std::string_view last_separator) {
+  std::string out;
+  const std::size_t n = std::size(kOpRows);
+  for (std::size_t k = 0; k < n; ++k) {
+    if (k > 0) out += k + 1 == n ? last_separator : std::string_view(", ");
+    out += kOpRows[k].name;
+  }
+  return out;
+}
+
+OpList::OpList(std::initializer_list<Op> ops) {
+  for (Op op : ops) add(op);
+}
+
+std::vector<Op> OpList::list() const {
+  std::vector<Op> out;
+  for (Op op : kAllOps) {
+    if (has(op)) out.push_back(op);
+  }
+  return out;
 }
 
 namespace {
@@ -27,11 +79,46 @@ Error format_error(const std::string& path, std::string message) {
   return make_error(ErrorKind::format, std::move(message), Where::in_json(path));
 }
 
-std::optional<Op> parse_op(std::string_view name) {
-  for (auto op : {Op::rebuild, Op::extract, Op::both}) {
-    if (op_name(op) == name) return op;
+// "op": one name, "both" (older files: rebuild and extract), or a non-empty list of names.
+Result<OpList> decode_ops(const Json& json) {
+  auto one = [](const Json& item, const std::string& path) -> Result<Op> {
+    if (!item.is_string()) return format_error(path, "expected an operation name");
+    auto op = parse_op(item.get<std::string>());
+    if (!op) {
+      return format_error(path, fmt::format("expected {}, got \"{}\"", op_choices(), item.get<std::string>()));
+    }
+    return *op;
+  };
+  if (json.is_string() && json.get<std::string>() == kBothOps) return OpList{Op::rebuild, Op::extract};
+  if (json.is_string()) {
+    auto op = one(json, "$.op");
+    if (!op) return op.error();
+    return OpList{op.value()};
   }
-  return std::nullopt;
+  if (!json.is_array() || json.empty()) {
+    return format_error("$.op", "expected an operation name or a non-empty list of them");
+  }
+  OpList out;
+  for (std::size_t i = 0; i < json.size(); ++i) {
+    auto op = one(json[i], fmt::format("$.op[{}]", i));
+    if (!op) return op.error();
+    if (out.has(op.value())) {
+      return format_error(fmt::format("$.op[{}]", i), fmt::format("operation {} is listed twice", op_name(op.value())));
+    }
+    out.add(op.value());
+  }
+  return out;
+}
+
+// Rebuild and extract together are written "both", as before operations were a list, so
+// that a case file this version writes reads the same in an older one.
+Json encode_ops(const OpList& ops) {
+  const std::vector<Op> list = ops.list();
+  if (list.size() == 1) return std::string(op_name(list.front()));
+  if (ops == OpList{Op::rebuild, Op::extract}) return std::string(kBothOps);
+  Json out = Json::array();
+  for (Op op : list) out.push_back(std::string(op_name(op)));
+  return out;
 }
 
 unsigned width_bits(DType dtype) { return static_cast<unsigned>(element_size(dtype) * 8); }
@@ -278,6 +365,15 @@ Result<Case> decode_case(const Json& json) {
     if (!truth) return truth.error();
     c.truth = std::move(truth.value());
   }
+  // Resharding (contract 11): the target side. A target map that does not decode makes
+  // the case unusable; corruptions of the target side edit the map, not its text.
+  for (const char* key : {"target_map", "target_truth"}) {
+    if (!json.contains(key)) continue;
+    auto map = decode_map(json[key], std::string("$.") + key);
+    if (!map) return map.error();
+    (std::string_view(key) == "target_map" ? c.target_map : c.target_truth) = std::move(map.value());
+  }
+  if (c.target_truth && !c.target_map) return format_error("$.target_truth", "a target_truth needs a target_map");
   if (json.contains("dtype")) {
     auto name = get_string(json["dtype"], "$.dtype");
     if (!name) return name.error();
@@ -323,15 +419,11 @@ Result<Case> decode_case(const Json& json) {
     c.digest_state = state.value();
   }
   if (json.contains("op")) {
-    auto name = get_string(json["op"], "$.op");
-    if (!name) return name.error();
-    auto op = parse_op(name.value());
-    if (!op) {
-      return format_error("$.op", fmt::format("expected rebuild, extract or both, got \"{}\"",
-                                              name.value()));
-    }
-    c.op = *op;
+    auto ops = decode_ops(json["op"]);
+    if (!ops) return ops.error();
+    c.ops = ops.value();
   }
+  if (c.ops.has(Op::reshard) && !c.target_map) return format_error("$", "a reshard case needs a \"target_map\"");
   if (Status status = decode_expectations(json, c); !status.ok()) return status.error();
   if (json.contains("legacy")) {
     if (Status status = decode_legacy(json["legacy"], c.dtype, c); !status.ok()) return status.error();
@@ -467,6 +559,8 @@ Json encode_case(const Case& c) {
   else if (c.map_text) out["map_text"] = *c.map_text;
   else out["map"] = c.undecoded_map ? *c.undecoded_map : encode_map(c.map, RankOrder::as_given);
   if (c.truth) out["truth"] = encode_map(*c.truth, RankOrder::as_given);
+  if (c.target_map) out["target_map"] = encode_map(*c.target_map, RankOrder::as_given);
+  if (c.target_truth) out["target_truth"] = encode_map(*c.target_truth, RankOrder::as_given);
   out["dtype"] = std::string(dtype_name(c.dtype));
   if (c.full) out["full"] = encode_values(c.dtype, *c.full);
   if (c.shards) {
@@ -479,7 +573,7 @@ Json encode_case(const Case& c) {
   out["scale_power"] = c.scale_power;
   if (c.digest) out["digest"] = format_digest(*c.digest);
   if (c.digest_state) out["digest_state"] = *c.digest_state;
-  out["op"] = std::string(op_name(c.op));
+  out["op"] = encode_ops(c.ops);
   if (c.expect) out["expect"] = std::string(outcome_name(*c.expect));
   if (c.expect_error) out["expect_error"] = std::string(kind_name(*c.expect_error));
   if (!c.accept_errors.empty()) {

@@ -1139,4 +1139,72 @@ Result<ShardSet> reference_extract_all(const Map& map, const Buffer& full, int s
   return out;
 }
 
+// Contract 11, element by element and through the pairings alone (no runs, no segments,
+// nothing of the core's planner): each element of F is read from the copy of its lowest
+// holder, and every (rank, address) the target map pairs with it gets those bits.
+Result<ShardSet> reference_reshard(const Map& source, const Map& target, const ShardSet& shards, DType dtype,
+                                   bool compare_replicas) {
+  for (const auto& [map, side] : {std::pair{&source, "source"}, std::pair{&target, "target"}}) {
+    const ReferenceVerdict verdict = reference_check(*map);
+    if (!verdict.valid()) {
+      return reworded(*verdict.error, fmt::format("in the {} map, {}", side, verdict.error->sentence));
+    }
+  }
+  if (source.logical_shape != target.logical_shape) {
+    return fault::reshard_shapes_differ(source.logical_shape, target.logical_shape);
+  }
+  const Pairing from = *reference_pairing(source);
+  const Pairing to = *reference_pairing(target);
+  // The copy each element is read from: pairs are sorted by element, then rank, then address.
+  std::vector<const Pairing::Pair*> held(static_cast<std::size_t>(from.numel), nullptr);
+  for (const auto& pair : from.pairs) {
+    auto& slot = held[static_cast<std::size_t>(pair.element)];
+    if (slot == nullptr) slot = &pair;
+  }
+  // Scales, by target rank and then element, as the plan is refused before data is seen.
+  std::vector<const Pairing::Pair*> wanted;
+  for (const auto& pair : to.pairs) wanted.push_back(&pair);
+  std::stable_sort(wanted.begin(), wanted.end(), [](const Pairing::Pair* a, const Pairing::Pair* b) {
+    return std::tie(a->rank, a->element) < std::tie(b->rank, b->element);
+  });
+  for (const Pairing::Pair* pair : wanted) {
+    const Pairing::Pair& source_copy = *held[static_cast<std::size_t>(pair->element)];
+    if (source_copy.scale != pair->scale) {
+      return make_error(ErrorKind::scale, "the source and target scales of an element differ",
+                        Where::in_rank(pair->rank).at(Side::full, pair->element));
+    }
+  }
+  std::map<Rank, Index> sizes(from.shards.begin(), from.shards.end());
+  for (const auto& [rank, buffer] : shards) {
+    if (!sizes.contains(rank)) return fault::unlisted_shard(rank);
+    if (buffer.dtype() != dtype) return fault::shard_dtype(rank, buffer.dtype(), dtype);
+    if (buffer.numel() != sizes.at(rank)) return fault::shard_numel(rank, buffer.numel(), sizes.at(rank));
+  }
+  for (const auto& [rank, numel] : sizes) {
+    if (numel > 0 && !shards.contains(rank)) return fault::missing_shard(rank, 1);
+  }
+  // Contract 1.2's refusals that depend on the dtype, on every piece of both maps.
+  for (const auto& [map, side] : {std::pair{&source, "source"}, std::pair{&target, "target"}}) {
+    if (Status refused = reference_scale_refusal(*map, dtype, 1); !refused.ok()) {
+      return reworded(refused.error(), fmt::format("in the {} map, {}", side, refused.error().sentence));
+    }
+  }
+  if (compare_replicas) {
+    for (const auto& pair : from.pairs) {
+      const Pairing::Pair& first = *held[static_cast<std::size_t>(pair.element)];
+      if (first.scale != pair.scale) continue;  // compared only after unscaling, which a plan does not do
+      const std::uint64_t a = shards.at(first.rank).bits(first.address);
+      const std::uint64_t b = shards.at(pair.rank).bits(pair.address);
+      if (a != b) return fault::replica_holders_differ(first.rank, first.address, pair.rank, pair.address, dtype, a, b);
+    }
+  }
+  ShardSet out;
+  for (const auto& [rank, numel] : to.shards) out.emplace(rank, Buffer(dtype, numel));
+  for (const auto& pair : to.pairs) {
+    const Pairing::Pair& copy = *held[static_cast<std::size_t>(pair.element)];
+    out.at(pair.rank).set_bits(pair.address, shards.at(copy.rank).bits(copy.address));
+  }
+  return out;
+}
+
 }  // namespace shardcheck::oracles

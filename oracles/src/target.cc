@@ -44,8 +44,8 @@ TargetRefusal refusal_of(Error error) {
 // decoded here, and one that does not decode is refused like any other bad input.
 class PolicyTarget final : public Target {
  public:
-  explicit PolicyTarget(const ConvertOptions& options)
-      : options_(options), name_(policy_name(options.policy)) {}
+  PolicyTarget(const ConvertOptions& options, const ReshardOptions& reshard)
+      : options_(options), reshard_(reshard), name_(policy_name(options.policy)) {}
 
   const std::string& name() const override { return name_; }
   bool judges_kinds() const override { return options_.policy == Policy::strict; }
@@ -83,6 +83,25 @@ class PolicyTarget final : public Target {
     });
   }
 
+  // The legacy model has no planner (DeepSpeed before the fix had none).
+  bool supports(Op op) const override { return op != Op::reshard || options_.policy == Policy::strict; }
+
+  TargetResult<ShardSet> reshard(const TargetMap& source, const TargetMap& target, const ShardSet& shards,
+                                 DType dtype) override {
+    if (!supports(Op::reshard)) return unsupported(Op::reshard, name_);
+    return with_map(source, [&](const Map& from) -> TargetResult<ShardSet> {
+      return with_map(target, [&](const Map& to) -> TargetResult<ShardSet> {
+        ReshardOptions options = reshard_;
+        options.checks = options_.checks;
+        auto made = plan(from, to, options);
+        if (!made) return refusal_of(made.error());
+        auto result = execute(made.value(), shards, dtype);
+        if (!result) return refusal_of(result.error());
+        return std::move(result.value());
+      });
+    });
+  }
+
  private:
   template <class Fn>
   auto with_map(const TargetMap& map, Fn&& fn) -> decltype(fn(std::declval<const Map&>())) {
@@ -99,6 +118,7 @@ class PolicyTarget final : public Target {
   }
 
   ConvertOptions options_;
+  ReshardOptions reshard_;
   std::string name_;
 };
 
@@ -112,6 +132,17 @@ constexpr NamedTarget kNamedTargets[] = {
 constexpr std::string_view kExecPrefix = "exec:";
 
 }  // namespace
+
+TargetResult<ShardSet> Target::reshard(const TargetMap&, const TargetMap&, const ShardSet&, DType) {
+  return unsupported(Op::reshard, name());
+}
+
+TargetRefusal unsupported(Op op, const std::string& target_name) {
+  TargetRefusal r;
+  r.type = "unsupported";
+  r.message = fmt::format("{} does not implement {}", target_name, op_name(op));
+  return r;
+}
 
 std::string shell_word(const std::string& text) {
   const bool plain = !text.empty() && std::all_of(text.begin(), text.end(), [](char ch) {
@@ -127,8 +158,8 @@ std::string shell_word(const std::string& text) {
   return out + "'";
 }
 
-std::unique_ptr<Target> make_policy_target(const ConvertOptions& options) {
-  return std::make_unique<PolicyTarget>(options);
+std::unique_ptr<Target> make_policy_target(const ConvertOptions& options, const ReshardOptions& reshard) {
+  return std::make_unique<PolicyTarget>(options, reshard);
 }
 
 std::span<const NamedTarget> named_targets() { return kNamedTargets; }
@@ -158,7 +189,7 @@ MadeTarget make_target(std::string_view spec, const TargetOptions& options) {
   if (row != std::end(kNamedTargets) && row->policy) {
     ConvertOptions convert = options.convert;
     convert.policy = *row->policy;
-    made.target = make_policy_target(convert);
+    made.target = make_policy_target(convert, options.reshard);
     return made;
   }
   if (row != std::end(kNamedTargets)) {

@@ -317,7 +317,7 @@ void set_expected_from_truth(const Case& c, Inputs& in) {
 }
 
 bool needs_full(const Case& c, OracleKind oracle) {
-  return !c.shards || c.op != Op::rebuild || oracle == OracleKind::same_map;
+  return !c.shards || c.ops.has(Op::extract) || c.ops.has(Op::reshard) || oracle == OracleKind::same_map;
 }
 
 Result<Buffer> make_full(const Case& c, const Map& map, std::string_view which) {
@@ -605,6 +605,72 @@ OpOutcome run_extract(const Case& c, const Inputs& in, Target& target) {
   return out;
 }
 
+// Contract 11: the target map's shards from the shards the truth map wrote, through a plan
+// made from the pair under test (either side may be corrupted), compared rank by rank with
+// the reference model's extract of F through the true target map.
+OpOutcome run_reshard(const Case& c, const Inputs& in, Target& target) {
+  OpOutcome out;
+  out.op = Op::reshard;
+  TargetMap to;
+  to.map = &*c.target_map;
+  auto answer = target.reshard(target_map(c), to, in.shards, c.dtype);
+  if (auto* refusal = std::get_if<TargetRefusal>(&answer)) {
+    set_refused(out, *refusal);
+    return out;
+  }
+  if (auto* fault = std::get_if<TargetFault>(&answer)) {
+    set_fault(out, *fault);
+    return out;
+  }
+  const ShardSet& got = std::get<ShardSet>(answer);
+  // F as the shards hold it: the F they were written from, else a correct rebuild of them.
+  const Buffer* f = in.truth_wrote_shards && in.full ? &*in.full : in.expected ? &*in.expected : nullptr;
+  if (f == nullptr) {
+    out.verdict = Outcome::wrong;
+    out.message = "WRONG: reshard returned shards where no correct tensor exists: " +
+                  (in.no_truth ? in.no_truth->to_string() : std::string("no ground truth"));
+    return out;
+  }
+  const Map& truth = c.target_truth_map();
+  std::set<Rank> ranks;
+  for (const auto& entry : truth.ranks) {
+    if (entry.shard_shape) ranks.insert(entry.rank);
+  }
+  for (const auto& [rank, shard] : got) {
+    if (!ranks.contains(rank) && shard.numel() > 0) {
+      out.verdict = Outcome::wrong;
+      out.rank = rank;
+      out.message =
+          fmt::format("WRONG: reshard returned a shard for rank {}, which the true target map does not have", rank);
+      return out;
+    }
+  }
+  for (Rank rank : ranks) {
+    out.rank = rank;
+    auto want = reference_extract(truth, *f, rank, c.scale_power);
+    if (!want) {
+      out.verdict = Outcome::wrong;
+      out.message = fmt::format("WRONG: reshard returned target rank {}'s shard where no correct shard exists: {}",
+                                rank, want.error().to_string());
+      return out;
+    }
+    const auto it = got.find(rank);
+    // An empty shard holds no data: a plan that leaves it out has lost nothing.
+    if (it == got.end() && want.value().numel() == 0) continue;
+    if (it == got.end()) {
+      out.verdict = Outcome::wrong;
+      out.message = fmt::format("WRONG: reshard returned no shard for target rank {}", rank);
+      return out;
+    }
+    set_compared(out, fmt::format("reshard target rank {}", rank), want.value(), it->second);
+    if (out.verdict == Outcome::wrong) return out;
+  }
+  out.rank.reset();
+  out.message = "exact";
+  out.verdict = Outcome::exact;
+  return out;
+}
+
 // Contract 3 validity, judged by the reference model, never by the code under test: the
 // map passes conditions 1-6 and, where data is converted, condition 7 (a strict rebuild
 // that stopped comparing replicas must not make its own wrong tensors look valid).
@@ -613,7 +679,9 @@ bool valid_layout(const Case& c, const ShardSet* shards) {
   // A valid layout that the conversion must still refuse (a scale with p != 1, or on
   // integers): a tensor returned is wrong, not merely different.
   if (!reference_scale_refusal(c.map, c.dtype, c.scale_power).ok()) return false;
-  if (shards == nullptr || c.op == Op::extract) return true;
+  // Resharding: both maps of the pair (contract 11).
+  if (c.ops.has(Op::reshard) && c.target_map && !reference_check(*c.target_map).valid()) return false;
+  if (shards == nullptr || !c.ops.has(Op::rebuild)) return true;
   return !reference_replicas_differ(c.map, *shards, c.dtype, c.scale_power);
 }
 
@@ -644,6 +712,11 @@ void summarize(CaseOutcome& outcome) {
   }
   outcome.verdict = Outcome::exact;
   outcome.message = "exact";
+  if (outcome.ops.empty() && !outcome.unsupported.empty()) {
+    std::vector<std::string_view> names;
+    for (Op op : outcome.unsupported) names.push_back(op_name(op));
+    outcome.message = fmt::format("not run: the target does not implement {}", fmt::join(names, ", "));
+  }
 }
 
 std::string kinds_text(const Case& c) {
@@ -715,9 +788,8 @@ void judge(const Case& c, const Target& target, CaseOutcome& outcome) {
 // Every op the oracle runs refuses with `error`: no conversion can read the map under test.
 CaseOutcome refused_outright(const Case& c, const Error& error, OracleKind oracle) {
   CaseOutcome outcome;
-  std::vector<Op> ops;
-  if (oracle == OracleKind::same_map || c.op != Op::extract) ops.push_back(Op::rebuild);
-  if (oracle == OracleKind::truth && c.op != Op::rebuild) ops.push_back(Op::extract);
+  // The same-map round trip runs one rebuild whatever the case lists.
+  const std::vector<Op> ops = oracle == OracleKind::same_map ? std::vector<Op>{Op::rebuild} : c.ops.list();
   for (Op op : ops) {
     OpOutcome out;
     out.op = op;
@@ -756,8 +828,23 @@ Result<CaseOutcome> run_truth(const Case& c, Target& target) {
   if (!inputs) return inputs.error();
   const Inputs& in = inputs.value();
   CaseOutcome outcome;
-  if (c.op != Op::extract) outcome.ops.push_back(run_rebuild(c, in, target));
-  if (c.op != Op::rebuild) outcome.ops.push_back(run_extract(c, in, target));
+  for (Op op : c.ops.list()) {
+    if (!target.supports(op)) {
+      outcome.unsupported.push_back(op);
+      continue;
+    }
+    switch (op) {
+      case Op::rebuild:
+        outcome.ops.push_back(run_rebuild(c, in, target));
+        break;
+      case Op::extract:
+        outcome.ops.push_back(run_extract(c, in, target));
+        break;
+      case Op::reshard:
+        outcome.ops.push_back(run_reshard(c, in, target));
+        break;
+    }
+  }
   outcome.valid_layout = valid_layout(c, &in.shards);
   if (!in.expected) outcome.no_correct_rebuild = in.no_truth;
   outcome.expected_vs_full = in.vs_full;
@@ -965,6 +1052,11 @@ Json outcome_to_json(const Case& c, const CaseOutcome& outcome) {
   Json ops = Json::array();
   for (const auto& op : outcome.ops) ops.push_back(op_to_json(c.dtype, op));
   out["ops"] = std::move(ops);
+  if (!outcome.unsupported.empty()) {
+    Json names = Json::array();
+    for (Op op : outcome.unsupported) names.push_back(std::string(op_name(op)));
+    out["unsupported"] = std::move(names);
+  }
   return out;
 }
 

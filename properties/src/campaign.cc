@@ -178,25 +178,27 @@ std::string format_table(const Report& report) {
   }
   // Per operation: a content digest closes the valid-but-different class for rebuild only.
   out += "\n" + table_header("operation");
-  for (Op op : {Op::rebuild, Op::extract}) {
+  // Rebuild and extract always have a row (the table every campaign prints); other
+  // operations where the campaign ran them.
+  for (Op op : kAllOps) {
     auto it = report.by_op.find(std::string(op_name(op)));
+    if (it == report.by_op.end() && op != Op::rebuild && op != Op::extract) continue;
     out += table_row(op_name(op), it == report.by_op.end() ? Tally{} : it->second);
   }
   out += "\n" + table_row("total", report.total);
   const double rate = report.seconds > 0 ? static_cast<double>(report.cases) / report.seconds : 0.0;
   const Options& o = report.options;
-  out += fmt::format(
-      "\n{} cases in {:.1f} s ({:.0f} cases/s, {} job{}{}); {} {}, oracle {}{}{}\n", report.cases,
-      report.seconds, rate, o.jobs, o.jobs == 1 ? "" : "s", o.isolate ? ", isolated" : "",
-      o.eval.target.empty() ? "policy" : "target", implementation_name(o), oracle_name(o.eval.oracle),
-      o.generate.record_digest ? ", content digests recorded and verified" : "",
-      report.complete ? "" : "; stopped before the end (resume with --resume)");
-  out += fmt::format("rerun: shardcheck campaign --seed {} --cases {} --{} {} --oracle {}{}{}\n", o.seed,
+  out += fmt::format("\n{} cases in {:.1f} s ({:.0f} cases/s, {} job{}{}); {} {}, oracle {}{}{}{}\n", report.cases,
+                     report.seconds, rate, o.jobs, o.jobs == 1 ? "" : "s", o.isolate ? ", isolated" : "",
+                     o.eval.target.empty() ? "policy" : "target", implementation_name(o), oracle_name(o.eval.oracle),
+                     o.generate.record_digest ? ", content digests recorded and verified" : "",
+                     o.generate.reshard ? ", reshard pairs" : "",
+                     report.complete ? "" : "; stopped before the end (resume with --resume)");
+  out += fmt::format("rerun: shardcheck campaign --seed {} --cases {} --{} {} --oracle {}{}{}{}\n", o.seed,
                      o.cases ? *o.cases : report.cases, o.eval.target.empty() ? "policy" : "target",
                      oracles::shell_word(implementation_name(o)), oracle_name(o.eval.oracle),
-                     o.shard_count > 1 ? fmt::format(" --shard {}/{}", o.shard_index, o.shard_count)
-                                       : std::string(),
-                     o.generate.record_digest ? " --digest" : "");
+                     o.shard_count > 1 ? fmt::format(" --shard {}/{}", o.shard_index, o.shard_count) : std::string(),
+                     o.generate.record_digest ? " --digest" : "", o.generate.reshard ? " --op reshard" : "");
   if (!o.eval.backend.empty()) out.insert(out.size() - 1, " --backend " + o.eval.backend);
   return out;
 }
@@ -235,6 +237,7 @@ Json report_to_json(const Report& report) {
   j["shard"] = fmt::format("{}/{}", o.shard_index, o.shard_count);
   j["max_elements"] = o.generate.layout.max_elements;
   j["digest"] = o.generate.record_digest;
+  if (o.generate.reshard) j["op"] = "reshard";  // only then, so that other reports read as before
   j["complete"] = report.complete;
   j["cases"] = report.cases;
   j["seconds"] = report.seconds;
@@ -274,6 +277,7 @@ Json checkpoint_to_json(const Checkpoint& checkpoint) {
   j["strict_layout"] = o.eval.strict_layout;
   j["max_elements"] = o.generate.layout.max_elements;
   j["digest"] = o.generate.record_digest;
+  if (o.generate.reshard) j["op"] = "reshard";
   j["digest_share"] = o.digest_share;
   j["large_share"] = o.large_share;
   j["loopback_share"] = o.loopback_share;
@@ -361,6 +365,11 @@ Checkpoint parse_checkpoint(const Json& j) {
   o.eval.strict_layout = j.at("strict_layout").get<bool>();
   o.generate.layout.max_elements = count_field(j, "max_elements");
   o.generate.record_digest = j.at("digest").get<bool>();
+  // Absent from checkpoints of campaigns that did not reshard.
+  if (j.contains("op")) {
+    if (j.at("op") != "reshard") throw std::out_of_range("unknown op");
+    o.generate.reshard = true;
+  }
   // Absent from checkpoints written before the shared variants: none, as that campaign ran.
   o.digest_share = j.value("digest_share", 0);
   o.large_share = j.value("large_share", 0);

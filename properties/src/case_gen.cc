@@ -28,6 +28,64 @@ int draw_scale_power(ChoiceSource& c, const CaseOptions& options, const Map& tru
   return power < 17 ? 1 : power < 19 ? -1 : -2;
 }
 
+// A corruption of one side of a reshard pair. A corruption that edits the map's text or
+// the shard data instead is drawn again (three tries, then the side stays as it is): the
+// target side has no text of its own in a case file, and a plan reads one replica, so a
+// damaged copy is what compare_replicas is for, not a layout fault.
+std::optional<Corrupted> corrupt_side(const Map& map, ChoiceSource& c) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    Corrupted bad = corrupt(map, c);
+    if (!bad.map_text && !bad.replica_flip) return bad;
+  }
+  return std::nullopt;
+}
+
+// Resharding (contract 11): a pair of layouts over one shape, the source side, the target
+// side, both or neither corrupted. Case.map/truth are the source side, target_map and
+// target_truth the target side; the record is the source side's, or the target side's
+// with its field prefixed "target_map." (both sides: the source side's, and the name says both).
+Case generate_reshard_case(ChoiceSource& c, const CaseOptions& options) {
+  LayoutPair pair = generate_layout_pair(c, options.layout);
+  Case out;
+  out.ops = {Op::reshard};
+  out.dtype = pair.source.dtype;
+  double p = std::isnan(options.corrupt_probability) ? 0.0 : options.corrupt_probability;
+  auto per_mille = static_cast<Index>(std::clamp(p, 0.0, 1.0) * 1000.0);
+  const bool corrupted = c.between(0, 999) < per_mille;
+  const Index side = corrupted ? c.between(0, 2) : -1;  // 0 source, 1 target, 2 both
+  std::string kinds;
+  out.map = pair.source.map;
+  out.target_map = pair.target.map;
+  out.corruption = CorruptionRecord{std::string(kNoCorruption), {}, {}, {}, {}, {}};
+  if (side == 1 || side == 2) {
+    if (auto bad = corrupt_side(pair.target.map, c)) {
+      out.target_map = std::move(bad->map);
+      out.target_truth = pair.target.map;
+      bad->record.field = "target_map." + bad->record.field;
+      out.corruption = std::move(bad->record);
+    }
+  }
+  if (side == 0 || side == 2) {
+    if (auto bad = corrupt_side(pair.source.map, c)) {
+      out.map = std::move(bad->map);
+      out.truth = pair.source.map;
+      out.corruption = std::move(bad->record);
+    }
+  }
+  const bool scaled = has_scale(pair.source.map) || has_scale(pair.target.map);
+  if (options.adversarial_data && !scaled) draw_adversarial_data(c, out);
+  // Markers a drawn scale would flush or overflow are data no producer could write.
+  settle_data(out, std::nullopt);
+  out.constructor = pair.source.constructor + "->" + pair.target.constructor;
+  out.name = "reshard-" + pair.source.constructor + "-" + pair.target.constructor + "-" +
+             (side == 0   ? "source-"
+              : side == 1 ? "target-"
+              : side == 2 ? "both-"
+                          : "") +
+             out.corruption->kind;
+  return out;
+}
+
 }  // namespace
 
 std::string digest_state_for(int scale_power) {
@@ -40,6 +98,7 @@ std::string digest_state_for(int scale_power) {
 }
 
 Case generate_case(ChoiceSource& c, const CaseOptions& options) {
+  if (options.reshard) return generate_reshard_case(c, options);
   Layout layout = generate_layout(c, options.layout);
   Case out;
   out.dtype = layout.dtype;
@@ -81,7 +140,7 @@ Case generate_case(ChoiceSource& c, const CaseOptions& options) {
     out.corruption = CorruptionRecord{std::string(kNoCorruption), {}, {}, {}, {}, {}};
   }
   Index op = c.between(0, 9);
-  out.op = op < 8 ? Op::rebuild : op == 8 ? Op::extract : Op::both;
+  out.ops = op < 8 ? OpList{Op::rebuild} : op == 8 ? OpList{Op::extract} : OpList{Op::rebuild, Op::extract};
   out.scale_power = power ? *power : draw_scale_power(c, options, out.truth_map());
   // Drawn last, so that every earlier draw (and what a fuzzer input decodes to) stays
   // as it was; the low answer keeps the markers.

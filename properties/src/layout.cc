@@ -22,6 +22,9 @@ struct Bounds {
   Index max_extent;
   int max_tp;
   Index min_elements = 0;  // a large layout: numel(F) at least this (see draw_any_shape)
+  // A pair of layouts for resharding: both over this shape (draw_split_shape and the
+  // constructors that draw a shape of their own take it instead).
+  const Extents* fixed_shape = nullptr;
 };
 
 Bounds clamp_options(const LayoutOptions& o) {
@@ -78,6 +81,10 @@ struct SplitShape {
   int dim = 0;
 };
 SplitShape draw_split_shape(ChoiceSource& c, const Bounds& b) {
+  if (b.fixed_shape != nullptr) {
+    // The split axis is any axis of the shape both layouts share.
+    return {*b.fixed_shape, static_cast<int>(c.between(0, static_cast<Index>(b.fixed_shape->size()) - 1))};
+  }
   int ndim = static_cast<int>(c.between(b.min_elements > 0 ? 2 : 1, std::max(b.max_dims, 1)));
   // A large layout splits an axis before its last (draw_any_shape).
   int dim = static_cast<int>(c.between(0, ndim - (b.min_elements > 0 ? 2 : 1)));
@@ -87,6 +94,7 @@ SplitShape draw_split_shape(ChoiceSource& c, const Bounds& b) {
 int draw_tp(ChoiceSource& c, const Bounds& b) { return static_cast<int>(c.between(1, b.max_tp)); }
 
 Result<Map> make_replicated(ChoiceSource& c, const Bounds& b, double scale) {
+  if (b.fixed_shape != nullptr) return replicated_map(*b.fixed_shape, draw_tp(c, b), scale);
   int ndim = static_cast<int>(c.between(0, b.max_dims));
   Extents shape = draw_any_shape(c, ndim, 0, b);
   return replicated_map(shape, draw_tp(c, b), scale);
@@ -157,8 +165,13 @@ Result<Map> make_block_gather(ChoiceSource& c, const Bounds& b) {
 }
 
 Result<Map> make_experts(ChoiceSource& c, const Bounds& b) {
-  int ndim = static_cast<int>(c.between(1, std::max(b.max_dims, 1)));
-  Extents shape = draw_any_shape(c, ndim, 0, b);
+  Extents shape;
+  if (b.fixed_shape != nullptr) {
+    shape = *b.fixed_shape;
+  } else {
+    int ndim = static_cast<int>(c.between(1, std::max(b.max_dims, 1)));
+    shape = draw_any_shape(c, ndim, 0, b);
+  }
   int tp = draw_tp(c, b);
   // Primaries sometimes go to a prefix of the ranks, so some ranks hold nothing.
   Index active = c.chance(1, 3) ? c.between(1, tp) : tp;
@@ -187,9 +200,74 @@ Result<Map> make_experts(ChoiceSource& c, const Bounds& b) {
   return expert_placement_map(shape, lists);
 }
 
+Result<Map> make_any(ChoiceSource& c, const Bounds& b, int ctor, double replicated_scale) {
+  switch (ctor) {
+    case kContiguous:
+      return make_contiguous(c, b);
+    case kSubParam:
+      return make_sub_param(c, b);
+    case kSegmented:
+      return make_segmented(c, b);
+    case kBlockGather:
+      return make_block_gather(c, b);
+    case kExperts:
+      return make_experts(c, b);
+    default:
+      return make_replicated(c, b, replicated_scale);
+  }
+}
+
+[[noreturn]] void generator_bug(int ctor, const Error& error) {
+  // The generator only builds arguments the contract allows, so this is a bug in the
+  // generator or the constructor; it must be loud, never a silently skipped case.
+  throw std::logic_error("generator bug: " + std::string(kNames[ctor]) +
+                         " refused generated arguments: " + error.to_string());
+}
+
+// One side of a pair: any constructor over the shared shape, post-processed as every
+// generated layout is. Unscaled: the pair's scales are drawn for both sides together.
+Layout layout_over(ChoiceSource& c, const Bounds& b, DType dtype) {
+  const int ctor = b.fixed_shape->empty() ? kReplicated : static_cast<int>(c.between(0, 5));
+  Result<Map> built = make_any(c, b, ctor, 1.0);
+  if (!built) generator_bug(ctor, built.error());
+  Layout out{std::string(kNames[ctor]), std::move(built).value(), dtype};
+  detail::add_empty_pieces(c, out.map);
+  detail::relabel_ranks(c, out.map);
+  detail::shuffle_order(c, out.map);
+  return out;
+}
+
+void scale_every_piece(Map& map, double scale) {
+  for (auto& entry : map.ranks) {
+    for (auto& piece : entry.pieces) piece.scale = scale;
+  }
+}
+
 }  // namespace
 
 std::span<const std::string_view> constructor_names() { return kNames; }
+
+LayoutPair generate_layout_pair(ChoiceSource& c, const LayoutOptions& options) {
+  Bounds b = clamp_options(options);
+  const DType dtype = c.pick(kAllDTypes);
+  const int ndim = static_cast<int>(c.between(0, b.max_dims));
+  const Extents shape = detail::draw_shape(c, ndim, 0, b.max_extent, b.max_elements);
+  b.fixed_shape = &shape;
+  LayoutPair out{layout_over(c, b, dtype), layout_over(c, b, dtype)};
+  // Scales (contract 11): the same scale on every piece of both sides copies plainly; one
+  // side's scales drawn alone must be refused wherever they differ from the other's.
+  if (carries_scales(dtype)) {
+    const Index mode = c.between(0, 7);
+    if (mode == 6) {
+      const double scale = detail::draw_scale(c, dtype, false);
+      scale_every_piece(out.source.map, scale);
+      scale_every_piece(out.target.map, scale);
+    } else if (mode == 7) {
+      detail::draw_scales(c, c.coin() ? out.source.map : out.target.map, dtype);
+    }
+  }
+  return out;
+}
 
 Layout generate_layout(ChoiceSource& c, const LayoutOptions& options) {
   Bounds b = clamp_options(options);
@@ -202,28 +280,8 @@ Layout generate_layout(ChoiceSource& c, const LayoutOptions& options) {
   double map_scale = 1.0;
   if (ctor == kReplicated && floating && c.chance(1, 4)) map_scale = detail::draw_scale(c, dtype, false);
 
-  Result<Map> built = [&]() -> Result<Map> {
-    switch (ctor) {
-      case kContiguous:
-        return make_contiguous(c, b);
-      case kSubParam:
-        return make_sub_param(c, b);
-      case kSegmented:
-        return make_segmented(c, b);
-      case kBlockGather:
-        return make_block_gather(c, b);
-      case kExperts:
-        return make_experts(c, b);
-      default:
-        return make_replicated(c, b, map_scale);
-    }
-  }();
-  if (!built) {
-    // The generator only builds arguments the contract allows, so this is a bug in the
-    // generator or the constructor; it must be loud, never a silently skipped case.
-    throw std::logic_error("generator bug: " + std::string(kNames[ctor]) +
-                           " refused generated arguments: " + built.error().to_string());
-  }
+  Result<Map> built = make_any(c, b, ctor, map_scale);
+  if (!built) generator_bug(ctor, built.error());
   Layout out{std::string(kNames[ctor]), std::move(built).value(), dtype};
   if (floating && ctor != kReplicated) detail::draw_scales(c, out.map, dtype);
   detail::add_empty_pieces(c, out.map);

@@ -83,8 +83,37 @@ ConvertOptions convert_options(const Case& c, const EvalOptions& options) {
 
 // An uncorrupted map, or a corruption that only rewrote the same layout: the shards the
 // oracle converts are then exactly the ones it describes, as in property 1.
+// Resharding (contract 11): the target side means what the true target map means, and
+// every element's target scale is its source scale (lowest holder), so a plan must exist.
+bool reshard_pair_equivalent(const Case& c) {
+  if (!c.target_map) return false;
+  // Section 1.2's refusals for the dtype, which the pairings (no empty pieces) do not show.
+  for (const Map* map : {&c.map, &*c.target_map}) {
+    if (!oracles::reference_scale_refusal(*map, c.dtype, c.scale_power).ok()) return false;
+  }
+  const auto mine = oracles::reference_pairing(*c.target_map);
+  if (!mine) return false;
+  if (c.target_truth) {
+    const auto truth = oracles::reference_pairing(*c.target_truth);
+    if (!truth || *truth != *mine) return false;
+  }
+  const auto source = oracles::reference_pairing(c.map);
+  if (!source) return false;
+  std::vector<double> held(static_cast<std::size_t>(source->numel), 0.0);
+  std::vector<bool> seen(held.size(), false);
+  for (const auto& pair : source->pairs) {  // sorted: the lowest rank of an element first
+    const auto e = static_cast<std::size_t>(pair.element);
+    if (!seen[e]) held[e] = pair.scale;
+    seen[e] = true;
+  }
+  return std::all_of(mine->pairs.begin(), mine->pairs.end(), [&](const oracles::Pairing::Pair& pair) {
+    return held[static_cast<std::size_t>(pair.element)] == pair.scale;
+  });
+}
+
 bool equivalent_to_truth(const Case& c, bool map_valid) {
   if (!map_valid || c.undecoded_map || c.shards || c.digest || c.expect || c.expect_error) return false;
+  if (c.ops.has(Op::reshard) && !reshard_pair_equivalent(c)) return false;
   if (!c.truth) return true;
   if (c.map.content_digests != c.truth->content_digests) return false;
   // The pairing leaves out empty pieces, whose scales section 1.2 judges all the same.
@@ -432,7 +461,8 @@ class CaseJudgement {
   // extract reads no shard data, so 1-6 decide it alone.
   bool fully_valid(const oracles::OpOutcome& op) {
     if (op.digest_ignored) return false;
-    if (!reference_verdict().valid() || (op.op == Op::rebuild && !result()->valid_layout)) return false;
+    // Rebuild: condition 7 too; reshard: the target map too (valid_layout says both).
+    if (!reference_verdict().valid() || (op.op != Op::extract && !result()->valid_layout)) return false;
     if (options.target.empty()) return true;
     // Another implementation's wrong tensor on a valid map is its own bug unless the
     // strict policy, on the same case, is wrong the same way (a different layout).
@@ -648,6 +678,15 @@ std::optional<Finding> judge_strict_accepts(CaseJudgement& judged) {
       const Case& c = judged.c;
       if (Status scale = oracles::reference_scale_refusal(c.map, c.dtype, c.scale_power); !scale.ok()) {
         refusal = scale.error();
+      }
+    }
+    // Resharding reads the target map as well: its refusal is owed too.
+    if (!refusal && exact->op == Op::reshard && judged.c.target_map) {
+      const oracles::ReferenceVerdict target = oracles::reference_check(*judged.c.target_map);
+      if (!target.refused_only_by_stride_rule && !target.too_large) refusal = target.error;
+      if (target.valid()) {
+        Status scale = oracles::reference_scale_refusal(*judged.c.target_map, judged.c.dtype, judged.c.scale_power);
+        if (!scale.ok()) refusal = scale.error();
       }
     }
     if (refusal) accepted = &*exact;

@@ -313,7 +313,7 @@ void damage_replica(Case& c, const ReplicaFlip& flip) {
     for (Index i = 0; i < buffer.numel(); ++i) out.push_back(buffer.bits(i));
   }
   c.shards = std::move(supplied);
-  if (c.op == Op::extract) c.op = Op::rebuild;
+  if (!c.ops.has(Op::rebuild)) c.ops = {Op::rebuild};
   c.expect = Outcome::refused;
   // Condition 7, unless the reference model refuses these shards for a reason that comes
   // first (section 1.2: a copy that scaling back overflows or flushes, in every copy).

@@ -234,6 +234,16 @@ Error digest_not_recorded(const std::string& state, const std::vector<std::strin
 // refusal maps to `kind`; the message is quoted so that it cannot break the grammar.
 Error foreign_refusal(ErrorKind kind, std::string_view type, std::string_view message);
 
+// Resharding (contract 11). The two maps describe different logical shapes (kind shape);
+// a target piece whose element is held under another scale in the source (kind scale:
+// a plan copies, it never rescales); a plan past its budget (kind format); two holders of
+// one replicated source element that differ (kind different_data, both shard addresses).
+Error reshard_shapes_differ(const Extents& source, const Extents& target);
+Error reshard_scales_differ(const PieceAt& target_at, Index element, double source_scale);
+Error plan_over_budget(Index max_segments);
+Error replica_holders_differ(Rank rank, Index address, Rank other_rank, Index other_address, DType dtype,
+                             std::uint64_t held, std::uint64_t other);
+
 // Resource limits on untrusted maps.
 Error too_large_to_verify(Index max_runs);
 Error too_large_for_reference(Index max_elements);

@@ -2,6 +2,7 @@
 // oracle. Its JSON encoding is the case file (README "Case files").
 #pragma once
 
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -15,8 +16,40 @@
 
 namespace shardcheck {
 
-enum class Op { rebuild, extract, both };
+// The operations (ops.def). A case asks for a list of them, not a combination: an
+// operation added to the table is one more entry a case may list.
+enum class Op {
+#define SHARDCHECK_OP(name, doc) name,
+#include "shardcheck/ops.def"
+#undef SHARDCHECK_OP
+};
+inline constexpr Op kAllOps[] = {
+#define SHARDCHECK_OP(name, doc) Op::name,
+#include "shardcheck/ops.def"
+#undef SHARDCHECK_OP
+};
 std::string_view op_name(Op op);
+std::string_view op_doc(Op op);
+std::optional<Op> parse_op(std::string_view name);
+// "rebuild, extract or reshard": the names, for help texts and refusals.
+std::string op_choices(std::string_view last_separator = " or ");
+
+// The operations of one case: each at most once, in the table's order (the order the
+// oracle runs them and reports them), whatever order a case file lists them in.
+class OpList {
+ public:
+  OpList() = default;
+  OpList(std::initializer_list<Op> ops);  // NOLINT: implicit, so `c.ops = {Op::rebuild}` reads plainly
+  bool has(Op op) const { return (bits_ >> static_cast<unsigned>(op)) & 1U; }
+  void add(Op op) { bits_ |= 1U << static_cast<unsigned>(op); }
+  void remove(Op op) { bits_ &= ~(1U << static_cast<unsigned>(op)); }
+  bool empty() const { return bits_ == 0; }
+  std::vector<Op> list() const;
+  friend bool operator==(const OpList&, const OpList&) = default;
+
+ private:
+  unsigned bits_ = 0;
+};
 
 // What produced a generated case (contract 7: kind, rank, piece, field, old, new).
 struct CorruptionRecord {
@@ -53,7 +86,14 @@ struct Case {
   // the consumer was given, and/or the state whose entry in map.content_digests counts.
   std::optional<std::uint64_t> digest;
   std::optional<std::string> digest_state;
-  Op op = Op::rebuild;
+  // What the case runs. Case files spell it "op": one name, a list of names, or "both"
+  // (rebuild and extract, the spelling of older case files).
+  OpList ops = {Op::rebuild};
+  // Resharding (contract 11): the target map under test, and the target map the consumer
+  // really uses (its extract of F is the expected shard; default: target_map). The
+  // source side is `map` and `truth`, as for every other operation.
+  std::optional<Map> target_map;
+  std::optional<Map> target_truth;
   std::optional<Outcome> expect;
   std::optional<ErrorKind> expect_error;
   std::vector<ErrorKind> accept_errors;
@@ -65,6 +105,8 @@ struct Case {
   std::optional<CorruptionRecord> corruption;
 
   const Map& truth_map() const { return truth ? *truth : map; }
+  // The target map's truth: target_truth, else target_map. Only for a case with a target map.
+  const Map& target_truth_map() const { return target_truth ? *target_truth : *target_map; }
   friend bool operator==(const Case&, const Case&) = default;
 };
 

@@ -103,6 +103,15 @@ std::optional<Pairing> reference_pairing(const Map& map);
 // (contract 9).
 std::optional<Buffer> reference_agreed_rebuild(const Map& map, const ShardSet& shards, DType dtype, int scale_power);
 
+// Contract 11, naively: both maps checked by this model, the same logical shape, every
+// element of F read from its lowest holder's copy (compare_replicas: every holder's copy
+// under the same scale compared bit for bit first) and written to every (rank, address)
+// the target map pairs it with. Refused `scale` where an element's source and target
+// scales differ, and where reference_scale_refusal refuses either map for the dtype (after
+// the shards are checked). The target shards, one per target rank with a shard shape.
+Result<ShardSet> reference_reshard(const Map& source, const Map& target, const ShardSet& shards, DType dtype,
+                                   bool compare_replicas = false);
+
 // Contract 1.2 as an independent rounding model: value * scale^p (multiply) or
 // value / scale^p, in the element type's arithmetic, each operation rounded to nearest
 // even into the target format by bit-level code of this file (not the core's dtype code

@@ -22,8 +22,10 @@
 #include <variant>
 #include <vector>
 
+#include "shardcheck/case.h"
 #include "shardcheck/convert.h"
 #include "shardcheck/json.h"
+#include "shardcheck/reshard.h"
 
 namespace shardcheck::oracles {
 
@@ -101,12 +103,25 @@ class Target {
   // The shard of `rank` from F (flat).
   virtual TargetResult<Buffer> extract(const TargetMap& map, const Buffer& full, Rank rank,
                                        int scale_power) = 0;
+
+  // The operations it implements (as a cryptofuzz module declares its operations): the
+  // oracle runs only these and reports the others as unsupported, so a new operation
+  // breaks no target. Check, rebuild and extract are every target's; reshard is declared.
+  virtual bool supports(Op op) const { return op == Op::rebuild || op == Op::extract; }
+  // Contract 11: the target map's shards (one per rank with a shard shape) from the
+  // source map's shards, through a transfer plan. The default answers "unsupported".
+  virtual TargetResult<ShardSet> reshard(const TargetMap& source, const TargetMap& target, const ShardSet& shards,
+                                         DType dtype);
 };
+
+// What a target answers for an operation it does not declare.
+TargetRefusal unsupported(Op op, const std::string& target_name);
 
 struct TargetOptions {
   double timeout_seconds = 10.0;          // per request, before the process counts as hung
   double startup_timeout_seconds = 120.0;  // start and handshake (imports can be slow)
   ConvertOptions convert;                 // built-ins: backend and planted bugs
+  ReshardOptions reshard;                 // strict: how plans are made (budget, planted planner bugs)
 };
 
 // `text` as one word of a POSIX shell command: as it is when it holds only letters,
@@ -122,7 +137,7 @@ struct MadeTarget {
 MadeTarget make_target(std::string_view spec, const TargetOptions& options = {});
 
 // A built-in policy as a target (no process, never fails to start).
-std::unique_ptr<Target> make_policy_target(const ConvertOptions& options);
+std::unique_ptr<Target> make_policy_target(const ConvertOptions& options, const ReshardOptions& reshard = {});
 
 // The named implementations, one row each (a new one is a row here and, for an exec
 // target, its adapter script): the built-in policies, and adapters that serve another

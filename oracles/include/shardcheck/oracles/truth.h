@@ -101,6 +101,9 @@ struct CaseOutcome {
   std::optional<Error> no_correct_rebuild;
   ExpectedVsFull expected_vs_full;  // truth oracle: where the expected tensor is not F
   std::vector<OpOutcome> ops;
+  // Operations the case lists that the target does not implement (Target::supports):
+  // not run, and no verdict on them.
+  std::vector<Op> unsupported;
   std::string message;  // one line: "refused twice: ...", "exact", "WRONG at element 4: ..."
   // Whether the outcome matches the case's expectations for this policy.
   // A case that verifies digests: why the core's per-rank shares of the digest

@@ -22,6 +22,9 @@ struct CaseOptions {
   // rounding edge cases of the dtype, and some of those cases rescale the map by a
   // scale that is not a power of two (gen/values.h).
   bool adversarial_data = true;
+  // Resharding cases (contract 11) instead: a pair of layouts over one shape, either side
+  // or both corrupted, op reshard (digests and large layouts do not apply to them).
+  bool reshard = false;
 };
 
 // The state a tensor converted with scale_power p is recorded under: "param" (1),

@@ -42,4 +42,14 @@ std::span<const std::string_view> constructor_names();
 // appear only on floating dtypes.
 Layout generate_layout(ChoiceSource& choices, const LayoutOptions& options);
 
+// Resharding (contract 11): two layouts over one logical shape and dtype, each from any
+// constructor (TP degree, split axis and placement drawn independently), both valid.
+// Their scales are 1, or one scale on every piece of both (a plain copy), or drawn per
+// piece on one side only (which a plan must refuse where they differ). `large` is ignored.
+struct LayoutPair {
+  Layout source;
+  Layout target;
+};
+LayoutPair generate_layout_pair(ChoiceSource& choices, const LayoutOptions& options);
+
 }  // namespace shardcheck::gen

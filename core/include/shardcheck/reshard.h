@@ -1,0 +1,114 @@
+// Resharding (contract 11): a transfer plan that copies straight from the shards of a
+// source map to the shards of a target map over the same logical shape, without F in
+// one place.
+//
+// plan() checks both maps whole (check_map, contract 3), then cuts every piece of both
+// into address runs of F, intersects them, and merges the resulting rows into strided
+// segments. The plan is a pure function of the two maps' contents: rank order and piece
+// order do not change a single segment. execute() runs a plan on shards.
+//
+// Nothing legitimate is refused as unsupported: a piece whose F view is not contiguous
+// along its inner axis is cut into single elements (finer segments, same result). What
+// is refused: an invalid map (its kind), different logical shapes (`shape`), an element
+// whose source and target scales differ (`scale`, contract 1.2: a plan may not rescale),
+// and a plan that would need more segments than the budget (`format`, never a truncated
+// plan).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "shardcheck/checks.h"
+#include "shardcheck/convert.h"
+#include "shardcheck/error.h"
+#include "shardcheck/json.h"
+#include "shardcheck/map.h"
+
+namespace shardcheck {
+
+// Test-only switches that break the planner on purpose (the harness must catch each).
+struct PlannerBugs {
+  // Rows of one rank pair are merged into one strided segment even where the source
+  // distance between rows changes: the rows after the first read the wrong place.
+  bool merge_unequal_strides = false;
+  friend bool operator==(const PlannerBugs&, const PlannerBugs&) = default;
+};
+
+struct ReshardOptions {
+  // Read every holder of a replicated source element and compare their bits at execute
+  // time (refused `different_data` when they differ). Off: the lowest holder alone is read.
+  bool compare_replicas = false;
+  // The most address runs (of either map) and segments a plan may hold. Past it the plan
+  // is refused `format`: a plan is whole or it is an error.
+  Index max_segments = Index{1} << 22;
+  CheckOptions checks;  // how both maps are checked (limits)
+  PlannerBugs bugs;
+};
+
+// One copy: `shape` elements seen through a view of a source rank's flat shard and a
+// view of a target rank's flat shard (DeepSpeed's TransferSegment, spelled the same).
+struct TransferSegment {
+  Rank source_rank = 0;
+  StridedView source;
+  Rank target_rank = 0;
+  StridedView target;
+  Extents shape;
+  friend bool operator==(const TransferSegment&, const TransferSegment&) = default;
+};
+
+struct PlanStatistics {
+  Index segments = 0;
+  Index elements_moved = 0;                                 // elements written into target shards
+  std::map<Rank, Index> elements_read;                      // per source rank (replica checks not counted)
+  std::map<std::pair<Rank, Rank>, Index> elements_by_pair;  // (source rank, target rank)
+  Index replica_checks = 0;                                 // segments compared, with compare_replicas
+  friend bool operator==(const PlanStatistics&, const PlanStatistics&) = default;
+};
+
+struct Plan {
+  Extents logical_shape;
+  std::map<Rank, Index> source_numel;     // the source shards execute expects (ranks with a shard shape)
+  std::map<Rank, Index> target_numel;     // the target shards execute writes
+  std::vector<TransferSegment> segments;  // in a content-defined order
+  // With compare_replicas: `source` is the holder read, `target` another holder's view
+  // of the same elements in its (source) shard, compared bit for bit.
+  std::vector<TransferSegment> replica_checks;
+  // Contract 1.2's refusals that depend on the dtype, which only execute knows (where to
+  // point an error, so it names pieces as written; the copies above never depend on the
+  // order of ranks or pieces, this list's indices do): of the
+  // pieces of either map with a scale other than 1 (empty ones too, as a conversion judges
+  // them), the first of each distinct scale, source map first, each map by rank and then
+  // content order. A plan copies plainly, yet a scale on integers, or one the dtype's
+  // arithmetic cannot hold, is refused (kind scale) as rebuild and extract refuse it.
+  struct ScaledPiece {
+    bool in_target = false;
+    Rank rank = 0;
+    Index written = 0;  // its index in the rank's list
+    Piece piece;
+    friend bool operator==(const ScaledPiece&, const ScaledPiece&) = default;
+  };
+  std::vector<ScaledPiece> scaled_pieces;
+  PlanStatistics statistics;
+  friend bool operator==(const Plan&, const Plan&) = default;
+};
+
+Result<Plan> plan(const Map& source, const Map& target, const ReshardOptions& options = {});
+
+// Whether two plans make the same copies (segments, replica checks, shard sizes and
+// statistics): what rank and piece order may not change.
+bool same_copies(const Plan& a, const Plan& b);
+
+// The target shards (one per target rank with a shard shape), every address written once.
+Result<ShardSet> execute(const Plan& plan, const ShardSet& source_shards, DType dtype);
+// The same into caller-provided target shards, which must have the plan's ranks, sizes
+// and `dtype`; on an error their contents are unspecified.
+Status execute_into(const Plan& plan, const ShardSet& source_shards, ShardSet& target_shards);
+
+// {"logical_shape": [...], "segments": [{"shape": [...], "source": [rank, offset, [strides]],
+// "target": [rank, offset, [strides]]}, ...], "statistics": {...}}: segments as DeepSpeed's
+// TransferSegment.to_dict spells them, so the two planners' plans can be compared.
+Json plan_to_json(const Plan& plan);
+
+}  // namespace shardcheck

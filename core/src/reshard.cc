@@ -1,0 +1,576 @@
+// Transfer plans (contract 11). See reshard.h for what is planned and what is refused.
+//
+// The planner works on address runs of F: a run is a stretch of consecutive elements of F
+// that one piece ties to an arithmetic progression of addresses in one rank's shard. Both
+// maps are cut into runs; the source runs of each element's lowest holder tile F once
+// (conditions 5 and 6), the target runs of each rank tile its shard once (condition 4),
+// so intersecting every target run with the source runs gives every target address
+// exactly once. The intersections (rows) are merged into 2-d segments where the distance
+// between rows is the same on both sides.
+#include "shardcheck/reshard.h"
+
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+
+#include <fmt/format.h>
+
+namespace shardcheck {
+
+namespace {
+
+struct PieceRef {
+  Rank rank = 0;
+  Index written = 0;
+  const Piece* piece = nullptr;
+  PieceAt at() const { return PieceAt{rank, written, piece}; }
+};
+
+struct Run {
+  Index f = 0;          // first element of F
+  Index len = 0;        // consecutive elements of F
+  Index at = 0;         // shard address of the first element
+  Index step = 1;       // shard distance between consecutive elements (1 when len is 1)
+  Rank rank = 0;        // whose shard
+  std::size_t ref = 0;  // the piece, in the PieceRef table
+
+  auto key() const { return std::tie(f, rank, len, at, step); }
+};
+
+// A stretch of `len` elements read from one source shard and written to one target shard.
+struct Row {
+  Rank source_rank = 0;
+  Rank target_rank = 0;
+  Index len = 0;
+  Index source_step = 1;
+  Index target_step = 1;
+  Index source_at = 0;
+  Index target_at = 0;
+
+  auto group() const { return std::tie(source_rank, target_rank, len, source_step, target_step); }
+  auto key() const { return std::tie(source_rank, target_rank, len, source_step, target_step, target_at, source_at); }
+};
+
+struct Axis {
+  Index extent, source_stride, dest_stride;
+};
+
+// The piece's runs, appended to `out`. A piece is cut along its inner axis where that axis
+// is contiguous in F (after merging axes that are contiguous across each other in both
+// views), else into single elements: finer runs, never a refusal.
+Status cut_runs(const PieceRef& ref, std::size_t ref_index, Index budget, std::vector<Run>& out) {
+  const Piece& p = *ref.piece;
+  const auto numel = checked_numel(p.shape);
+  if (!numel || *numel == 0) return {};
+  std::vector<Axis> axes;
+  for (std::size_t k = 0; k < p.shape.size(); ++k) {
+    if (p.shape[k] > 1) axes.push_back({p.shape[k], p.source.strides[k], p.dest.strides[k]});
+  }
+  // Merge an outer axis into the one inside it when both views step across the pair as
+  // across one longer axis. The products stay below numel and the span, both checked.
+  for (std::size_t k = axes.size(); k-- > 1;) {
+    Axis& outer = axes[k - 1];
+    const Axis& inner = axes[k];
+    if (outer.source_stride == inner.extent * inner.source_stride &&
+        outer.dest_stride == inner.extent * inner.dest_stride) {
+      outer = {outer.extent * inner.extent, inner.source_stride, inner.dest_stride};
+      axes.erase(axes.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+  }
+  Index len = 1;
+  Index step = 1;
+  if (!axes.empty() && axes.back().source_stride == 1) {
+    len = axes.back().extent;
+    step = len > 1 ? axes.back().dest_stride : 1;
+    axes.pop_back();
+  }
+  const Index count = *numel / len;
+  if (count > budget - static_cast<Index>(out.size())) return fault::plan_over_budget(budget);
+  // An odometer over the outer axes; addresses stay inside the checked spans.
+  std::vector<Index> index(axes.size(), 0);
+  Index f = p.source.offset;
+  Index at = p.dest.offset;
+  for (Index n = 0; n < count; ++n) {
+    out.push_back(Run{f, len, at, step, ref.rank, ref_index});
+    for (std::size_t k = axes.size(); k-- > 0;) {
+      if (++index[k] < axes[k].extent) {
+        f += axes[k].source_stride;
+        at += axes[k].dest_stride;
+        break;
+      }
+      f -= (axes[k].extent - 1) * axes[k].source_stride;
+      at -= (axes[k].extent - 1) * axes[k].dest_stride;
+      index[k] = 0;
+    }
+  }
+  return {};
+}
+
+// Every piece of `map` that `keep` selects, as PieceRefs in content order per rank (so
+// that nothing below depends on the order pieces are written in).
+template <class Keep>
+std::vector<PieceRef> pieces_of(const Map& map, Keep&& keep) {
+  std::vector<PieceRef> out;
+  for (const auto& entry : map.ranks) {
+    for (std::size_t i = 0; i < entry.pieces.size(); ++i) {
+      const Piece& piece = entry.pieces[i];
+      if (keep(entry.rank, piece)) out.push_back(PieceRef{entry.rank, static_cast<Index>(i), &piece});
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const PieceRef& a, const PieceRef& b) {
+    if (a.rank != b.rank) return a.rank < b.rank;
+    return content_less(*a.piece, *b.piece);
+  });
+  return out;
+}
+
+Result<std::vector<Run>> runs_of(const std::vector<PieceRef>& refs, Index budget) {
+  std::vector<Run> out;
+  for (std::size_t i = 0; i < refs.size(); ++i) {
+    if (Status status = cut_runs(refs[i], i, budget, out); !status.ok()) return std::move(status).error();
+  }
+  std::sort(out.begin(), out.end(), [](const Run& a, const Run& b) { return a.key() < b.key(); });
+  return out;
+}
+
+// The source runs, clipped so that each element of F is read once: where runs overlap
+// (two pieces of one holder over one element), the first in F order then rank order wins.
+std::vector<Run> tile_of_f(std::vector<Run> runs) {
+  std::vector<Run> out;
+  out.reserve(runs.size());
+  Index covered_end = 0;
+  for (Run run : runs) {
+    if (run.f < covered_end) {
+      const Index skip = std::min(run.len, covered_end - run.f);
+      run.f += skip;
+      run.at += skip * run.step;
+      run.len -= skip;
+    }
+    if (run.len <= 0) continue;
+    if (run.len == 1) run.step = 1;
+    covered_end = run.f + run.len;
+    out.push_back(run);
+  }
+  return out;
+}
+
+// The rows that give `wanted`'s elements from the tiling source runs `tile`, through
+// `emit(source_run, lo, hi)` for each overlap [lo, hi) in F order. An element no source
+// run covers cannot happen for a valid source map; it is refused all the same.
+template <class Emit>
+Status overlaps(const std::vector<Run>& tile, const Run& wanted, Emit&& emit) {
+  const Index end = wanted.f + wanted.len;
+  auto it = std::upper_bound(tile.begin(), tile.end(), wanted.f, [](Index f, const Run& r) { return f < r.f; });
+  if (it != tile.begin()) --it;
+  Index next = wanted.f;
+  for (; it != tile.end() && it->f < end && next < end; ++it) {
+    const Index run_end = it->f + it->len;
+    if (run_end <= next) continue;
+    if (it->f > next) return fault::element_uncovered(next);
+    const Index hi = std::min(run_end, end);
+    if (Status status = emit(*it, next, hi); !status.ok()) return status;
+    next = hi;
+  }
+  if (next < end) return fault::element_uncovered(next);
+  return {};
+}
+
+Row row_of(const Run& from, const Run& to, Index lo, Index hi) {
+  Row row;
+  row.source_rank = from.rank;
+  row.target_rank = to.rank;
+  row.len = hi - lo;
+  row.source_at = from.at + (lo - from.f) * from.step;
+  row.target_at = to.at + (lo - to.f) * to.step;
+  row.source_step = row.len > 1 ? from.step : 1;
+  row.target_step = row.len > 1 ? to.step : 1;
+  return row;
+}
+
+TransferSegment segment_of(const Row& first, Index rows, Index source_gap, Index target_gap) {
+  TransferSegment s;
+  s.source_rank = first.source_rank;
+  s.target_rank = first.target_rank;
+  s.source.offset = first.source_at;
+  s.target.offset = first.target_at;
+  if (rows > 1) {
+    s.shape.push_back(rows);
+    s.source.strides.push_back(source_gap);
+    s.target.strides.push_back(target_gap);
+  }
+  if (first.len > 1 || rows == 1) {
+    s.shape.push_back(first.len);
+    s.source.strides.push_back(first.source_step);
+    s.target.strides.push_back(first.target_step);
+  }
+  return s;
+}
+
+// Rows of one rank pair, length and steps, taken in target address order, become one
+// segment while the distance from row to row is the same on both sides (and not
+// negative: views have non-negative strides).
+std::vector<TransferSegment> merge_rows(std::vector<Row> all, const PlannerBugs& bugs) {
+  // The rows in key order. They come in target run order, so each group (rank pair,
+  // length, steps) is usually in target order already: bucketed by group, a bucket is
+  // sorted only when it is not (sorting all rows took two thirds of planning 4096 x 4096
+  // TP 8 to TP 4).
+  using Group = std::tuple<Rank, Rank, Index, Index, Index>;
+  std::map<Group, std::vector<Row>> buckets;
+  std::vector<Row>* last = nullptr;
+  Group last_group;
+  for (const Row& row : all) {
+    const Group group{row.source_rank, row.target_rank, row.len, row.source_step, row.target_step};
+    if (last == nullptr || group != last_group) {
+      last = &buckets[group];
+      last_group = group;
+    }
+    last->push_back(row);
+  }
+  std::vector<Row> rows;
+  rows.reserve(all.size());
+  const auto less = [](const Row& a, const Row& b) { return a.key() < b.key(); };
+  for (auto& [group, bucket] : buckets) {
+    if (!std::is_sorted(bucket.begin(), bucket.end(), less)) std::sort(bucket.begin(), bucket.end(), less);
+    rows.insert(rows.end(), bucket.begin(), bucket.end());
+  }
+  std::vector<TransferSegment> out;
+  std::size_t i = 0;
+  while (i < rows.size()) {
+    const Row& first = rows[i];
+    std::size_t j = i + 1;
+    Index source_gap = 0, target_gap = 0;
+    if (j < rows.size() && rows[j].group() == first.group() && rows[j].source_at >= first.source_at) {
+      source_gap = rows[j].source_at - first.source_at;
+      target_gap = rows[j].target_at - first.target_at;
+      while (j < rows.size() && rows[j].group() == first.group() &&
+             rows[j].target_at - rows[j - 1].target_at == target_gap &&
+             (bugs.merge_unequal_strides || rows[j].source_at - rows[j - 1].source_at == source_gap)) {
+        ++j;
+      }
+    }
+    out.push_back(segment_of(first, static_cast<Index>(j - i), source_gap, target_gap));
+    i = j;
+  }
+  return out;
+}
+
+bool segment_less(const TransferSegment& a, const TransferSegment& b) {
+  return std::tie(a.target_rank, a.target.offset, a.source_rank, a.source.offset, a.shape, a.target.strides,
+                  a.source.strides) < std::tie(b.target_rank, b.target.offset, b.source_rank, b.source.offset, b.shape,
+                                               b.target.strides, b.source.strides);
+}
+
+std::map<Rank, Index> shard_sizes(const Map& map) {
+  std::map<Rank, Index> out;
+  for (const auto& entry : map.ranks) {
+    if (entry.shard_shape) out[entry.rank] = checked_numel(*entry.shard_shape).value_or(0);
+  }
+  return out;
+}
+
+void count(Plan& plan) {
+  PlanStatistics& s = plan.statistics;
+  s = PlanStatistics{};
+  s.segments = static_cast<Index>(plan.segments.size());
+  s.replica_checks = static_cast<Index>(plan.replica_checks.size());
+  for (const TransferSegment& segment : plan.segments) {
+    const Index n = checked_numel(segment.shape).value_or(0);
+    s.elements_moved += n;
+    s.elements_read[segment.source_rank] += n;
+    s.elements_by_pair[{segment.source_rank, segment.target_rank}] += n;
+  }
+}
+
+Result<std::vector<TransferSegment>> replica_checks(const Map& source, const std::vector<PieceRef>& holders,
+                                                    const std::vector<Run>& tile, const ReshardOptions& options) {
+  const auto others = pieces_of(source, [](Rank rank, const Piece& p) { return p.locations.front() != rank; });
+  auto runs = runs_of(others, options.max_segments);
+  if (!runs) return runs.error();
+  std::vector<Row> rows;
+  for (const Run& other : runs.value()) {
+    Status status = overlaps(tile, other, [&](const Run& held, Index lo, Index hi) -> Status {
+      // Replicas under different scales agree only after unscaling: no bitwise comparison.
+      if (holders[held.ref].piece->scale != others[other.ref].piece->scale) return {};
+      if (static_cast<Index>(rows.size()) >= options.max_segments) return fault::plan_over_budget(options.max_segments);
+      rows.push_back(row_of(held, other, lo, hi));
+      return {};
+    });
+    if (!status.ok()) return std::move(status).error();
+  }
+  return merge_rows(std::move(rows), PlannerBugs{});
+}
+
+}  // namespace
+
+Result<Plan> plan(const Map& source, const Map& target, const ReshardOptions& options) {
+  if (Status status = check_map(source, options.checks); !status.ok()) {
+    return reworded(status.error(), "in the source map, " + status.error().sentence);
+  }
+  if (Status status = check_map(target, options.checks); !status.ok()) {
+    return reworded(status.error(), "in the target map, " + status.error().sentence);
+  }
+  if (source.logical_shape != target.logical_shape) {
+    return fault::reshard_shapes_differ(source.logical_shape, target.logical_shape);
+  }
+  // Each element is read from its lowest holder: the pieces a rank lists as the first of
+  // their locations (condition 6 makes those tile F).
+  const auto holders = pieces_of(source, [](Rank rank, const Piece& p) { return p.locations.front() == rank; });
+  auto source_runs = runs_of(holders, options.max_segments);
+  if (!source_runs) return source_runs.error();
+  const std::vector<Run> tile = tile_of_f(std::move(source_runs).value());
+
+  const auto writers = pieces_of(target, [](Rank, const Piece&) { return true; });
+  auto target_runs = runs_of(writers, options.max_segments);
+  if (!target_runs) return target_runs.error();
+  // Errors name the lowest target rank, then the lowest element of F.
+  std::vector<Run>& wanted = target_runs.value();
+  std::sort(wanted.begin(), wanted.end(),
+            [](const Run& a, const Run& b) { return std::tie(a.rank, a.f, a.at) < std::tie(b.rank, b.f, b.at); });
+
+  Plan out;
+  out.logical_shape = source.logical_shape;
+  out.source_numel = shard_sizes(source);
+  out.target_numel = shard_sizes(target);
+  std::vector<Row> rows;
+  for (const Run& run : wanted) {
+    const PieceRef& writer = writers[run.ref];
+    Status status = overlaps(tile, run, [&](const Run& held, Index lo, Index hi) -> Status {
+      const double source_scale = holders[held.ref].piece->scale;
+      if (source_scale != writer.piece->scale) return fault::reshard_scales_differ(writer.at(), lo, source_scale);
+      if (static_cast<Index>(rows.size()) >= options.max_segments) return fault::plan_over_budget(options.max_segments);
+      rows.push_back(row_of(held, run, lo, hi));
+      return {};
+    });
+    if (!status.ok()) return std::move(status).error();
+  }
+  // Every piece counts, empty ones and other replicas' too: a conversion judges them all.
+  for (const bool in_target : {false, true}) {
+    const Map& map = in_target ? target : source;
+    for (const PieceRef& ref : pieces_of(map, [](Rank, const Piece& p) { return p.scale != 1.0; })) {
+      const bool seen = std::any_of(out.scaled_pieces.begin(), out.scaled_pieces.end(), [&](const auto& s) {
+        return s.in_target == in_target && s.piece.scale == ref.piece->scale;
+      });
+      if (!seen) out.scaled_pieces.push_back({in_target, ref.rank, ref.written, *ref.piece});
+    }
+  }
+  out.segments = merge_rows(std::move(rows), options.bugs);
+  std::sort(out.segments.begin(), out.segments.end(), segment_less);
+  if (options.compare_replicas) {
+    auto checks = replica_checks(source, holders, tile, options);
+    if (!checks) return checks.error();
+    out.replica_checks = std::move(checks).value();
+    std::sort(out.replica_checks.begin(), out.replica_checks.end(), segment_less);
+  }
+  count(out);
+  return out;
+}
+
+bool same_copies(const Plan& a, const Plan& b) {
+  return a.logical_shape == b.logical_shape && a.source_numel == b.source_numel && a.target_numel == b.target_numel &&
+         a.segments == b.segments && a.replica_checks == b.replica_checks && a.statistics == b.statistics;
+}
+
+namespace {
+
+// Whether the view of `segment` stays inside a buffer of `numel` elements.
+bool inside(const Extents& shape, const StridedView& view, Index numel) {
+  for (Index s : view.strides) {
+    if (s < 0) return false;
+  }
+  if (view.offset < 0 || view.strides.size() != shape.size()) return false;
+  const auto facts = span_facts(shape, view);
+  return facts && (facts->empty || facts->max_address < numel);
+}
+
+// Calls fn(from_address, to_address, len, from_step, to_step) for each inner row of the segment.
+template <class Fn>
+void for_each_row(const Extents& shape, const StridedView& from, const StridedView& to, Fn&& fn) {
+  const std::size_t d = shape.size();
+  if (checked_numel(shape).value_or(0) == 0) return;
+  const Index len = d == 0 ? 1 : shape[d - 1];
+  const Index from_step = d == 0 ? 1 : from.strides[d - 1];
+  const Index to_step = d == 0 ? 1 : to.strides[d - 1];
+  std::vector<Index> index(d > 0 ? d - 1 : 0, 0);
+  Index a = from.offset, b = to.offset;
+  while (true) {
+    fn(a, b, len, from_step, to_step);
+    std::size_t k = index.size();
+    for (; k-- > 0;) {
+      if (++index[k] < shape[k]) {
+        a += from.strides[k];
+        b += to.strides[k];
+        break;
+      }
+      a -= (shape[k] - 1) * from.strides[k];
+      b -= (shape[k] - 1) * to.strides[k];
+      index[k] = 0;
+    }
+    if (k == static_cast<std::size_t>(-1)) return;
+  }
+}
+
+Status check_sources(const Plan& plan, const ShardSet& sources, DType dtype) {
+  for (const auto& [rank, buffer] : sources) {
+    const auto it = plan.source_numel.find(rank);
+    if (it == plan.source_numel.end()) return fault::unlisted_shard(rank);
+    if (buffer.dtype() != dtype) return fault::shard_dtype(rank, buffer.dtype(), dtype);
+    if (buffer.numel() != it->second) return fault::shard_numel(rank, buffer.numel(), it->second);
+  }
+  for (const auto& [rank, numel] : plan.source_numel) {
+    if (numel > 0 && !sources.contains(rank)) return fault::missing_shard(rank, 1);
+  }
+  return {};
+}
+
+// Contract 1.2's dtype-dependent refusals of scaled pieces, on both maps, as a conversion
+// makes them (a plan never scales, but the shards cannot hold such data).
+Status check_scales(const Plan& plan, DType dtype) {
+  for (const bool in_target : {false, true}) {
+    for (const Plan::ScaledPiece& s : plan.scaled_pieces) {
+      if (s.in_target != in_target) continue;
+      const PieceAt at{s.rank, s.written, &s.piece};
+      std::optional<Error> error;
+      if (!is_floating(dtype))
+        error = fault::scale_on_integer(at, dtype);
+      else if (!scale_fits_arithmetic(dtype, s.piece.scale))
+        error = fault::scale_outside_arithmetic(at, dtype);
+      if (error)
+        return reworded(*error, fmt::format("in the {} map, {}", in_target ? "target" : "source", error->sentence));
+    }
+  }
+  return {};
+}
+
+// Every view of the plan inside its buffer: a plan is plain data, so execute does not
+// take on trust that plan() made it.
+Status check_views(const Plan& plan, const ShardSet& sources, const ShardSet& targets) {
+  auto numel_of = [](const ShardSet& set, Rank rank) -> Index {
+    const auto it = set.find(rank);
+    return it == set.end() ? 0 : it->second.numel();
+  };
+  for (const auto* list : {&plan.segments, &plan.replica_checks}) {
+    const bool checks = list == &plan.replica_checks;
+    for (const TransferSegment& s : *list) {
+      if (!inside(s.shape, s.source, numel_of(sources, s.source_rank))) {
+        return make_error(ErrorKind::bounds, "a plan segment reads outside its source shard",
+                          Where::in_rank(s.source_rank).at(Side::shard, s.source.offset));
+      }
+      const Index limit = checks ? numel_of(sources, s.target_rank) : numel_of(targets, s.target_rank);
+      if (!inside(s.shape, s.target, limit)) {
+        return make_error(ErrorKind::bounds, "a plan segment reaches outside its target shard",
+                          Where::in_rank(s.target_rank).at(Side::shard, s.target.offset));
+      }
+    }
+  }
+  return {};
+}
+
+void copy_row(const std::byte* from, std::byte* to, std::size_t size, Index a, Index b, Index len, Index sa, Index sb) {
+  if (sa == 1 && sb == 1) {
+    std::memcpy(to + b * size, from + a * size, static_cast<std::size_t>(len) * size);
+    return;
+  }
+  for (Index i = 0; i < len; ++i) std::memcpy(to + (b + i * sb) * size, from + (a + i * sa) * size, size);
+}
+
+// The copies of a plan, segment by segment in plan order. (Copying the rows of the
+// segments that fill one target row together, so that the target is written front to
+// back, measured no faster at 4096 x 4096 TP 8 to TP 4: 5.2 ms against 5.0 ms.)
+void copy_segments(const std::vector<TransferSegment>& segments, const ShardSet& sources, ShardSet& targets,
+                   std::size_t size) {
+  for (const TransferSegment& s : segments) {
+    const std::byte* from = sources.at(s.source_rank).data();
+    std::byte* to = targets.at(s.target_rank).data();
+    for_each_row(s.shape, s.source, s.target,
+                 [&](Index a, Index b, Index len, Index sa, Index sb) { copy_row(from, to, size, a, b, len, sa, sb); });
+  }
+}
+
+Status compare_replicas(const Plan& plan, const ShardSet& sources, DType dtype) {
+  const std::size_t size = element_size(dtype);
+  for (const TransferSegment& s : plan.replica_checks) {
+    const Buffer& held = sources.at(s.source_rank);
+    const Buffer& other = sources.at(s.target_rank);
+    std::optional<Error> error;
+    for_each_row(s.shape, s.source, s.target, [&](Index a, Index b, Index len, Index sa, Index sb) {
+      for (Index i = 0; i < len && !error; ++i) {
+        const Index x = a + i * sa, y = b + i * sb;
+        if (std::memcmp(held.data() + x * size, other.data() + y * size, size) != 0) {
+          error = fault::replica_holders_differ(s.source_rank, x, s.target_rank, y, dtype, held.bits(x), other.bits(y));
+        }
+      }
+    });
+    if (error) return *error;
+  }
+  return {};
+}
+
+}  // namespace
+
+Status execute_into(const Plan& plan, const ShardSet& source_shards, ShardSet& target_shards) {
+  DType dtype = DType::float32;
+  if (!source_shards.empty())
+    dtype = source_shards.begin()->second.dtype();
+  else if (!target_shards.empty())
+    dtype = target_shards.begin()->second.dtype();
+  if (Status status = check_sources(plan, source_shards, dtype); !status.ok()) return status;
+  for (const auto& [rank, numel] : plan.target_numel) {
+    const auto it = target_shards.find(rank);
+    if (it == target_shards.end()) {
+      return make_error(ErrorKind::shape, fmt::format("no buffer was given for target rank {}'s shard", rank),
+                        Where::in_rank(rank));
+    }
+    if (it->second.dtype() != dtype) return fault::shard_dtype(rank, it->second.dtype(), dtype);
+    if (it->second.numel() != numel) return fault::shard_numel(rank, it->second.numel(), numel);
+  }
+  for (const auto& [rank, buffer] : target_shards) {
+    if (!plan.target_numel.contains(rank)) return fault::unlisted_shard(rank);
+  }
+  if (Status status = check_scales(plan, dtype); !status.ok()) return status;
+  if (Status status = check_views(plan, source_shards, target_shards); !status.ok()) return status;
+  if (Status status = compare_replicas(plan, source_shards, dtype); !status.ok()) return status;
+  copy_segments(plan.segments, source_shards, target_shards, element_size(dtype));
+  return {};
+}
+
+Result<ShardSet> execute(const Plan& plan, const ShardSet& source_shards, DType dtype) {
+  if (Status status = check_sources(plan, source_shards, dtype); !status.ok()) return std::move(status).error();
+  ShardSet out;
+  // Every address of a target shard is written by exactly one segment (the plan's
+  // construction; a wrong plan is what the truth oracle exists to catch).
+  for (const auto& [rank, numel] : plan.target_numel) out.emplace(rank, Buffer::uninitialized(dtype, numel));
+  if (Status status = execute_into(plan, source_shards, out); !status.ok()) return std::move(status).error();
+  return out;
+}
+
+Json plan_to_json(const Plan& plan) {
+  auto list = [](const auto& values) {
+    Json out = Json::array();
+    for (Index v : values) out.push_back(v);
+    return out;
+  };
+  Json segments = Json::array();
+  for (const TransferSegment& s : plan.segments) {
+    Json segment = Json::object();
+    segment["shape"] = list(s.shape);
+    segment["source"] = Json::array({s.source_rank, s.source.offset, list(s.source.strides)});
+    segment["target"] = Json::array({s.target_rank, s.target.offset, list(s.target.strides)});
+    segments.push_back(std::move(segment));
+  }
+  const PlanStatistics& st = plan.statistics;
+  Json read = Json::object();
+  for (const auto& [rank, n] : st.elements_read) read[std::to_string(rank)] = n;
+  Json pairs = Json::array();
+  for (const auto& [pair, n] : st.elements_by_pair) pairs.push_back(Json::array({pair.first, pair.second, n}));
+  Json out = Json::object();
+  out["logical_shape"] = list(plan.logical_shape);
+  out["segments"] = std::move(segments);
+  out["statistics"] = {{"segments", st.segments},
+                       {"elements_moved", st.elements_moved},
+                       {"elements_read_by_source_rank", std::move(read)},
+                       {"elements_by_rank_pair", std::move(pairs)},
+                       {"replica_checks", st.replica_checks}};
+  return out;
+}
+
+}  // namespace shardcheck

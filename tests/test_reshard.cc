@@ -1,0 +1,323 @@
+// Resharding (contract 11): transfer plans between two maps over one logical shape.
+// The planner (core/src/reshard.cc) is judged against the reference model's naive
+// element-by-element reshard, against rebuild-then-extract, and by the truth oracle on
+// generated pairs of layouts, corrupted on either side.
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "shardcheck/constructors.h"
+#include "shardcheck/gen/case_gen.h"
+#include "shardcheck/gen/choice.h"
+#include "shardcheck/gen/layout.h"
+#include "shardcheck/oracles/reference.h"
+#include "shardcheck/oracles/truth.h"
+#include "shardcheck/reshard.h"
+#include "support/spec_maps.h"
+
+namespace shardcheck {
+namespace {
+
+using build::M;
+using build::P;
+using build::R;
+
+Buffer markers(const Map& map, DType dtype = DType::float32) {
+  return marker_buffer(dtype, checked_numel(map.logical_shape).value());
+}
+
+ShardSet shards_of(const Map& map, const Buffer& full) {
+  auto shards = extract_all(map, full);
+  EXPECT_TRUE(shards.ok()) << shards.error().to_string();
+  return shards.ok() ? shards.value() : ShardSet{};
+}
+
+ShardSet reference_extract_all_or_die(const Map& map, const Buffer& full) {
+  auto shards = oracles::reference_extract_all(map, full);
+  EXPECT_TRUE(shards.ok()) << shards.error().to_string();
+  return shards.ok() ? shards.value() : ShardSet{};
+}
+
+// Plan and execute, or the refusal.
+Result<ShardSet> reshard(const Map& source, const Map& target, const ShardSet& shards, DType dtype,
+                         const ReshardOptions& options = {}) {
+  auto made = plan(source, target, options);
+  if (!made) return made.error();
+  return execute(made.value(), shards, dtype);
+}
+
+// The same maps with ranks and pieces in reverse order: nothing may change.
+Map reversed(Map map) {
+  std::reverse(map.ranks.begin(), map.ranks.end());
+  for (auto& entry : map.ranks) std::reverse(entry.pieces.begin(), entry.pieces.end());
+  return map;
+}
+
+TEST(Reshard, Tp8ColumnSplitToTp4RowSplitMergesIntoFewSegments) {
+  const Map source = contiguous_split_map({64, 64}, std::vector<Index>(8, 8), 1).value();
+  const Map target = contiguous_split_map({64, 64}, std::vector<Index>(4, 16), 0).value();
+  const Buffer full = markers(source);
+  auto made = plan(source, target);
+  ASSERT_TRUE(made.ok()) << made.error().to_string();
+  // One 2-d segment per (source rank, target rank): 16 rows of 8 columns each.
+  EXPECT_EQ(made.value().segments.size(), 32u);
+  EXPECT_EQ(made.value().statistics.elements_moved, 64 * 64);
+  EXPECT_EQ(made.value().statistics.elements_read.at(3), 64 * 8);
+  EXPECT_EQ(made.value().statistics.elements_by_pair.at({2, 1}), 16 * 8);
+  auto got = execute(made.value(), shards_of(source, full), DType::float32);
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  EXPECT_EQ(got.value(), shards_of(target, full));
+}
+
+TEST(Reshard, PlanJsonSpellsSegmentsAsDeepSpeed) {
+  const Map source = contiguous_split_map({2, 4}, {2, 2}, 1).value();
+  const Map target = contiguous_split_map({2, 4}, {1, 1}, 0).value();
+  auto made = plan(source, target);
+  ASSERT_TRUE(made.ok()) << made.error().to_string();
+  const Json json = plan_to_json(made.value());
+  EXPECT_EQ(json["logical_shape"], Json::array({2, 4}));
+  // Target rank 0 (row 0) takes [0:2] from source rank 0 and [2:4] from source rank 1.
+  ASSERT_EQ(json["segments"].size(), 4u);
+  EXPECT_EQ(json["segments"][0].dump(), R"({"shape":[2],"source":[0,0,[1]],"target":[0,0,[1]]})");
+  EXPECT_EQ(json["segments"][1].dump(), R"({"shape":[2],"source":[1,0,[1]],"target":[0,2,[1]]})");
+  EXPECT_EQ(json["statistics"]["elements_moved"], 8);
+}
+
+TEST(Reshard, EveryConstructorPairMatchesReferenceAndRebuildThenExtract) {
+  gen::SeededChoices choices(28);
+  gen::LayoutOptions options;
+  std::set<std::string> pairs_seen;
+  for (int i = 0; i < 1500; ++i) {
+    gen::LayoutPair pair = gen::generate_layout_pair(choices, options);
+    pairs_seen.insert(pair.source.constructor + "->" + pair.target.constructor);
+    const DType dtype = pair.source.dtype;
+    const Buffer full = markers(pair.source.map, dtype);
+    auto source_shards = oracles::reference_extract_all(pair.source.map, full);
+    if (!source_shards.ok()) {
+      // Markers a drawn scale flushes or overflows (contract 1.2): no producer writes them.
+      ASSERT_EQ(source_shards.error().kind, ErrorKind::scale) << source_shards.error().to_string();
+      continue;
+    }
+    const auto got = reshard(pair.source.map, pair.target.map, source_shards.value(), dtype);
+    const auto naive = oracles::reference_reshard(pair.source.map, pair.target.map, source_shards.value(), dtype);
+    const std::string what = describe(pair.source.map) + "\n->\n" + describe(pair.target.map);
+    ASSERT_EQ(got.ok(), naive.ok()) << what << "\n" << (got.ok() ? naive.error().to_string() : got.error().to_string());
+    if (!got.ok()) {
+      EXPECT_EQ(got.error().kind, naive.error().kind) << what;
+      EXPECT_EQ(got.error().kind, ErrorKind::scale) << what << "\n" << got.error().to_string();
+      continue;
+    }
+    EXPECT_EQ(got.value(), naive.value()) << what;
+    // Rebuild then extract, where both succeed, gives the same shards.
+    auto rebuilt = rebuild(pair.source.map, source_shards.value(), dtype);
+    if (rebuilt.ok()) {
+      auto extracted = extract_all(pair.target.map, rebuilt.value());
+      if (extracted.ok()) {
+        EXPECT_EQ(got.value(), extracted.value()) << what;
+      }
+    }
+    // Rank and piece order change nothing.
+    auto again = plan(reversed(pair.source.map), reversed(pair.target.map));
+    ASSERT_TRUE(again.ok());
+    EXPECT_TRUE(same_copies(again.value(), plan(pair.source.map, pair.target.map).value())) << what;
+  }
+  // Every pair of the six constructors turned up.
+  EXPECT_EQ(pairs_seen.size(), 36u);
+}
+
+TEST(Reshard, TruthOracleOnCorruptedPairsIsRefusedOrExact) {
+  gen::SeededChoices choices(11);
+  gen::CaseOptions options;
+  options.reshard = true;
+  int refused = 0, exact = 0;
+  for (int i = 0; i < 1500; ++i) {
+    const Case c = gen::generate_case(choices, options);
+    auto outcome = oracles::run_case(c);
+    ASSERT_TRUE(outcome.ok()) << c.name << ": " << outcome.error().to_string() << "\n" << encode_case_text(c);
+    const auto& o = outcome.value();
+    ASSERT_NE(o.verdict, Outcome::wrong) << o.message << "\n" << encode_case_text(c);
+    ASSERT_NE(o.verdict, Outcome::target_fault) << o.message;
+    refused += o.verdict == Outcome::refused;
+    exact += o.verdict == Outcome::exact;
+    // An uncorrupted pair with equal scales always plans.
+    if (!c.truth && !c.target_truth && o.verdict == Outcome::refused) {
+      EXPECT_EQ(o.error->kind, ErrorKind::scale) << o.message << "\n" << encode_case_text(c);
+    }
+  }
+  EXPECT_GT(refused, 300);
+  EXPECT_GT(exact, 150);
+}
+
+TEST(Reshard, CaseFileRoundTripKeepsTheTargetSide) {
+  gen::SeededChoices choices(5);
+  gen::CaseOptions options;
+  options.reshard = true;
+  for (int i = 0; i < 50; ++i) {
+    const Case c = gen::generate_case(choices, options);
+    auto back = decode_case_text(encode_case_text(c));
+    ASSERT_TRUE(back.ok()) << back.error().to_string();
+    EXPECT_EQ(back.value().target_map, c.target_map);
+    EXPECT_EQ(back.value().target_truth, c.target_truth);
+    EXPECT_EQ(back.value().ops, OpList{Op::reshard});
+  }
+}
+
+TEST(Reshard, NonBoxAndStridedPiecesPlanAsFinerSegments) {
+  // Contract 6.7's wrapping destination, made valid: one rank holds F (12,) in a (3,4)
+  // shard through pieces whose dest views wrap past a row; the source side is transposed.
+  const Map wrapping = M({12}, {R(0, Extents{3, 4},
+                                  {P({2, 3}, 0, {3, 1}, 2, {4, 1}, {0}), P({1, 2}, 6, {2, 1}, 0, {4, 1}, {0}),
+                                   P({1, 2}, 8, {2, 1}, 10, {4, 1}, {0}), P({1, 2}, 10, {2, 1}, 5, {4, 4}, {0})})});
+  ASSERT_TRUE(check_map(wrapping).ok()) << check_map(wrapping).error().to_string();
+  const Map transposed = M({12}, {R(5, Extents{4, 3}, {P({4, 3}, 0, {1, 4}, 0, {3, 1}, {5})})});
+  ASSERT_TRUE(check_map(transposed).ok()) << check_map(transposed).error().to_string();
+  const Buffer full = markers(wrapping);
+  for (const auto& [from, to] : {std::pair{&wrapping, &transposed}, std::pair{&transposed, &wrapping}}) {
+    auto got = reshard(*from, *to, shards_of(*from, full), DType::float32);
+    ASSERT_TRUE(got.ok()) << got.error().to_string();
+    EXPECT_EQ(got.value(), shards_of(*to, full));
+  }
+}
+
+TEST(Reshard, ZeroDimensionalAndEmptyRanks) {
+  const Map scalar_source = replicated_map({}, 3).value();
+  const Map scalar_target = replicated_map({}, 2).value();
+  const Buffer one = markers(scalar_source);
+  auto got = reshard(scalar_source, scalar_target, shards_of(scalar_source, one), DType::float32);
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  EXPECT_EQ(got.value(), shards_of(scalar_target, one));
+  // Uneven sizes with empty ranks on both sides.
+  const Map source = contiguous_split_map({5, 3}, {0, 5, 0}, 0).value();
+  const Map target = contiguous_split_map({5, 3}, {1, 0, 2, 0}, 1).value();
+  const Buffer full = markers(source);
+  got = reshard(source, target, shards_of(source, full), DType::float32);
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  EXPECT_EQ(got.value(), shards_of(target, full));
+}
+
+TEST(Reshard, ReplicatedSourceIsReadFromTheLowestRankUnlessAllAreCompared) {
+  const Map source = replicated_map({4}, 3).value();
+  const Map target = contiguous_split_map({4}, {2, 2}, 0).value();
+  const Buffer full = markers(source);
+  ShardSet shards = shards_of(source, full);
+  shards.at(2).set_bits(1, shards.at(2).bits(1) ^ 1);  // a damaged copy on rank 2
+  auto made = plan(source, target);
+  ASSERT_TRUE(made.ok());
+  EXPECT_EQ(made.value().statistics.elements_read, (std::map<Rank, Index>{{0, 4}}));
+  auto got = execute(made.value(), shards, DType::float32);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got.value(), shards_of(target, full));  // rank 0's copy, untouched
+  ReshardOptions compare;
+  compare.compare_replicas = true;
+  auto refused = reshard(source, target, shards, DType::float32, compare);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::different_data);
+  EXPECT_EQ(refused.error().rank, 0);
+  auto naive = oracles::reference_reshard(source, target, shards, DType::float32, true);
+  ASSERT_FALSE(naive.ok());
+  EXPECT_EQ(naive.error().kind, ErrorKind::different_data);
+}
+
+TEST(Reshard, ScalesMustAgreeAndThenCopyPlainly) {
+  const Map source = replicated_map({4}, 2, 2.0).value();
+  Map target = contiguous_split_map({4}, {1, 3}, 0).value();
+  const Buffer full = markers(source);
+  const ShardSet shards = reference_extract_all_or_die(source, full);
+  auto refused = plan(source, target);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::scale);
+  for (auto& entry : target.ranks) {
+    for (auto& piece : entry.pieces) piece.scale = 2.0;
+  }
+  auto got = reshard(source, target, shards, DType::float32);
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  EXPECT_EQ(got.value(), reference_extract_all_or_die(target, full));
+  // Integers cannot have been scaled.
+  ShardSet integer_shards;
+  for (Rank r : {0, 1}) integer_shards.emplace(r, Buffer(DType::int32, 4));
+  auto integers = reshard(source, target, integer_shards, DType::int32);
+  ASSERT_FALSE(integers.ok());
+  EXPECT_EQ(integers.error().kind, ErrorKind::scale);
+}
+
+TEST(Reshard, RefusesInvalidMapsAndShapesSayingWhichSide) {
+  const Map good = contiguous_split_map({8}, {4, 4}, 0).value();
+  auto bad_source = plan(build::repro1(), good);
+  ASSERT_FALSE(bad_source.ok());
+  EXPECT_EQ(bad_source.error().kind, ErrorKind::uncovered);  // contract 6.1: twice / uncovered
+  EXPECT_NE(bad_source.error().message.find("in the source map"), std::string::npos) << bad_source.error().message;
+  auto bad_target = plan(good, build::repro1());
+  ASSERT_FALSE(bad_target.ok());
+  EXPECT_NE(bad_target.error().message.find("in the target map"), std::string::npos);
+  auto shapes = plan(good, contiguous_split_map({2, 4}, {1, 1}, 0).value());
+  ASSERT_FALSE(shapes.ok());
+  EXPECT_EQ(shapes.error().kind, ErrorKind::shape);
+}
+
+TEST(Reshard, ExhaustedBudgetIsAnErrorNeverATruncatedPlan) {
+  const Map source = contiguous_split_map({64, 64}, std::vector<Index>(8, 8), 1).value();
+  const Map target = contiguous_split_map({64, 64}, std::vector<Index>(4, 16), 0).value();
+  ReshardOptions tight;
+  tight.max_segments = 100;  // 8 * 64 source runs are more
+  auto refused = plan(source, target, tight);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::format);
+  EXPECT_NE(refused.error().message.find("budget"), std::string::npos);
+}
+
+TEST(Reshard, ExecuteChecksTheShardsAndIntoCallerBuffers) {
+  const Map source = contiguous_split_map({6}, {3, 3}, 0).value();
+  const Map target = contiguous_split_map({6}, {2, 4}, 0).value();
+  const Buffer full = markers(source);
+  const ShardSet shards = shards_of(source, full);
+  const Plan made = plan(source, target).value();
+  ShardSet into;
+  into.emplace(0, Buffer(DType::float32, 2));
+  into.emplace(1, Buffer(DType::float32, 4));
+  ASSERT_TRUE(execute_into(made, shards, into).ok());
+  EXPECT_EQ(into, shards_of(target, full));
+  into.at(1) = Buffer(DType::float32, 3);
+  Status wrong_size = execute_into(made, shards, into);
+  ASSERT_FALSE(wrong_size.ok());
+  EXPECT_EQ(wrong_size.error().kind, ErrorKind::shape);
+  ShardSet missing = shards;
+  missing.erase(1);
+  auto refused = execute(made, missing, DType::float32);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::shape);
+  // A plan edited to read past a shard is refused, not executed.
+  Plan edited = made;
+  edited.segments.front().source.offset = 2;
+  auto outside = execute(edited, shards, DType::float32);
+  ASSERT_FALSE(outside.ok());
+  EXPECT_EQ(outside.error().kind, ErrorKind::bounds);
+}
+
+// The planted planner bug (rows merged into one segment although the source distance
+// between them changes) is found by the truth oracle on generated pairs within a minute.
+TEST(Reshard, PlantedMergeOfUnequalStridesIsFoundQuickly) {
+  ConvertOptions convert;
+  ReshardOptions planted;
+  planted.bugs.merge_unequal_strides = true;
+  auto target = oracles::make_policy_target(convert, planted);
+  gen::SeededChoices choices(1);
+  gen::CaseOptions options;
+  options.reshard = true;
+  const auto start = std::chrono::steady_clock::now();
+  int cases = 0;
+  std::optional<std::string> found;
+  while (!found && std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+    const Case c = gen::generate_case(choices, options);
+    ++cases;
+    auto outcome = oracles::run_case(c, *target);
+    ASSERT_TRUE(outcome.ok());
+    if (outcome.value().verdict == Outcome::wrong) found = outcome.value().message;
+  }
+  ASSERT_TRUE(found.has_value()) << "not found in " << cases << " cases";
+  std::cout << "planted merge_unequal_strides found after " << cases << " cases: " << *found << "\n";
+}
+
+}  // namespace
+}  // namespace shardcheck
