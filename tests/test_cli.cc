@@ -507,11 +507,16 @@ TEST_F(CliTest, CampaignJobsZeroMeansAllCores) {
 TEST_F(CliTest, ADirectoryIsNamedAsOne) {
   const std::string dir = quoted(dir_.string());
   const std::string expected = "shardcheck: cannot read " + dir_.string() + ": it is a directory, not a file\n";
-  for (const std::string& args :
-       {"check " + dir, "check --json " + dir, "repro " + dir, "repro --json " + dir, "digest " + dir}) {
+  for (const std::string& args : {"check " + dir, "check --json " + dir, "digest " + dir}) {
     Ran run = shardcheck(args, true);
     EXPECT_EQ(run.exit_code, 2) << args;
     EXPECT_EQ(run.out, expected) << args;
+  }
+  // repro takes a folder of case files (`repro DIR`): one holding none says so.
+  for (const std::string& args : {"repro " + dir, "repro --json " + dir}) {
+    Ran run = shardcheck(args, true);
+    EXPECT_EQ(run.exit_code, 2) << args;
+    EXPECT_EQ(run.out, "shardcheck repro: " + dir_.string() + " holds no case files (*.json)\n") << args;
   }
   // A directory given as a shard file: the same sentence, after the map it goes with.
   const std::string map = write("m.json", kValidMap);
@@ -609,12 +614,15 @@ TEST_F(CliTest, HelpCoversSubcommandsExitCodesAndOutputs) {
         "130 stopped at once"}) {
     EXPECT_NE(help.out.find(usage), std::string::npos) << usage << "\n" << help.out;
   }
-  // One "Exit:" line per subcommand, in the overview and in each subcommand's own help.
+  // One "Exit:" line per subcommand (check, repro, digest, campaign; campaign merge's says
+  // it exits as the campaign), in the overview and in each subcommand's own help.
   std::size_t exits = 0;
   for (std::size_t at = help.out.find("Exit: 0 "); at != std::string::npos; at = help.out.find("Exit: 0 ", at + 1)) {
     ++exits;
   }
   EXPECT_EQ(exits, 4u) << help.out;
+  EXPECT_NE(help.out.find("  campaign merge DIR... --out DIR"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("  repro DIR [...] [--junit FILE]"), std::string::npos) << help.out;
   for (const char* sub : {"check", "repro", "digest", "campaign"}) {
     Ran own = shardcheck(std::string(sub) + " --help");
     EXPECT_EQ(own.exit_code, 0) << sub;
