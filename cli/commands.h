@@ -32,6 +32,8 @@ void register_campaign(CLI::App& app, RunState& state);
 // `campaign merge`, a subcommand of the campaign command; returned so that the campaign's
 // own callback can tell that a merge was asked for instead.
 CLI::App* register_campaign_merge(CLI::App* campaign_command, RunState& state);
+// `deepspeed ...`: handed to the Python package (python -m shardcheck deepspeed ...).
+void register_deepspeed(CLI::App& app, RunState& state);
 // Hidden: the strict policy as a protocol target, the far end of the campaign's loopback.
 void register_serve_protocol(CLI::App& app, RunState& state);
 

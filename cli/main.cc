@@ -121,6 +121,15 @@ constexpr HelpSection kSections[] = {
       Exit: as the campaign's; 2 also for shards of different campaigns, a shard given
       twice, missing or unfinished.
 )"},
+    {"deepspeed", R"(  deepspeed inspect CHECKPOINT_DIR [--cases DIR] [--json] [--unsafe-load]
+      Reads a DeepSpeed 0.19.8 checkpoint's affine maps (universal_checkpoint_info) and
+      AutoEP placements, checks each with the core and rebuilds every parameter they
+      describe with strict conversion; prints a table, writes a case file per refused
+      map into --cases (default shardcheck-inspect/). Runs the Python package
+      (python -m shardcheck; $SHARDCHECK_PYTHON picks the interpreter), needs torch.
+      Exit: 0 every parameter rebuilt exactly; 1 some map refused; 2 unreadable
+      checkpoint or no Python package.
+)"},
 };
 
 std::string overview() {
@@ -145,6 +154,7 @@ int main(int argc, char** argv) {
   register_repro(app, state);
   register_digest(app, state);
   register_campaign(app, state);
+  register_deepspeed(app, state);
   register_serve_protocol(app, state);
   // After the subcommands are made, so that they do not inherit the whole overview.
   app.footer(overview());

@@ -614,13 +614,13 @@ TEST_F(CliTest, HelpCoversSubcommandsExitCodesAndOutputs) {
         "130 stopped at once"}) {
     EXPECT_NE(help.out.find(usage), std::string::npos) << usage << "\n" << help.out;
   }
-  // One "Exit:" line per subcommand (check, repro, digest, campaign; campaign merge's says
-  // it exits as the campaign), in the overview and in each subcommand's own help.
+  // One "Exit:" line per subcommand (check, repro, digest, campaign, deepspeed; campaign
+  // merge's says it exits as the campaign), in the overview and in each subcommand's own help.
   std::size_t exits = 0;
   for (std::size_t at = help.out.find("Exit: 0 "); at != std::string::npos; at = help.out.find("Exit: 0 ", at + 1)) {
     ++exits;
   }
-  EXPECT_EQ(exits, 4u) << help.out;
+  EXPECT_EQ(exits, 5u) << help.out;
   EXPECT_NE(help.out.find("  campaign merge DIR... --out DIR"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("  repro DIR [...] [--junit FILE]"), std::string::npos) << help.out;
   for (const char* sub : {"check", "repro", "digest", "campaign"}) {

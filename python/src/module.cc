@@ -176,7 +176,8 @@ void py_check(const std::string& text) {
 }
 
 nb::object py_rebuild(const std::string& text, const std::vector<std::tuple<Rank, Array, bool>>& shards,
-                      int scale_power, const std::optional<std::string>& dtype_name, bool torch) {
+                      int scale_power, const std::optional<std::string>& dtype_name, bool torch,
+                      const std::optional<std::string>& digest_state) {
   const Map map = decode(text);
   ShardSet set;
   for (const auto& [rank, array, as_bool] : shards) {
@@ -195,6 +196,7 @@ nb::object py_rebuild(const std::string& text, const std::vector<std::tuple<Rank
   }
   ConvertOptions options;
   options.scale_power = scale_power;
+  options.digest_state = digest_state;
   std::optional<Result<Buffer>> full;
   {
     nb::gil_scoped_release release;
@@ -389,7 +391,7 @@ NB_MODULE(_core, m) {
 
   m.def("check", &py_check, nb::arg("text"));
   m.def("rebuild", &py_rebuild, nb::arg("text"), nb::arg("shards"), nb::arg("scale_power"), nb::arg("dtype").none(),
-        nb::arg("torch"));
+        nb::arg("torch"), nb::arg("digest_state").none() = nb::none());
   m.def("extract", &py_extract, nb::arg("text"), nb::arg("full"), nb::arg("as_bool"), nb::arg("rank"),
         nb::arg("scale_power"), nb::arg("torch"));
   m.def("generate_case", &py_generate_case, nb::arg("draw"), nb::arg("max_elements"), nb::arg("max_dims"),

@@ -11,7 +11,7 @@ import pytest
 
 import shardcheck
 
-SUBCOMMANDS = ("check", "repro", "digest", "campaign")
+SUBCOMMANDS = ("check", "repro", "digest", "campaign", "deepspeed")
 
 
 def command_path():
