@@ -4,7 +4,7 @@ only the public strategies (shardcheck.strategies) and the shardcheck_judge fixt
 DeepSpeed 0.19.8's ParamAffineMap.rebuild returns a tensor for maps it should refuse
 (elements no piece writes, elements written twice, scales on integer dtypes), so the
 property fails; this test requires that Hypothesis finds such a silently wrong conversion
-within 60 seconds and shrinks it to a two-element map. Skipped, with the reason, without
+within 60 seconds and shrinks it to a map of at most four elements. Skipped, with the reason, without
 the sdist (bash scripts/deepspeed-target.sh; CI has it) or torch.
 """
 
@@ -62,10 +62,11 @@ def test_hypothesis_finds_a_silently_wrong_deepspeed_conversion_and_shrinks_it(s
     case = failure.value.case
     assert case.corruption["kind"] != "none"
     assert failure.value.verdict.silently_wrong
-    # Shrunk to a minimal case: two elements (one cannot be both written and missed, or
-    # written twice), at most two ranks of one piece each.
+    # Shrunk to a minimal case: a handful of elements (two for an element missed or written
+    # twice, one for a bad scale or shape, four for a stride copied across two axes), at
+    # most two ranks of one piece each; the seed decides which bug is found first.
     numel = 1
     for extent in case.map["logical_shape"]:
         numel *= extent
-    assert numel <= 2, case
+    assert numel <= 4, case
     assert len(case.map["ranks"]) <= 2 and all(len(r["pieces"]) == 1 for r in case.map["ranks"].values()), case
