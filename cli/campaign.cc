@@ -19,6 +19,7 @@
 #include <fmt/ranges.h>
 
 #include "commands.h"
+#include "reports.h"
 #include "shardcheck/campaign.h"
 #include "shardcheck/json.h"
 #include "shardcheck/oracles/backends.h"
@@ -60,6 +61,7 @@ struct CampaignArgs {
   std::optional<Index> loopback_share;
   std::string backend;
   std::optional<Index> backend_share;
+  ReportFiles reports;  // --junit, --markdown
   // Options that define the campaign, so that --resume refuses them: name -> given.
   std::vector<std::pair<std::string, CLI::Option*>> defining;
 };
@@ -407,6 +409,7 @@ int run_campaign(const CampaignArgs& args) {
         static_cast<long long>(different));
   }
   std::printf("report: %s\n", (out / "report.json").c_str());
+  const bool reports_written = write_campaign_reports(report, out, args.reports, "campaign");
   if (!report.complete) {
     std::fprintf(stderr,
                  "shardcheck campaign: stopped after %lld cases; continue with: shardcheck campaign --resume %s\n",
@@ -420,6 +423,7 @@ int run_campaign(const CampaignArgs& args) {
     return kExitUsage;
   }
   std::fputs(verdict_line(report, out).c_str(), stdout);
+  if (!reports_written) return kExitUsage;
   return report.failed() ? kExitFound : kExitOk;
 }
 
@@ -457,6 +461,7 @@ void register_campaign(CLI::App& app, RunState& state) {
                            "difference in verdict, error or bits is a finding"));
   defining(add_seconds_option(sub, "--target-timeout", args->target_timeout,
                               "Seconds an exec target may take per request before it counts as hung (default 10)"));
+  add_report_options(sub, args->reports);
   sub->add_flag("--quiet", args->quiet, "No progress output");
   sub->add_flag("-v,--verbose", args->verbose,
                 "At the end, list every finding with its count of cases (by default each finding shows once, "
@@ -479,7 +484,12 @@ void register_campaign(CLI::App& app, RunState& state) {
   defining(add_int_option(sub, "--large-share", args->large_share, Index{0}, Index{1} << 20, "")->group(""));
   defining(add_int_option(sub, "--loopback-share", args->loopback_share, Index{0}, Index{1} << 20, "")->group(""));
   defining(add_int_option(sub, "--backend-share", args->backend_share, Index{0}, Index{1} << 20, "")->group(""));
-  sub->callback([args, &state] { state.exit_code = run_campaign(*args); });
+  // `campaign merge DIR... --out DIR` (campaign_merge.cc) runs instead of a campaign.
+  CLI::App* merge = register_campaign_merge(sub, state);
+  sub->callback([args, merge, &state] {
+    if (merge->parsed()) return;
+    state.exit_code = run_campaign(*args);
+  });
 }
 
 }  // namespace shardcheck::cli

@@ -30,6 +30,11 @@ void register_repro(CLI::App& app, RunState& state);
 void register_digest(CLI::App& app, RunState& state);
 void register_campaign(CLI::App& app, RunState& state);
 void register_plan(CLI::App& app, RunState& state);
+// `campaign merge`, a subcommand of the campaign command; returned so that the campaign's
+// own callback can tell that a merge was asked for instead.
+CLI::App* register_campaign_merge(CLI::App* campaign_command, RunState& state);
+// `deepspeed ...`: handed to the Python package (python -m shardcheck deepspeed ...).
+void register_deepspeed(CLI::App& app, RunState& state);
 // Hidden: the strict policy as a protocol target, the far end of the campaign's loopback.
 void register_serve_protocol(CLI::App& app, RunState& state);
 

@@ -78,11 +78,14 @@ constexpr HelpSection kSections[] = {
       named as one), not JSON, or neither a map nor an envelope.
 )"},
     {"repro", R"(  repro CASE.json [--policy strict|legacy | --target NAME] [--oracle truth|same-map] [--json]
+  repro DIR [...] [--junit FILE]
       Replays a case file. Prints `refused KIND: ...`, `exact`, or `WRONG` with the first
-      differing element; --json prints one JSON object. Writes no files.
+      differing element; --json prints one JSON object. Given a folder, replays every
+      *.json below it, one line per case (PASS, FAIL or ERROR) and a count. Writes no
+      files but --junit FILE (one test case per case file).
       Exit: 0 refused or exact, as the case expects; 1 silently wrong, a target fault, or
-      not what the case expects; 2 unreadable or unusable case, a target that does not
-      start, or bad usage.
+      not what the case expects (any case, for a folder); 2 unreadable or unusable case,
+      a target that does not start, or bad usage.
 )"},
     {"digest", R"(  digest MAP.json [--dtype D] [--scale-power P] [--state S] [--param NAME] SHARD...
   digest CASE.json [--state S]
@@ -100,7 +103,10 @@ constexpr HelpSection kSections[] = {
         findings/SIGNATURE.json  one minimised case file per finding signature
         report.json              totals, table rows, findings, `complete`
         table.txt                the table
+        report.html              the report as one page, with charts (docs/reports.md)
         checkpoint.json          what --resume reads
+      --junit FILE and --markdown FILE also write a JUnit XML report (a test case per
+      finding signature and per table row) and a Markdown summary (docs/reports.md).
       Prints `new finding: SIGNATURE (case I) -> FILE` as each finding file is written.
       SIGINT/SIGTERM stop at the next case boundary; a second SIGINT stops at once.
       Exit: 0 nothing silently wrong and no finding; 1 a finding (silently wrong, a
@@ -108,6 +114,21 @@ constexpr HelpSection kSections[] = {
       with --strict-layout); 2 bad usage, a target that does not start, a checkpoint
       that cannot be resumed, or cases lost or doubled by the campaign itself (its
       ledger does not add up); 130 stopped at once by a second SIGINT.
+  campaign merge DIR... --out DIR [--junit FILE] [--markdown FILE]
+      Combines the output directories of the N shards of one campaign (--shard I/N) into
+      one: report.json, table.txt and findings/ (the smallest case per signature) in
+      --out, as one unsharded run would write them (docs/scale-out.md).
+      Exit: as the campaign's; 2 also for shards of different campaigns, a shard given
+      twice, missing or unfinished.
+)"},
+    {"deepspeed", R"(  deepspeed inspect CHECKPOINT_DIR [--cases DIR] [--json] [--unsafe-load]
+      Reads a DeepSpeed 0.19.8 checkpoint's affine maps (universal_checkpoint_info) and
+      AutoEP placements, checks each with the core and rebuilds every parameter they
+      describe with strict conversion; prints a table, writes a case file per refused
+      map into --cases (default shardcheck-inspect/). Runs the Python package
+      (python -m shardcheck; $SHARDCHECK_PYTHON picks the interpreter), needs torch.
+      Exit: 0 every parameter rebuilt exactly; 1 some map refused; 2 unreadable
+      checkpoint or no Python package.
 )"},
     {"plan", R"(  plan SOURCE.json TARGET.json [--json] [--dtype D] [--compare-replicas] [--max-segments N]
       Plans the transfer from the shards of the source map to those of the target map
@@ -142,6 +163,7 @@ int main(int argc, char** argv) {
   register_digest(app, state);
   register_campaign(app, state);
   register_plan(app, state);
+  register_deepspeed(app, state);
   register_serve_protocol(app, state);
   // After the subcommands are made, so that they do not inherit the whole overview.
   app.footer(overview());

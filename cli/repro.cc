@@ -1,15 +1,21 @@
 // `shardcheck repro CASE.json`: replays a case file through one policy and one oracle
 // and says whether the conversion refused, was exact, or was silently wrong, and
 // whether that is what the case expects. A finding file records the policy or target
-// that found it, and is replayed with it unless told otherwise.
+// that found it, and is replayed with it unless told otherwise. `shardcheck repro DIR`
+// replays every *.json below DIR (a team's regression corpus) in one run, one line per
+// case, and can write the result as JUnit.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <memory>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "commands.h"
+#include "reports.h"
 #include "shardcheck/case.h"
 #include "shardcheck/convert.h"
 #include "shardcheck/oracles/backends.h"
@@ -32,7 +38,12 @@ struct ReproArgs {
   std::string backend;
   // Whether --policy or --target was given: if neither, the case file's record decides.
   bool implementation_given = false;
+  ReportFiles reports;  // --junit (a folder of case files)
 };
+
+// Implementations already started, by name: a folder's cases share one process per exec
+// target instead of starting one per case.
+using Targets = std::map<std::string, std::unique_ptr<oracles::Target>>;
 
 // What the case states the implementation must do, for the line that says whether the
 // outcome met it; empty when it states nothing.
@@ -55,7 +66,7 @@ std::string stated_expectation(const Case& c, bool legacy_model) {
 // (a finding file's `policy` or `target`), else strict. A file may name a built-in
 // implementation only: an `exec:` command taken from a file would run whatever the
 // file says, so it must be given as --target. Empty with `refusal` set when it cannot.
-std::string implementation_for(const ReproArgs& args, const Json& file, std::string& refusal) {
+std::string implementation_for(const ReproArgs& args, const std::string& path, const Json& file, std::string& refusal) {
   if (args.implementation_given) return args.target.empty() ? args.policy_name : args.target;
   const std::string recorded = props::recorded_target(file);
   if (recorded.empty()) return args.policy_name;
@@ -63,67 +74,67 @@ std::string implementation_for(const ReproArgs& args, const Json& file, std::str
     refusal = fmt::format(
         "{}: the case was found with target '{}'; shardcheck does not run a command named by a file: "
         "give it as --target to replay it, or --policy strict",
-        args.path, recorded);
+        path, recorded);
     return {};
   }
   return recorded;
 }
 
 // The backend differential on the case: the CPU backend and `name`, strict conversion,
-// on the case's own launch shape. Prints one line; true when they differ.
-bool backends_differ(const Case& c, const std::string& name, bool& usage_error) {
+// on the case's own launch shape. `line` says what it found; true when they differ.
+bool backends_differ(const Case& c, const std::string& name, std::string& line, bool& usage_error) {
   std::vector<std::unique_ptr<Backend>> backends;
   backends.push_back(make_cpu_backend());
   auto other = oracles::backend_named(name);
   if (!other) {
-    fmt::print(stderr, "shardcheck: backend '{}' is not present here (this build knows: {})\n", name,
-               fmt::join(oracles::backend_names(), ", "));
+    line = fmt::format("backend '{}' is not present here (this build knows: {})", name,
+                       fmt::join(oracles::backend_names(), ", "));
     usage_error = true;
     return false;
   }
   backends.push_back(std::move(other));
   const oracles::LaunchShape shape = oracles::launch_shape_for(c);
   if (auto difference = oracles::compare_backends(c, backends, shape)) {
-    fmt::print("backend difference: {}: {}\n", difference->signature, difference->message);
+    line = fmt::format("backend difference: {}: {}", difference->signature, difference->message);
     return true;
   }
-  fmt::print("backend {} converts as the CPU backend does (2 threads, tile {})\n", name, shape.tile);
+  line = fmt::format("backend {} converts as the CPU backend does (2 threads, tile {})", name, shape.tile);
   return false;
 }
 
-int run_repro(const ReproArgs& args) {
-  FileText file = read_file(args.path);
-  if (!file.text) {
-    fmt::print(stderr, "shardcheck: {}\n", file.error);
-    return kExitUsage;
-  }
+// Replays one case file: its exit code, and what it prints (stdout lines; a usage error
+// as the one line, with exit 2).
+ReplayedCase replay(const ReproArgs& args, const std::string& path, Targets& targets) {
+  ReplayedCase result;
+  result.path = path;
+  auto usage = [&](std::string line) {
+    result.exit_code = kExitUsage;
+    result.lines.push_back(std::move(line));
+    return result;
+  };
+  auto print = [&](std::string line) { result.lines.push_back(std::move(line)); };
+  FileText file = read_file(path);
+  if (!file.text) return usage(file.error);
   auto c = decode_case_text(*file.text);
-  if (!c) {
-    fmt::print(stderr, "shardcheck: {}: {}\n", args.path, c.error().to_string());
-    return kExitUsage;
-  }
+  if (!c) return usage(fmt::format("{}: {}", path, c.error().to_string()));
   std::string refusal;
   auto parsed = parse_json(*file.text);  // decoded already: only its record is read here
   const Json file_json = parsed ? std::move(parsed).value() : Json();
-  const std::string implementation = implementation_for(args, file_json, refusal);
-  if (implementation.empty()) {
-    fmt::print(stderr, "shardcheck: {}\n", refusal);
-    return kExitUsage;
-  }
-  oracles::TargetOptions target_options;
-  target_options.timeout_seconds = args.target_timeout;
-  auto made = oracles::make_target(implementation, target_options);
-  if (!made.target) {
-    fmt::print(stderr, "shardcheck: {}\n", made.error);
-    return kExitUsage;
+  const std::string implementation = implementation_for(args, path, file_json, refusal);
+  if (implementation.empty()) return usage(refusal);
+  result.implementation = implementation;
+  std::unique_ptr<oracles::Target>& target = targets[implementation];
+  if (!target) {
+    oracles::TargetOptions target_options;
+    target_options.timeout_seconds = args.target_timeout;
+    auto made = oracles::make_target(implementation, target_options);
+    if (!made.target) return usage(made.error);
+    target = std::move(made.target);
   }
   // CLI11 has checked the name against the table.
   const oracles::OracleKind oracle = oracles::parse_oracle_kind(args.oracle_name).value_or(oracles::OracleKind::truth);
-  auto outcome = oracles::run_case(c.value(), *made.target, oracle);
-  if (!outcome) {
-    fmt::print(stderr, "shardcheck: {}: the case cannot be run: {}\n", args.path, outcome.error().to_string());
-    return kExitUsage;
-  }
+  auto outcome = oracles::run_case(c.value(), *target, oracle);
+  if (!outcome) return usage(fmt::format("{}: the case cannot be run: {}", path, outcome.error().to_string()));
   const oracles::CaseOutcome& o = outcome.value();
   // A refusal must report what is there (condition 7's values), and the per-rank shares
   // of a verified digest must be the reference model's: the replay of a finding of
@@ -133,9 +144,9 @@ int run_repro(const ReproArgs& args) {
     if (!op.misreported.empty() && misreported.empty()) misreported = op.misreported;
   }
   if (args.json) {
-    fmt::print("{}\n", oracles::outcome_to_json(c.value(), o).dump());
+    print(oracles::outcome_to_json(c.value(), o).dump());
   } else {
-    fmt::print("{}\n", o.message);
+    print(o.message);
     const bool digest_ignored =
         std::any_of(o.ops.begin(), o.ops.end(), [](const oracles::OpOutcome& op) { return op.digest_ignored; });
     const bool nan_bits_only = std::any_of(o.ops.begin(), o.ops.end(), [](const oracles::OpOutcome& op) {
@@ -145,29 +156,29 @@ int run_repro(const ReproArgs& args) {
       return op.verdict == Outcome::wrong && op.difference.has_value();
     });
     if (o.verdict == Outcome::wrong && o.valid_layout && compared && !digest_ignored && !nan_bits_only) {
-      fmt::print("the map passes every check of spec 3: a valid but different layout\n");
+      print("the map passes every check of spec 3: a valid but different layout");
     }
     if (o.accepted_invalid) {
-      fmt::print(
+      print(fmt::format(
           "{} returned a tensor through a map the contract refuses (section 3, or a scale section 1.2 refuses): it "
-          "accepts an invalid map\n",
-          o.target.empty() ? "the implementation" : o.target);
+          "accepts an invalid map",
+          o.target.empty() ? "the implementation" : o.target));
     }
     if (!o.expected_vs_full.reason.empty()) {
-      fmt::print("the expected tensor is not F: {}\n", o.expected_vs_full.reason);
+      print(fmt::format("the expected tensor is not F: {}", o.expected_vs_full.reason));
     }
     if (!o.expected_vs_full.harness_defect.empty())
-      fmt::print("HARNESS DEFECT: {}\n", o.expected_vs_full.harness_defect);
-    if (!misreported.empty()) fmt::print("refusal misreported: {}\n", misreported);
-    if (!o.digest_shares_wrong.empty()) fmt::print("digest shares wrong: {}\n", o.digest_shares_wrong);
+      print(fmt::format("HARNESS DEFECT: {}", o.expected_vs_full.harness_defect));
+    if (!misreported.empty()) print(fmt::format("refusal misreported: {}", misreported));
+    if (!o.digest_shares_wrong.empty()) print(fmt::format("digest shares wrong: {}", o.digest_shares_wrong));
     if (!args.implementation_given && implementation != args.policy_name) {
-      fmt::print("replayed with {}, as the case file records\n", implementation);
+      print(fmt::format("replayed with {}, as the case file records", implementation));
     }
-    const std::string stated = stated_expectation(c.value(), made.target->is_legacy_model());
+    const std::string stated = stated_expectation(c.value(), target->is_legacy_model());
     if (!o.matches_expectation) {
-      fmt::print("expectation not met: {}\n", o.expectation_message);
+      print(fmt::format("expectation not met: {}", o.expectation_message));
     } else if (!stated.empty()) {
-      fmt::print("expectation met: {}\n", stated);
+      print(fmt::format("expectation met: {}", stated));
     }
   }
   // A crash, hang or garbage answer of an implementation under test is never a pass, nor
@@ -182,10 +193,98 @@ int run_repro(const ReproArgs& args) {
   bool backend_differs = false;
   if (!backend.empty()) {
     bool usage_error = false;
-    backend_differs = backends_differ(c.value(), backend, usage_error);
-    if (usage_error) return kExitUsage;
+    std::string line;
+    backend_differs = backends_differ(c.value(), backend, line, usage_error);
+    if (usage_error) return usage(line);
+    print(line);
   }
-  return silently_wrong || misjudged || backend_differs || !o.matches_expectation ? kExitFound : kExitOk;
+  result.exit_code = silently_wrong || misjudged || backend_differs || !o.matches_expectation ? kExitFound : kExitOk;
+  return result;
+}
+
+int run_repro_file(const ReproArgs& args) {
+  Targets targets;
+  const auto start = std::chrono::steady_clock::now();
+  ReplayedCase replayed = replay(args, args.path, targets);
+  replayed.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (replayed.exit_code == kExitUsage) {
+    fmt::print(stderr, "shardcheck: {}\n", replayed.lines.front());
+  } else {
+    for (const auto& line : replayed.lines) fmt::print("{}\n", line);
+  }
+  if (!args.reports.junit.empty()) {
+    if (std::string error = write_report_file(args.reports.junit, repro_junit(args.path, {replayed})); !error.empty()) {
+      fmt::print(stderr, "shardcheck repro: {}\n", error);
+      return kExitUsage;
+    }
+  }
+  return replayed.exit_code;
+}
+
+// Every *.json below `folder`, in name order (hidden files and folders skipped).
+std::vector<std::string> case_files(const std::filesystem::path& folder, std::string& error) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(folder, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.empty() && name.front() == '.') {
+      if (it->is_directory()) it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_regular_file() && it->path().extension() == ".json") files.push_back(it->path().string());
+  }
+  if (ec) error = fmt::format("cannot read {}: {}", folder.string(), ec.message());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// `repro DIR`: one line per case ("PASS", "FAIL" or "ERROR", the file, its outcome),
+// then a summary; exit 2 if any case could not be replayed, else 1 if any failed.
+int run_repro_folder(const ReproArgs& args) {
+  std::string error;
+  const std::vector<std::string> files = case_files(args.path, error);
+  if (!error.empty()) {
+    fmt::print(stderr, "shardcheck repro: {}\n", error);
+    return kExitUsage;
+  }
+  if (files.empty()) {
+    fmt::print(stderr, "shardcheck repro: {} holds no case files (*.json)\n", args.path);
+    return kExitUsage;
+  }
+  Targets targets;
+  std::vector<ReplayedCase> replayed;
+  int failed = 0;
+  int errors = 0;
+  for (const auto& file : files) {
+    const auto start = std::chrono::steady_clock::now();
+    ReplayedCase one = replay(args, file, targets);
+    one.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const char* status = one.exit_code == kExitOk ? "PASS" : one.exit_code == kExitFound ? "FAIL" : "ERROR";
+    failed += one.exit_code == kExitFound;
+    errors += one.exit_code == kExitUsage;
+    fmt::print("{} {}: {}\n", status, file, one.lines.empty() ? "" : one.lines.front());
+    if (args.json) {
+      for (std::size_t i = 1; i < one.lines.size(); ++i) fmt::print("{}\n", one.lines[i]);
+    }
+    replayed.push_back(std::move(one));
+  }
+  const std::size_t passed = files.size() - static_cast<std::size_t>(failed + errors);
+  fmt::print("{} case files: {} passed, {} failed, {} could not be replayed\n", files.size(), passed, failed, errors);
+  if (!args.reports.junit.empty()) {
+    if (std::string werror = write_report_file(args.reports.junit, repro_junit(args.path, replayed)); !werror.empty()) {
+      fmt::print(stderr, "shardcheck repro: {}\n", werror);
+      return kExitUsage;
+    }
+  }
+  return errors > 0 ? kExitUsage : failed > 0 ? kExitFound : kExitOk;
+}
+
+int run_repro(const ReproArgs& args) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(args.path, ec)) return run_repro_folder(args);
+  return run_repro_file(args);
 }
 
 }  // namespace
@@ -194,7 +293,7 @@ void register_repro(CLI::App& app, RunState& state) {
   auto args = std::make_shared<ReproArgs>();
   CLI::App* sub =
       app.add_subcommand("repro", "Replay a case file: refused, exact, or silently wrong (with the difference)");
-  sub->add_option("case", args->path, "case file (JSON)")->required();
+  sub->add_option("case", args->path, "case file (JSON), or a folder: every *.json below it")->required();
   CLI::Option* policy = sub->add_option("--policy", args->policy_name,
                                         "conversion policy: strict or legacy (default: the policy or target the "
                                         "case file records, else strict)")
@@ -206,7 +305,8 @@ void register_repro(CLI::App& app, RunState& state) {
       "recorded exec: target is never run without it)");
   add_seconds_option(sub, "--target-timeout", args->target_timeout,
                      "seconds an exec target may take per request before it counts as hung (default 10)");
-  sub->add_flag("--json", args->json, "print the outcome as one JSON object");
+  sub->add_flag("--json", args->json, "print the outcome as one JSON object (a folder: one per case)");
+  add_report_options(sub, args->reports, /*markdown=*/false);
   sub->add_option("--backend", args->backend,
                   "also convert on this backend beside the CPU backend and compare verdict, error and bits: "
                   "device-omp (the device code on OpenMP threads) or cuda (default: the one the case file records)");

@@ -2,12 +2,14 @@
 # The Python package as a newcomer installs it: a fresh virtual environment that sees
 # Debian's numpy (and torch, where installed), `pip install .[test]` (scikit-build-core,
 # nanobind and Hypothesis come from PyPI), a check that the `shardcheck` command is on the
-# venv's PATH and prints its help, a smoke check, then the pytest suite. CI runs this.
+# venv's PATH and prints its help, a smoke check, then the pytest suite (with junitparser
+# and Debian's chromium for the report tests). CI runs this.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-${SHARDCHECK_JOBS:-$(nproc)}}
 
-bash "$root/scripts/install-deps.sh"
+# Chromium renders report.html in python/tests/test_reports.py (headless).
+bash "$root/scripts/install-deps.sh" chromium
 missing=()
 for p in python3-venv python3-dev python3-numpy; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -28,6 +30,8 @@ py="$venv/bin/python"
 # file) instead of minutes of silence. [test] brings pytest and Hypothesis.
 "$py" -m pip install --disable-pip-version-check -v "$root[test]"
 "$py" -c "import pytest, hypothesis"
+# The JUnit validator of python/tests/test_reports.py (a test tool, not a [test] extra).
+"$py" -m pip install --disable-pip-version-check --quiet junitparser
 
 # The command line ships in the wheel: `shardcheck` is on the environment's PATH.
 command=$(PATH="$venv/bin:$PATH" command -v shardcheck || true)

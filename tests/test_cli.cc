@@ -28,8 +28,10 @@ struct Ran {
 std::string quoted(const std::string& s) {
   std::string q = "'";
   for (char ch : s) {
-    if (ch == '\'') q += "'\\''";
-    else q += ch;
+    if (ch == '\'')
+      q += "'\\''";
+    else
+      q += ch;
   }
   return q + "'";
 }
@@ -37,8 +39,7 @@ std::string quoted(const std::string& s) {
 // stderr is dropped, unless asked for, so that stdout assertions see only what a script
 // would parse.
 Ran shardcheck(const std::string& args, bool with_stderr = false) {
-  std::string command =
-      quoted(SHARDCHECK_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  std::string command = quoted(SHARDCHECK_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   Ran run;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return run;
@@ -57,9 +58,8 @@ std::string corpus(const std::string& name) {
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("shardcheck-cli-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("shardcheck-cli-" + std::to_string(getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
   void TearDown() override {
@@ -107,8 +107,7 @@ TEST_F(CliTest, CheckMalformedBareMapIsRefusedFormat) {
 
 TEST_F(CliTest, CheckEnvelopeReportsEveryParameter) {
   std::string envelope = R"({"version": 1, "params": {"a.weight": )" + kValidMap +
-                         R"(, "b.bias": {"logical_shape": [4], "ranks": 7}, "c.weight": )" +
-                         kCollidingMap + "}}";
+                         R"(, "b.bias": {"logical_shape": [4], "ranks": 7}, "c.weight": )" + kCollidingMap + "}}";
   Ran run = shardcheck("check " + write("env.json", envelope));
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.out.find("a.weight: valid\n"), std::string::npos) << run.out;
@@ -137,12 +136,8 @@ TEST_F(CliTest, BadUsageExitsTwo) {
   EXPECT_EQ(shardcheck("check").exit_code, 2);
   EXPECT_EQ(shardcheck("frobnicate").exit_code, 2);
   EXPECT_EQ(shardcheck("check --nope " + write("v.json", kValidMap)).exit_code, 2);
-  EXPECT_EQ(shardcheck("repro " + corpus("spec6-1-two-ranks-one-block.json") + " --policy lax")
-                .exit_code,
-            2);
-  EXPECT_EQ(shardcheck("repro " + corpus("spec6-1-two-ranks-one-block.json") + " --oracle x")
-                .exit_code,
-            2);
+  EXPECT_EQ(shardcheck("repro " + corpus("spec6-1-two-ranks-one-block.json") + " --policy lax").exit_code, 2);
+  EXPECT_EQ(shardcheck("repro " + corpus("spec6-1-two-ranks-one-block.json") + " --oracle x").exit_code, 2);
 }
 
 TEST_F(CliTest, HelpAndVersionExitZero) {
@@ -163,8 +158,7 @@ TEST_F(CliTest, ReproStrictRefusalExitsZero) {
 }
 
 TEST_F(CliTest, ReproLegacySilentlyWrongExitsOneAndShowsTheDifference) {
-  Ran run = shardcheck("repro " + corpus("spec6-5-two-pieces-one-address.json") +
-                       " --policy legacy");
+  Ran run = shardcheck("repro " + corpus("spec6-5-two-pieces-one-address.json") + " --policy legacy");
   EXPECT_EQ(run.exit_code, 1);
   // F is markers; legacy writes rank 0's addresses 0,1 into elements 2,3 as well.
   EXPECT_EQ(run.out.rfind("WRONG: rebuild element 2 expected ", 0), 0u) << run.out;
@@ -190,8 +184,7 @@ TEST_F(CliTest, ReproJsonIsOneObject) {
 }
 
 TEST_F(CliTest, ReproJsonShowsLegacyDifference) {
-  Ran run = shardcheck("repro " + corpus("spec6-7-dest-wraps-row.json") +
-                       " --policy legacy --json");
+  Ran run = shardcheck("repro " + corpus("spec6-7-dest-wraps-row.json") + " --policy legacy --json");
   EXPECT_EQ(run.exit_code, 1);
   auto json = nlohmann::json::parse(run.out, nullptr, false);
   ASSERT_FALSE(json.is_discarded()) << run.out;
@@ -214,15 +207,15 @@ TEST_F(CliTest, ReproValidCaseIsExact) {
 TEST_F(CliTest, ReproExpectationMismatchExitsOne) {
   const std::string truth = R"(, "truth": {"logical_shape": [4], "ranks": {"0": {"shard_shape": [4],
     "pieces": [{"shape": [4], "source": [0, [1]], "dest": [0, [1]], "locations": [0]}]}}})";
-  std::string text = R"({"shardcheck_case": 1, "name": "mismatch", "map": )" + kCollidingMap +
-                     truth + R"(, "expect": "exact"})";
+  std::string text =
+      R"({"shardcheck_case": 1, "name": "mismatch", "map": )" + kCollidingMap + truth + R"(, "expect": "exact"})";
   Ran run = shardcheck("repro " + write("case.json", text));
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.out.find("refused twice: "), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("\nexpectation not met: "), std::string::npos) << run.out;
 
-  std::string kind = R"({"shardcheck_case": 1, "name": "kind", "map": )" + kCollidingMap +
-                     truth + R"(, "expect": "refused", "expect_error": "holders"})";
+  std::string kind = R"({"shardcheck_case": 1, "name": "kind", "map": )" + kCollidingMap + truth +
+                     R"(, "expect": "refused", "expect_error": "holders"})";
   Ran wrong_kind = shardcheck("repro " + write("kind.json", kind));
   EXPECT_EQ(wrong_kind.exit_code, 1);
   EXPECT_NE(wrong_kind.out.find("expectation not met: "), std::string::npos) << wrong_kind.out;
@@ -237,14 +230,13 @@ TEST_F(CliTest, ReproLegacyExpectationMismatchExitsOne) {
   Ran run = shardcheck("repro " + write("legacy.json", text) + " --policy legacy");
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_EQ(run.out.rfind("refused ", 0), 0u) << run.out;
-  EXPECT_NE(run.out.find("expectation not met: legacy expected exact"), std::string::npos)
-      << run.out;
+  EXPECT_NE(run.out.find("expectation not met: legacy expected exact"), std::string::npos) << run.out;
 }
 
 TEST_F(CliTest, ReproUnreadableOrUnusableCaseExitsTwo) {
   // The map the case says wrote the shards is itself refused: nothing can be judged.
-  std::string refused_truth = R"({"shardcheck_case": 1, "name": "x", "map": )" + kValidMap +
-                              R"(, "truth": )" + kCollidingMap + "}";
+  std::string refused_truth =
+      R"({"shardcheck_case": 1, "name": "x", "map": )" + kValidMap + R"(, "truth": )" + kCollidingMap + "}";
   Ran unusable = shardcheck("repro " + write("refused_truth.json", refused_truth));
   EXPECT_EQ(unusable.exit_code, 2);
   EXPECT_EQ(unusable.out, "");
@@ -256,8 +248,7 @@ TEST_F(CliTest, ReproUnreadableOrUnusableCaseExitsTwo) {
   EXPECT_EQ(shardcheck("repro " + write("notcase.json", kValidMap)).exit_code, 2);
   const std::string head = R"({"shardcheck_case": 1, "name": "x")";
   EXPECT_EQ(shardcheck("repro " + write("nomap.json", head + "}")).exit_code, 2);
-  EXPECT_EQ(shardcheck("repro " + write("dtype.json", head + R"(, "map": )" + kValidMap +
-                                                          R"(, "dtype": "float8"})"))
+  EXPECT_EQ(shardcheck("repro " + write("dtype.json", head + R"(, "map": )" + kValidMap + R"(, "dtype": "float8"})"))
                 .exit_code,
             2);
   EXPECT_EQ(shardcheck("repro " + write("fit.json", head + R"(, "map": )" + kCollidingMap +
@@ -265,8 +256,7 @@ TEST_F(CliTest, ReproUnreadableOrUnusableCaseExitsTwo) {
                 .exit_code,
             2);
   // Six values for a 24-element F: the case itself is broken.
-  std::string text = R"({"shardcheck_case": 1, "name": "x", "map": )" + kValidMap +
-                     R"(, "full": [1, 2, 3, 4, 5, 6]})";
+  std::string text = R"({"shardcheck_case": 1, "name": "x", "map": )" + kValidMap + R"(, "full": [1, 2, 3, 4, 5, 6]})";
   Ran run = shardcheck("repro " + write("count.json", text), true);
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.out.find("shape: "), std::string::npos) << run.out;
@@ -276,14 +266,10 @@ TEST_F(CliTest, ReproUnreadableOrUnusableCaseExitsTwo) {
 // other verdict (0 refused as expected, 1 silently wrong or not as expected).
 TEST_F(CliTest, ReproReportedMapsAlwaysGetAVerdict) {
   const std::pair<const char*, const char*> strict_kinds[] = {
-      {"reported-float-extent.json", "format"},
-      {"reported-string-extent.json", "format"},
-      {"reported-two-keys-one-rank.json", "format"},
-      {"reported-replica-holder-lists-no-pieces.json", "holders"},
-      {"reported-zero-scale.json", "scale"},
-      {"reported-dest-view-overlaps-itself.json", "itself"},
-      {"reported-unwritable-rank.json", "itself"},
-      {"reported-negative-logical-extent.json", "format"}};
+      {"reported-float-extent.json", "format"},      {"reported-string-extent.json", "format"},
+      {"reported-two-keys-one-rank.json", "format"}, {"reported-replica-holder-lists-no-pieces.json", "holders"},
+      {"reported-zero-scale.json", "scale"},         {"reported-dest-view-overlaps-itself.json", "itself"},
+      {"reported-unwritable-rank.json", "itself"},   {"reported-negative-logical-extent.json", "format"}};
   for (const auto& [name, kind] : strict_kinds) {
     Ran run = shardcheck("repro " + corpus(name) + " --json");
     EXPECT_EQ(run.exit_code, 0) << name << ": " << run.out;
@@ -318,8 +304,7 @@ TEST_F(CliTest, ReproReportedMapWithoutTruthOrShardsRuns) {
   Ran mismatch = shardcheck("repro " + write("undecodable.json", undecodable));
   EXPECT_EQ(mismatch.exit_code, 1);
   EXPECT_EQ(mismatch.out.rfind("refused format: $.map.logical_shape[0]: ", 0), 0u) << mismatch.out;
-  EXPECT_NE(mismatch.out.find("expectation not met: expected exact, got refused"), std::string::npos)
-      << mismatch.out;
+  EXPECT_NE(mismatch.out.find("expectation not met: expected exact, got refused"), std::string::npos) << mismatch.out;
 }
 
 TEST_F(CliTest, ReproSameMapOracleMissesCancellingErrors) {
@@ -327,8 +312,7 @@ TEST_F(CliTest, ReproSameMapOracleMissesCancellingErrors) {
   Ran truth = shardcheck("repro " + corpus("valid-layout-swapped-destinations.json"));
   EXPECT_EQ(truth.exit_code, 1);
   EXPECT_EQ(truth.out.rfind("WRONG: ", 0), 0u) << truth.out;
-  Ran same = shardcheck("repro " + corpus("valid-layout-swapped-destinations.json") +
-                        " --oracle same-map");
+  Ran same = shardcheck("repro " + corpus("valid-layout-swapped-destinations.json") + " --oracle same-map");
   EXPECT_EQ(same.out.rfind("exact\n", 0), 0u) << same.out;
 }
 
@@ -401,10 +385,10 @@ TEST_F(CliTest, DigestOfACaseFile) {
   EXPECT_EQ(run.out.rfind("digest 0x", 0), 0u) << run.out;
   EXPECT_NE(run.out.find("rank 0 share 0x"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("truth digest 0x"), std::string::npos) << run.out;
-  EXPECT_EQ(shardcheck("digest " + corpus("valid-layout-swapped-destinations.json") + " " +
-                       write("s0.bin", floats({1})))
-                .exit_code,
-            2);
+  EXPECT_EQ(
+      shardcheck("digest " + corpus("valid-layout-swapped-destinations.json") + " " + write("s0.bin", floats({1})))
+          .exit_code,
+      2);
   // The twin records the producer's digest: the map under test does not give it back.
   Ran twin = shardcheck("digest " + corpus("valid-layout-swapped-destinations-digest.json"));
   EXPECT_EQ(twin.exit_code, 1) << twin.out;
@@ -507,11 +491,16 @@ TEST_F(CliTest, CampaignJobsZeroMeansAllCores) {
 TEST_F(CliTest, ADirectoryIsNamedAsOne) {
   const std::string dir = quoted(dir_.string());
   const std::string expected = "shardcheck: cannot read " + dir_.string() + ": it is a directory, not a file\n";
-  for (const std::string& args :
-       {"check " + dir, "check --json " + dir, "repro " + dir, "repro --json " + dir, "digest " + dir}) {
+  for (const std::string& args : {"check " + dir, "check --json " + dir, "digest " + dir}) {
     Ran run = shardcheck(args, true);
     EXPECT_EQ(run.exit_code, 2) << args;
     EXPECT_EQ(run.out, expected) << args;
+  }
+  // repro takes a folder of case files (`repro DIR`): one holding none says so.
+  for (const std::string& args : {"repro " + dir, "repro --json " + dir}) {
+    Ran run = shardcheck(args, true);
+    EXPECT_EQ(run.exit_code, 2) << args;
+    EXPECT_EQ(run.out, "shardcheck repro: " + dir_.string() + " holds no case files (*.json)\n") << args;
   }
   // A directory given as a shard file: the same sentence, after the map it goes with.
   const std::string map = write("m.json", kValidMap);
@@ -568,8 +557,7 @@ TEST_F(CliTest, CheckJsonBareMaps) {
 
 TEST_F(CliTest, CheckJsonEnvelopeAndExitCodes) {
   std::string envelope = R"({"version": 1, "params": {"a.weight": )" + kValidMap +
-                         R"(, "b.bias": {"logical_shape": [4], "ranks": 7}, "c.weight": )" +
-                         kCollidingMap + "}}";
+                         R"(, "b.bias": {"logical_shape": [4], "ranks": 7}, "c.weight": )" + kCollidingMap + "}}";
   Ran run = shardcheck("check --json " + write("env.json", envelope));
   EXPECT_EQ(run.exit_code, 1);
   auto lines = json_lines(run.out);
@@ -609,12 +597,16 @@ TEST_F(CliTest, HelpCoversSubcommandsExitCodesAndOutputs) {
         "  plan SOURCE.json TARGET.json"}) {
     EXPECT_NE(help.out.find(usage), std::string::npos) << usage << "\n" << help.out;
   }
-  // One "Exit:" line per subcommand, in the overview and in each subcommand's own help.
+  // One "Exit:" line per subcommand (check, repro, digest, campaign, deepspeed, plan;
+  // campaign merge's says it exits as the campaign), in the overview and in each
+  // subcommand's own help.
   std::size_t exits = 0;
   for (std::size_t at = help.out.find("Exit: 0 "); at != std::string::npos; at = help.out.find("Exit: 0 ", at + 1)) {
     ++exits;
   }
-  EXPECT_EQ(exits, 5u) << help.out;
+  EXPECT_EQ(exits, 6u) << help.out;
+  EXPECT_NE(help.out.find("  campaign merge DIR... --out DIR"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("  repro DIR [...] [--junit FILE]"), std::string::npos) << help.out;
   for (const char* sub : {"check", "repro", "digest", "campaign", "plan"}) {
     Ran own = shardcheck(std::string(sub) + " --help");
     EXPECT_EQ(own.exit_code, 0) << sub;

@@ -206,6 +206,7 @@ class Writer {
   Clock::time_point next_flush_;            // of report, table and checkpoint
   std::mutex write_mutex_;                 // one writer of the files at a time
   std::map<std::string, Written> on_disk_;  // what each case file holds (under write_mutex_)
+  std::vector<TimelineSample> timeline_;    // one per report written (under write_mutex_), for report.html
   std::thread thread_;
 };
 

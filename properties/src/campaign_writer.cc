@@ -114,9 +114,21 @@ void Writer::write_state(bool complete, bool final) {
   // The last report says whether the ledger adds up (every worker has returned by now).
   if (final) checkpoint.report.ledger_error = ledger_.audit(complete);
   std::lock_guard lock(write_mutex_);
+  const Report& report = checkpoint.report;
+  timeline_.push_back(TimelineSample{report.seconds, report.cases, static_cast<Index>(report.findings.size())});
+  // A day's campaign samples tens of thousands of times: every other sample goes once
+  // there are too many for a chart, the first and the latest always kept.
+  constexpr std::size_t kMaxSamples = 2048;
+  if (timeline_.size() > kMaxSamples) {
+    std::vector<TimelineSample> thinned;
+    for (std::size_t i = 0; i < timeline_.size(); i += 2) thinned.push_back(timeline_[i]);
+    if (timeline_.size() % 2 == 0) thinned.push_back(timeline_.back());
+    timeline_ = std::move(thinned);
+  }
   write_file(control_.out / "checkpoint.json", checkpoint_to_json(checkpoint).dump() + "\n");
-  write_file(control_.out / "table.txt", format_table(checkpoint.report));
-  write_file(control_.out / "report.json", report_to_json(checkpoint.report).dump(2) + "\n");
+  write_file(control_.out / "table.txt", format_table(report));
+  write_file(control_.out / "report.json", report_to_json(report).dump(2) + "\n");
+  write_file(control_.out / "report.html", report_html(report, timeline_));
 }
 
 void Writer::flush_now() { write_state(false); }

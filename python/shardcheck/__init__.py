@@ -229,6 +229,7 @@ def rebuild(
     scale_power: int = 1,
     *,
     dtype: _Any = None,
+    digest_state: _Optional[str] = None,
 ) -> _Any:
     """The full tensor, of the map's logical shape, from ``{rank: shard}``.
 
@@ -238,6 +239,9 @@ def rebuild(
     a parameter, -1 for Adam's ``exp_avg``, -2 for ``exp_avg_sq``. ``dtype`` (a name
     such as ``"float32"``, a NumPy or a torch dtype) is needed only when no shard is
     given; otherwise the shards' dtype is used and they must all agree.
+    ``digest_state`` (``"param"``, ``"exp_avg"``, ...) also verifies the content digest the
+    map records for that state (contract 10): a rebuilt tensor whose digest differs, or a
+    map without that record, is refused with kind ``digest``.
     """
     if not isinstance(shards, _Mapping):
         raise TypeError(f"shards must be a mapping of rank to array, not {type(shards).__name__}")
@@ -251,7 +255,9 @@ def rebuild(
     if len(kinds) > 1:
         raise TypeError("shards mix torch tensors and other arrays; pass one kind, so the result's kind is clear")
     text = _map_text(map)
-    return _core.rebuild(text, items, _power(scale_power), _dtype_name(dtype), kinds == {True})
+    if digest_state is not None and not isinstance(digest_state, str):
+        raise TypeError(f"digest_state must be a state name such as 'param', not {type(digest_state).__name__}")
+    return _core.rebuild(text, items, _power(scale_power), _dtype_name(dtype), kinds == {True}, digest_state)
 
 
 def extract(map: _Any, full: _Any, rank: int, scale_power: int = 1) -> _Any:

@@ -6,6 +6,7 @@
 // in place: a conversion borrows the caller's memory instead of copying it, and the
 // result is the core's own buffer handed over without a copy.
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,12 +22,17 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "shardcheck/case.h"
 #include "shardcheck/checks.h"
 #include "shardcheck/convert.h"
 #include "shardcheck/dtype.h"
 #include "shardcheck/error.h"
+#include "shardcheck/gen/case_gen.h"
+#include "shardcheck/gen/choice.h"
 #include "shardcheck/json.h"
 #include "shardcheck/map.h"
+#include "shardcheck/oracles/target.h"
+#include "shardcheck/oracles/truth.h"
 
 namespace nb = nanobind;
 
@@ -170,7 +176,8 @@ void py_check(const std::string& text) {
 }
 
 nb::object py_rebuild(const std::string& text, const std::vector<std::tuple<Rank, Array, bool>>& shards,
-                      int scale_power, const std::optional<std::string>& dtype_name, bool torch) {
+                      int scale_power, const std::optional<std::string>& dtype_name, bool torch,
+                      const std::optional<std::string>& digest_state) {
   const Map map = decode(text);
   ShardSet set;
   for (const auto& [rank, array, as_bool] : shards) {
@@ -189,6 +196,7 @@ nb::object py_rebuild(const std::string& text, const std::vector<std::tuple<Rank
   }
   ConvertOptions options;
   options.scale_power = scale_power;
+  options.digest_state = digest_state;
   std::optional<Result<Buffer>> full;
   {
     nb::gil_scoped_release release;
@@ -221,6 +229,138 @@ std::uintptr_t py_borrowed_address(const Array& a) {
   return reinterpret_cast<std::uintptr_t>(view.data());
 }
 
+// The generators driven from Python (shardcheck.strategies): every question they ask is
+// one call of draw(lo, hi), closed range, so that Hypothesis makes each choice and can
+// shrink it (towards lo, the generators' simplest answer). An exception raised by draw
+// (Hypothesis stopping an overrun test) unwinds through the generator unchanged.
+class PythonChoices final : public gen::ChoiceSource {
+ public:
+  explicit PythonChoices(nb::callable draw) : draw_(std::move(draw)) {}
+  Index int_in(Index lo, Index hi) override { return nb::cast<Index>(draw_(lo, hi)); }
+
+ private:
+  nb::callable draw_;
+};
+
+std::string py_generate_case(nb::callable draw, Index max_elements, int max_dims, int max_extent, int max_tp,
+                             double corrupt_probability, bool allow_scale_power, bool record_digest,
+                             bool adversarial_data) {
+  gen::CaseOptions options;
+  options.layout.max_elements = max_elements;
+  options.layout.max_dims = max_dims;
+  options.layout.max_extent = max_extent;
+  options.layout.max_tp = max_tp;
+  options.corrupt_probability = corrupt_probability;
+  options.allow_scale_power = allow_scale_power;
+  options.record_digest = record_digest;
+  options.adversarial_data = adversarial_data;
+  PythonChoices choices(std::move(draw));
+  return encode_case_text(gen::generate_case(choices, options));
+}
+
+// A Python rebuild/extract judged by the truth oracle as any implementation under test.
+// The bridge (shardcheck.testing) turns raw bytes into the caller's arrays and answers
+// ("ok", dtype, bytes), ("refused", type, message, kind or None), ("garbage", reason,
+// detail) or ("crash", reason, detail) when an isolated call's process died. It reads
+// the map itself (JSON text, parsed by Python), as an exec target
+// does, so a map shardcheck's decoder refuses is still the implementation's to judge.
+class PythonTarget final : public oracles::Target {
+ public:
+  PythonTarget(nb::callable bridge, std::string name) : bridge_(std::move(bridge)), name_(std::move(name)) {}
+  const std::string& name() const override { return name_; }
+  bool reads_map_itself() const override { return true; }
+  // The truth oracle never asks for a check on its own; conversions check what they need.
+  oracles::TargetResult<oracles::Accepted> check(const oracles::TargetMap&) override { return oracles::Accepted{}; }
+
+  oracles::TargetResult<Buffer> rebuild(const oracles::TargetMap& map, const ShardSet& shards, DType dtype,
+                                        int scale_power, const oracles::RebuildDigest&) override {
+    nb::list items;
+    for (const auto& [rank, shard] : shards) items.append(nb::make_tuple(rank, bytes_of(shard)));
+    return answer(bridge_("rebuild", text_of(map), std::string(dtype_name(dtype)), scale_power, items, nb::none(),
+                          nb::none()),
+                  dtype);
+  }
+
+  oracles::TargetResult<Buffer> extract(const oracles::TargetMap& map, const Buffer& full, Rank rank,
+                                        int scale_power) override {
+    // F in the map's logical shape when that fits, as a caller holds it; flat otherwise.
+    std::vector<Index> shape{full.numel()};
+    if (map.map != nullptr && checked_numel(map.map->logical_shape) == full.numel()) {
+      shape.assign(map.map->logical_shape.begin(), map.map->logical_shape.end());
+    }
+    return answer(bridge_("extract", text_of(map), std::string(dtype_name(full.dtype())), scale_power, bytes_of(full),
+                          nb::cast(shape), rank),
+                  full.dtype());
+  }
+
+ private:
+  static nb::bytes bytes_of(const Buffer& buffer) { return nb::bytes(buffer.data(), buffer.size_bytes()); }
+
+  static std::string text_of(const oracles::TargetMap& map) {
+    if (map.text != nullptr) return *map.text;
+    if (map.json != nullptr) return map.json->dump();
+    if (map.map != nullptr) return encode_map_text(*map.map, RankOrder::as_given);
+    return "null";
+  }
+
+  static oracles::TargetResult<Buffer> answer(nb::handle reply, DType dtype) {
+    auto fields = nb::cast<nb::tuple>(reply);
+    const auto tag = nb::cast<std::string>(fields[0]);
+    if (tag == "refused") {
+      oracles::TargetRefusal refusal;
+      refusal.type = nb::cast<std::string>(fields[1]);
+      refusal.message = nb::cast<std::string>(fields[2]);
+      if (!fields[3].is_none()) refusal.kind = parse_kind(nb::cast<std::string>(fields[3]));
+      return refusal;
+    }
+    if (tag != "ok") {
+      const auto kind = tag == "crash" ? oracles::FaultKind::crash : oracles::FaultKind::garbage;
+      return oracles::TargetFault{kind, nb::cast<std::string>(fields[1]),
+                                  nb::cast<std::string>(fields[2])};
+    }
+    const auto name = nb::cast<std::string>(fields[1]);
+    if (name != dtype_name(dtype)) {
+      return oracles::TargetFault{oracles::FaultKind::garbage, "wrong-dtype",
+                                  fmt::format("a result of {} where {} was given", name, dtype_name(dtype))};
+    }
+    const auto data = nb::cast<nb::bytes>(fields[2]);
+    const std::size_t size = element_size(dtype);
+    if (data.size() % size != 0) {
+      return oracles::TargetFault{oracles::FaultKind::garbage, "bad-data",
+                                  fmt::format("{} result bytes, not whole elements of {}", data.size(), name)};
+    }
+    Buffer buffer(dtype, static_cast<Index>(data.size() / size));
+    if (data.size() != 0) std::memcpy(buffer.data(), data.c_str(), data.size());
+    return buffer;
+  }
+
+  nb::callable bridge_;
+  std::string name_;
+};
+
+// Runs one case file through an oracle ("truth" or "same-map") with the Python
+// implementation; `op` overrides the case's operation ("rebuild", "extract", "both")
+// where the caller supplied only one of them. The outcome as outcome_to_json writes it,
+// as JSON text.
+std::string py_judge(const std::string& case_text, nb::callable bridge, const std::string& name,
+                     const std::optional<std::string>& op, const std::string& oracle_name) {
+  const auto oracle = oracles::parse_oracle_kind(oracle_name);
+  if (!oracle) throw nb::value_error(fmt::format("Unknown oracle {:?}.", oracle_name).c_str());
+  auto decoded = decode_case_text(case_text);
+  if (!decoded) throw nb::value_error(("Not a case file: " + decoded.error().to_string()).c_str());
+  Case c = std::move(decoded).value();
+  if (op) {
+    if (*op == "rebuild") c.op = Op::rebuild;
+    else if (*op == "extract") c.op = Op::extract;
+    else if (*op == "both") c.op = Op::both;
+    else throw nb::value_error(fmt::format("Unknown op {:?}.", *op).c_str());
+  }
+  PythonTarget target(std::move(bridge), name);
+  auto outcome = oracles::run_case(c, target, *oracle);
+  if (!outcome) throw nb::value_error(("The case is unusable: " + outcome.error().to_string()).c_str());
+  return oracles::outcome_to_json(c, outcome.value()).dump();
+}
+
 nb::object optional_int(const std::optional<std::int64_t>& v) { return v ? nb::cast(*v) : nb::none(); }
 
 void raise_map_error(const Error& e) {
@@ -251,9 +391,14 @@ NB_MODULE(_core, m) {
 
   m.def("check", &py_check, nb::arg("text"));
   m.def("rebuild", &py_rebuild, nb::arg("text"), nb::arg("shards"), nb::arg("scale_power"), nb::arg("dtype").none(),
-        nb::arg("torch"));
+        nb::arg("torch"), nb::arg("digest_state").none() = nb::none());
   m.def("extract", &py_extract, nb::arg("text"), nb::arg("full"), nb::arg("as_bool"), nb::arg("rank"),
         nb::arg("scale_power"), nb::arg("torch"));
+  m.def("generate_case", &py_generate_case, nb::arg("draw"), nb::arg("max_elements"), nb::arg("max_dims"),
+        nb::arg("max_extent"), nb::arg("max_tp"), nb::arg("corrupt_probability"), nb::arg("allow_scale_power"),
+        nb::arg("record_digest"), nb::arg("adversarial_data"));
+  m.def("judge", &py_judge, nb::arg("case_text"), nb::arg("bridge"), nb::arg("name"), nb::arg("op").none(),
+        nb::arg("oracle"));
   m.def("_borrowed_address", &py_borrowed_address, nb::arg("array"));
   m.def("kind_names", [] {
     std::vector<std::string> names;

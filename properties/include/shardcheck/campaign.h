@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -197,6 +198,19 @@ Report run(const Options& options, const std::function<void(Index done)>& progre
 std::string format_table(const Report& report);
 // report.json
 Json report_to_json(const Report& report);
+
+// A point of a campaign's progress, sampled each time its output directory is updated.
+struct TimelineSample {
+  double seconds = 0;
+  Index cases = 0;
+  Index findings = 0;  // signatures found so far
+};
+
+// report.html, written beside report.json: one self-contained page (inline CSS and SVG,
+// no script, nothing fetched) with the verdict, outcomes per corruption kind and per
+// constructor as stacked bars, cases/s and signatures found over time when `timeline`
+// has two samples or more, the findings with their repro commands, and the table.
+std::string report_html(const Report& report, std::span<const TimelineSample> timeline = {});
 // A ready regression case file for a finding (props::finding_case_file, with the
 // campaign's seed, case and policy or target).
 Json finding_case_file(const Report& report, const FindingRecord& finding);

@@ -1,0 +1,60 @@
+// `shardcheck deepspeed inspect CHECKPOINT_DIR`: lives in the Python package
+// (shardcheck.deepspeed_checkpoint reads torch-saved checkpoints), so this command hands
+// its arguments to `python -m shardcheck deepspeed ...`. The interpreter is
+// $SHARDCHECK_PYTHON, else the one the package was built for (a `pip install .` build),
+// else python3 on PATH.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+
+namespace shardcheck::cli {
+
+namespace {
+
+std::string python_interpreter() {
+  if (const char* chosen = std::getenv("SHARDCHECK_PYTHON"); chosen != nullptr && *chosen != '\0') return chosen;
+#ifdef SHARDCHECK_PYTHON_EXECUTABLE
+  if (::access(SHARDCHECK_PYTHON_EXECUTABLE, X_OK) == 0) return SHARDCHECK_PYTHON_EXECUTABLE;
+#endif
+  return "python3";
+}
+
+int run_deepspeed(const std::vector<std::string>& args) {
+  const std::string python = python_interpreter();
+  std::vector<std::string> words{python, "-m", "shardcheck", "deepspeed"};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& word : words) argv.push_back(word.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  ::execvp(argv[0], argv.data());
+  fmt::print(stderr,
+             "shardcheck deepspeed: cannot run {}: {} (set SHARDCHECK_PYTHON to a Python with the "
+             "shardcheck package and torch: pip install .)\n",
+             python, std::strerror(errno));
+  return kExitUsage;
+}
+
+}  // namespace
+
+void register_deepspeed(CLI::App& app, RunState& state) {
+  auto args = std::make_shared<std::vector<std::string>>();
+  CLI::App* sub = app.add_subcommand(
+      "deepspeed", "DeepSpeed checkpoints: `deepspeed inspect DIR` checks and rebuilds their mapped parameters");
+  sub->prefix_command();
+  sub->callback([sub, args, &state] {
+    *args = sub->remaining();
+    state.exit_code = run_deepspeed(*args);
+  });
+}
+
+}  // namespace shardcheck::cli

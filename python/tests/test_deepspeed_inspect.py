@@ -1,0 +1,281 @@
+"""`shardcheck deepspeed inspect`: small DeepSpeed 0.19.8-layout checkpoints written with
+torch.save (a two-layer tensor parallel 2 model with affine maps in
+universal_checkpoint_info, an AutoEP layer of ZeRO-3 per-rank files), clean ones rebuilt
+bit-exact, planted map corruptions each refused with its kind and a case file that
+`shardcheck repro` replays."""
+
+import copy
+import json
+import re
+import subprocess
+
+import pytest
+
+from shardcheck import deepspeed_checkpoint as inspect_module
+from test_package import command_path
+
+torch = pytest.importorskip("torch", reason="reading DeepSpeed checkpoints needs torch (Debian: python3-torch)")
+
+HIDDEN = 4
+
+
+def piece(shape, source, source_strides, dest, dest_strides, locations):
+    return {"shape": shape, "source": [source, source_strides], "dest": [dest, dest_strides], "locations": locations}
+
+
+def column_split():
+    """[2H, H] split by rows (dimension 0) over 2 ranks: each holds [H, H]."""
+    return {"logical_shape": [2 * HIDDEN, HIDDEN], "ranks": {
+        str(r): {"shard_shape": [HIDDEN, HIDDEN],
+                 "pieces": [piece([HIDDEN, HIDDEN], r * HIDDEN * HIDDEN, [HIDDEN, 1], 0, [HIDDEN, 1], [r])]}
+        for r in (0, 1)}}
+
+
+def row_split():
+    """[H, 2H] split by columns (dimension 1): each holds [H, H]."""
+    return {"logical_shape": [HIDDEN, 2 * HIDDEN], "ranks": {
+        str(r): {"shard_shape": [HIDDEN, HIDDEN],
+                 "pieces": [piece([HIDDEN, HIDDEN], r * HIDDEN, [2 * HIDDEN, 1], 0, [HIDDEN, 1], [r])]}
+        for r in (0, 1)}}
+
+
+def replicated():
+    return {"logical_shape": [HIDDEN], "ranks": {
+        str(r): {"shard_shape": [HIDDEN], "pieces": [piece([HIDDEN], 0, [1], 0, [1], [0, 1])]} for r in (0, 1)}}
+
+
+PATTERNS = {r"layers\.\d+\.attention\.query_key_value\.weight": column_split,
+            r"layers\.\d+\.mlp\.dense_4h_to_h\.weight": row_split,
+            r"layers\.\d+\.input_layernorm\.weight": replicated}
+
+
+def tp2_model():
+    generator = torch.Generator().manual_seed(7)
+    full = {}
+    for layer in (0, 1):
+        full[f"layers.{layer}.attention.query_key_value.weight"] = torch.randn(2 * HIDDEN, HIDDEN, generator=generator)
+        full[f"layers.{layer}.mlp.dense_4h_to_h.weight"] = torch.randn(HIDDEN, 2 * HIDDEN, generator=generator)
+        full[f"layers.{layer}.input_layernorm.weight"] = torch.randn(HIDDEN, generator=generator)
+    return full
+
+
+def save_tp2(folder, maps=None, shard_edit=None):
+    """mp_rank_00/01_model_states.pt as DeepSpeed saves them: each TP rank's module state
+    dict; rank 0's also holds universal_checkpoint_info with the affine maps."""
+    full = tp2_model()
+    maps = maps if maps is not None else {pattern: make() for pattern, make in PATTERNS.items()}
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in (0, 1):
+        module = {}
+        for name, tensor in full.items():
+            if "query_key_value" in name:
+                module[name] = tensor[rank * HIDDEN:(rank + 1) * HIDDEN].clone()
+            elif "dense_4h_to_h" in name:
+                module[name] = tensor[:, rank * HIDDEN:(rank + 1) * HIDDEN].clone()
+            else:
+                module[name] = tensor.clone()
+        if shard_edit:
+            shard_edit(rank, module)
+        state = {"module": module, "dp_world_size": 1, "mp_world_size": 2, "ds_version": "0.19.8"}
+        if rank == 0:
+            state["universal_checkpoint_info"] = {"universal_checkpoint_version": 0.4,
+                                                  "affine_map": {"version": 1, "params": maps}}
+        torch.save(state, folder / f"mp_rank_{rank:02d}_model_states.pt")
+    return full
+
+
+def test_a_clean_tp2_checkpoint_rebuilds_bit_exact(tmp_path):
+    full = save_tp2(tmp_path / "ckpt")
+    rebuilt = {}
+    reports = inspect_module.inspect(str(tmp_path / "ckpt"), str(tmp_path / "cases"), rebuilt=rebuilt)
+    assert sorted(r.name for r in reports) == sorted(full)
+    assert all(r.verdict == "exact" for r in reports), [(r.name, r.message) for r in reports]
+    for name, tensor in full.items():
+        assert torch.equal(rebuilt[name].view(torch.int32), tensor.view(torch.int32)), name
+    assert not (tmp_path / "cases").exists()
+
+
+def test_deepspeed_reads_the_same_maps(tmp_path):
+    """The maps as written are DeepSpeed's own format: its from_dict reads them and rebuilds
+    the same tensors (skipped without the sdist)."""
+    import shardcheck.deepspeed
+
+    try:
+        affine = shardcheck.deepspeed.load_affine()
+    except FileNotFoundError as missing:
+        pytest.skip(f"DeepSpeed's sdist is not here ({missing})")
+    full = save_tp2(tmp_path / "ckpt")
+    name = "layers.1.mlp.dense_4h_to_h.weight"
+    states = [torch.load(tmp_path / "ckpt" / f"mp_rank_{r:02d}_model_states.pt") for r in (0, 1)]
+    amap = affine.ParamAffineMap.from_dict(row_split())
+    assert torch.equal(amap.rebuild({r: states[r]["module"][name].reshape(-1) for r in (0, 1)}), full[name])
+
+
+def corrupt_map(pattern, edit):
+    maps = {p: make() for p, make in PATTERNS.items()}
+    edit(maps[pattern])
+    return maps
+
+
+QKV, FC2, NORM = list(PATTERNS)
+
+
+@pytest.mark.parametrize("label, maps, shard_edit, kind, names", [
+    ("overlapping rows", corrupt_map(QKV, lambda m: m["ranks"]["1"]["pieces"][0]["source"].__setitem__(0, 8)),
+     None, "uncovered", {"layers.0.attention.query_key_value.weight", "layers.1.attention.query_key_value.weight"}),
+    ("a stride past the end", corrupt_map(FC2, lambda m: m["ranks"]["0"]["pieces"][0]["source"][1].__setitem__(0, 16)),
+     None, "bounds", {"layers.0.mlp.dense_4h_to_h.weight", "layers.1.mlp.dense_4h_to_h.weight"}),
+    ("a replica named on one rank only", corrupt_map(NORM, lambda m: m["ranks"]["1"]["pieces"][0].__setitem__(
+        "locations", [1])), None, "holders",
+     {"layers.0.input_layernorm.weight", "layers.1.input_layernorm.weight"}),
+    ("replicas that disagree", None,
+     lambda rank, module: rank == 1 and module["layers.1.input_layernorm.weight"].add_(1.0),
+     "different_data", {"layers.1.input_layernorm.weight"}),
+    ("a truncated shard", None,
+     lambda rank, module: rank == 1 and module.__setitem__("layers.0.mlp.dense_4h_to_h.weight",
+                                                           module["layers.0.mlp.dense_4h_to_h.weight"][:2].clone()),
+     "shape", {"layers.0.mlp.dense_4h_to_h.weight"}),
+    ("a content digest that does not match", corrupt_map(NORM, lambda m: m.__setitem__(
+        "content_digests", {"param": "0x0000000000000001"})), None, "digest",
+     {"layers.0.input_layernorm.weight", "layers.1.input_layernorm.weight"}),
+])
+def test_every_planted_corruption_is_refused(tmp_path, label, maps, shard_edit, kind, names):
+    save_tp2(tmp_path / "ckpt", maps=maps, shard_edit=shard_edit)
+    reports = inspect_module.inspect(str(tmp_path / "ckpt"), str(tmp_path / "cases"))
+    refused = {r.name: r for r in reports if r.verdict != "exact"}
+    assert set(refused) == names, (label, {r.name: r.message for r in reports})
+    for report in refused.values():
+        assert report.kind == kind, (label, report.message)
+        if kind == "shape":  # a case file cannot hold a shard of the wrong size
+            assert report.case_file == ""
+            continue
+        case = json.loads(open(report.case_file).read())
+        assert case["expect"] == "refused" and case["expect_error"] == kind
+        # The case replays: strict refuses it with that kind, as it expects (exit 0).
+        replay = subprocess.run([str(command_path()), "repro", report.case_file], capture_output=True, text=True,
+                                timeout=60)
+        assert replay.returncode == 0 and f"refused {kind}" in replay.stdout, replay.stdout + replay.stderr
+    assert all(r.verdict == "exact" for r in reports if r.name not in names)
+
+
+def test_two_matching_patterns_are_refused(tmp_path):
+    maps = {p: make() for p, make in PATTERNS.items()}
+    maps[r"layers\.0\..*norm.*"] = replicated()
+    save_tp2(tmp_path / "ckpt", maps=maps)
+    reports = {r.name: r for r in inspect_module.inspect(str(tmp_path / "ckpt"), str(tmp_path / "cases"))}
+    assert reports["layers.0.input_layernorm.weight"].verdict == "refused"
+    assert "more than one" in reports["layers.0.input_layernorm.weight"].message
+    assert reports["layers.1.input_layernorm.weight"].verdict == "exact"
+
+
+NUM_EXPERTS, EXPERT_SHAPE = 4, [3, 2]
+
+
+def placement(experts_by_rank):
+    return {"version": 1, "num_experts": NUM_EXPERTS, "ep_size": len(experts_by_rank),
+            "ranks": [{"rank": r, "experts": list(e)} for r, e in enumerate(experts_by_rank)]}
+
+
+def save_autoep(folder, descriptor, experts_by_rank, entry_edit=None, tensor_edit=None):
+    """ZeRO-3 AutoEP: one model-state file per EP rank holding its packed local experts
+    (PREFIX.w1) and the layer's metadata with its ep_rank."""
+    full = torch.randn([NUM_EXPERTS] + EXPERT_SHAPE, generator=torch.Generator().manual_seed(3))
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank, experts in enumerate(experts_by_rank):
+        local = torch.stack([full[e] for e in experts]) if experts else torch.empty([0] + EXPERT_SHAPE)
+        entry = {"expert_key_prefix": "layers.0.moe.experts", "num_experts": NUM_EXPERTS, "ep_size": 2,
+                 "expert_placement": copy.deepcopy(descriptor), "ep_rank": rank,
+                 "checkpoint_format": "zero3_partitioned", "checkpoint_format_version": 1}
+        if entry_edit:
+            entry_edit(rank, entry)
+        module = {"layers.0.moe.experts.w1": local}
+        if tensor_edit:
+            tensor_edit(rank, module)
+        torch.save({"module": module, "ds_autoep_layers": [entry]},
+                   folder / f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt")
+    return full
+
+
+def test_an_autoep_layer_rebuilds_bit_exact(tmp_path):
+    # A non-contiguous placement: rank 0 holds experts 0 and 3, rank 1 experts 1 and 2.
+    experts = [[0, 3], [1, 2]]
+    full = save_autoep(tmp_path / "ckpt", placement(experts), experts)
+    rebuilt = {}
+    (report,) = inspect_module.inspect(str(tmp_path / "ckpt"), str(tmp_path / "cases"), rebuilt=rebuilt)
+    assert report.verdict == "exact", report.message
+    assert report.source == "autoep layers.0.moe.experts" and report.ranks == [0, 1]
+    assert torch.equal(rebuilt["layers.0.moe.experts.w1"], full)
+
+
+def test_the_placement_lowering_is_deepspeeds(tmp_path):
+    import shardcheck.deepspeed
+
+    try:
+        root = shardcheck.deepspeed.find_sdist()
+    except FileNotFoundError as missing:
+        pytest.skip(f"DeepSpeed's sdist is not here ({missing})")
+    # autoep_affine.py imports deepspeed.checkpoint.* absolutely: read its lowering's source
+    # instead of importing it, and compare piece for piece on the cases that differ.
+    source = open(f"{root}/deepspeed/checkpoint/autoep_affine.py").read()
+    assert "def _pieces_for_rank" in source and "len(holders[current_expert]) == 1" in source
+    lowered = inspect_module.placement_to_map(placement([[0, 1], [2, 3]]), [NUM_EXPERTS] + EXPERT_SHAPE)
+    assert [len(r["pieces"]) for r in lowered["ranks"].values()] == [1, 1]  # runs joined
+    lowered = inspect_module.placement_to_map(placement([[0, 3], [1, 2]]), [NUM_EXPERTS] + EXPERT_SHAPE)
+    assert [len(r["pieces"]) for r in lowered["ranks"].values()] == [2, 1]
+
+
+@pytest.mark.parametrize("label, experts, descriptor_experts, entry_edit, tensor_edit, kind", [
+    ("an expert held by no rank", [[0, 1], [2, 3]], [[0, 1], [2, 2]], None, None, "placement"),
+    ("an expert outside the range", [[0, 1], [2, 3]], [[0, 1], [2, 7]], None, None, "placement"),
+    ("a serialized map that is not the placement's", [[0, 1], [2, 3]], [[0, 1], [2, 3]],
+     lambda rank, entry: entry.__setitem__("affine_map", inspect_module.placement_to_map(
+         placement([[0, 2], [1, 3]]), [NUM_EXPERTS] + EXPERT_SHAPE)), None, "placement"),
+    ("a packed tensor of the wrong size", [[0, 1], [2, 3]], [[0, 1], [2, 3]], None,
+     lambda rank, module: rank == 1 and module.__setitem__("layers.0.moe.experts.w1",
+                                                           module["layers.0.moe.experts.w1"][:1].clone()), "shape"),
+])
+def test_autoep_corruptions_are_refused(tmp_path, label, experts, descriptor_experts, entry_edit, tensor_edit, kind):
+    save_autoep(tmp_path / "ckpt", placement(descriptor_experts), experts, entry_edit, tensor_edit)
+    (report,) = inspect_module.inspect(str(tmp_path / "ckpt"), str(tmp_path / "cases"))
+    assert report.verdict == "refused" and report.kind == kind, (label, report.message)
+
+
+def test_the_command_line_prints_the_table_and_the_verdict(tmp_path):
+    save_tp2(tmp_path / "ckpt", maps=corrupt_map(QKV, lambda m: m["ranks"]["1"]["pieces"][0]["source"].__setitem__(0, 8)))
+    run = subprocess.run([str(command_path()), "deepspeed", "inspect", str(tmp_path / "ckpt"), "--cases",
+                          str(tmp_path / "cases")], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].split() == ["parameter", "map", "shape", "dtype", "ranks", "verdict"]
+    assert re.search(r"layers\.0\.mlp\.dense_4h_to_h\.weight .* 4x8 +float32 +0,1 +exact", run.stdout)
+    assert "refused uncovered" in run.stdout
+    assert lines[-1] == "verdict: FAIL, exit 1: 2 of 6 parameters refused"
+    assert len(list((tmp_path / "cases").glob("*.json"))) == 2
+    clean = tmp_path / "clean"
+    save_tp2(clean)
+    run = subprocess.run([str(command_path()), "deepspeed", "inspect", str(clean), "--json"], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert len(rows) == 6 and all(r["verdict"] == "exact" for r in rows)
+
+
+def test_a_recorded_content_digest_is_verified(tmp_path):
+    """A map that records content_digests["param"] (contract 10) is rebuilt verifying it:
+    the right value (computed by `shardcheck digest` from the same map and shards) passes."""
+    full = tp2_model()
+    name = "layers.0.input_layernorm.weight"
+    (tmp_path / "map.json").write_text(json.dumps(replicated()))
+    (tmp_path / "shard.bin").write_bytes(full[name].numpy().tobytes())
+    digest = subprocess.run([str(command_path()), "digest", str(tmp_path / "map.json"), f"0={tmp_path / 'shard.bin'}",
+                             f"1={tmp_path / 'shard.bin'}"], capture_output=True, text=True, timeout=60)
+    assert digest.returncode == 0, digest.stderr
+    value = digest.stdout.split()[1]
+    maps = corrupt_map(NORM, lambda m: m.__setitem__("content_digests", {"param": value}))
+    save_tp2(tmp_path / "ckpt", maps=maps)
+    reports = {r.name: r for r in inspect_module.inspect(str(tmp_path / "ckpt"), str(tmp_path / "cases"))}
+    assert reports[name].verdict == "exact" and reports[name].digest == "verified", reports[name].message
+    # The pattern's one map (and its one digest) also applies to layer 1, whose norm differs.
+    assert reports["layers.1.input_layernorm.weight"].kind == "digest"
+    others = [r for n, r in reports.items() if "input_layernorm" not in n]
+    assert all(r.verdict == "exact" and r.digest == "" for r in others)
