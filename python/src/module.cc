@@ -350,9 +350,9 @@ std::string py_judge(const std::string& case_text, nb::callable bridge, const st
   if (!decoded) throw nb::value_error(("Not a case file: " + decoded.error().to_string()).c_str());
   Case c = std::move(decoded).value();
   if (op) {
-    if (*op == "rebuild") c.op = Op::rebuild;
-    else if (*op == "extract") c.op = Op::extract;
-    else if (*op == "both") c.op = Op::both;
+    if (*op == "rebuild") c.ops = {Op::rebuild};
+    else if (*op == "extract") c.ops = {Op::extract};
+    else if (*op == "both") c.ops = {Op::rebuild, Op::extract};
     else throw nb::value_error(fmt::format("Unknown op {:?}.", *op).c_str());
   }
   PythonTarget target(std::move(bridge), name);

@@ -11,7 +11,7 @@ import pytest
 
 import shardcheck
 
-SUBCOMMANDS = ("check", "repro", "digest", "campaign", "deepspeed")
+SUBCOMMANDS = ("check", "repro", "digest", "campaign", "deepspeed", "plan")
 
 
 def command_path():
