@@ -4,9 +4,11 @@ import argparse
 import datetime
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -125,13 +127,97 @@ def build(args, build_dir, targets, log):
     return sh(cmd, log, timeout=args.build_timeout)
 
 
+def tree_cpu_seconds(pid):
+    """CPU seconds used so far by process pid and its live children (the campaign's workers),
+    plus children that have ended: one-core time, whatever else loads the machine."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def stat(p):
+        try:
+            text = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            return None
+        fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
+        return int(fields[1]), [int(x) for x in fields[11:15]]  # ppid; utime stime cutime cstime
+
+    own = stat(pid)
+    if own is None:
+        return None
+    total = sum(own[1])
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != pid:
+            child = stat(int(entry))
+            if child and child[0] == pid:
+                total += child[1][0] + child[1][1]
+    return total / tick
+
+
+def stop_group(proc):
+    for sig in (15, 9):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def children_cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def watch_campaign(cmd, log, timeout):
+    """Runs one campaign and stops it at its first finding (the CLI announces each new
+    signature on a flushed "new finding:" line). Returns (exit code, None when stopped at a
+    finding; wall seconds; CPU seconds until the finding or the end; the finding line)."""
+    start, waited_before = time.monotonic(), children_cpu_seconds()
+    with open(log, "a") as out:
+        out.write(f"$ {' '.join(map(str, cmd))}\n")
+        out.flush()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=out, text=True, start_new_session=True)
+        # The deadline only matters for a campaign that hangs while printing nothing: the
+        # reader blocks, so a timer ends the group.
+        timer = threading.Timer(timeout, lambda: stop_group(proc))
+        timer.start()
+        finding, cpu = None, 0.0
+        try:
+            for line in proc.stdout:
+                out.write(line)
+                if line.startswith("new finding:"):
+                    finding = line.strip()
+                    cpu = tree_cpu_seconds(proc.pid) or 0.0
+                    break
+        finally:
+            timer.cancel()
+        wall = time.monotonic() - start
+        if finding:
+            stop_group(proc)
+            rc = None
+        else:
+            rc = proc.wait()
+            if time.monotonic() - start >= timeout:
+                rc = 124
+            # Its workers were waited for by the campaign, so their CPU is in its rusage.
+            cpu = children_cpu_seconds() - waited_before
+        out.write(f"[mutants] {'stopped at ' + finding if finding else f'exit {rc}'}; wall {wall:.1f} s, "
+                  f"cpu {cpu:.1f} s\n")
+    return rc, wall, cpu, finding
+
+
 def run_campaign(args, build_dir, work, log):
-    """The strict campaign, then the same with --digest. Killed: exit code 1 or any finding
-    (another non-zero exit, such as a crash of the campaign itself, counts too and is noted)."""
+    """The strict campaign, then the same with --digest, one after the other, each stopped at
+    its first finding. Killed: a finding, or exit code 1 (another non-zero exit, such as a
+    crash of the campaign itself, counts too and is noted). Returns the detection time too:
+    CPU seconds of the campaign (and its workers) until the finding, the runs before it
+    included (time to detection, issue 29), None when it survived."""
     exe = build_dir / "shardcheck"
     runs = [("plain", []), ("digest", ["--digest"])]
     shares = (0.6, 0.4)
-    total_s, details = 0.0, []
+    total_s, cpu_s, details = 0.0, 0.0, []
     for (name, extra), share in zip(runs, shares):
         out = work / f"campaign-{name}"
         shutil.rmtree(out, ignore_errors=True)
@@ -140,22 +226,22 @@ def run_campaign(args, build_dir, work, log):
                "--out", str(out), "--quiet", "--case-time-limit", str(args.case_time_limit), *extra]
         if args.cases:
             cmd += ["--cases", str(args.cases)]
-        rc, secs = sh(cmd, log, timeout=seconds + 120)
+        rc, secs, cpu, finding = watch_campaign(cmd, log, timeout=seconds + 120)
         total_s += secs
-        findings = []
+        cpu_s += cpu
+        if finding:
+            return KILLED, f"{name}: {finding[len('new finding: '):]}", total_s, cpu_s
+        if rc != 0:
+            why = f"{name}: exit {rc}"
+            if rc != 1:
+                why += " (not a verdict: crash, timeout or bad usage)"
+            return KILLED, why, total_s, cpu_s
         try:
-            report = json.loads((out / "report.json").read_text())
-            findings = [f["signature"] for f in report.get("findings", [])]
-            cases = report.get("cases")
+            cases = json.loads((out / "report.json").read_text()).get("cases")
         except (OSError, ValueError):
             cases = None
-        if rc != 0 or findings:
-            why = f"{name}: exit {rc}" + (f", {len(findings)} finding(s), first {findings[0]}" if findings else "")
-            if rc not in (0, 1):
-                why += " (not a verdict: crash, timeout or bad usage)"
-            return KILLED, why, total_s
         details.append(f"{name}: {cases if cases is not None else '?'} cases clean")
-    return SURVIVED, "; ".join(details), total_s
+    return SURVIVED, "; ".join(details), total_s, None
 
 
 def run_ctest(args, build_dir, log, regex=None):
@@ -176,20 +262,23 @@ def run_ctest(args, build_dir, log, regex=None):
 
 
 def detect(detector, args, build_dir, work, log):
+    """(status, detail, seconds, CPU seconds to detection or None)."""
     if detector == "campaign":
         return run_campaign(args, build_dir, work, log)
     if detector == "replay":
-        return run_ctest(args, build_dir, log, regex="^fuzz_")
-    return run_ctest(args, build_dir, log)
+        return (*run_ctest(args, build_dir, log, regex="^fuzz_"), None)
+    return (*run_ctest(args, build_dir, log), None)
 
 
 def write_reports(out_dir, meta, results, detectors):
     with open(out_dir / "results.tsv", "w") as f:
-        f.write("id\tfile\tdetector\tstatus\tseconds\tdetail\n")
+        f.write("id\tfile\tdetector\tstatus\tseconds\tdetect_cpu_seconds\tdetail\n")
         for r in results:
             for d in detectors:
                 cell = r["detectors"][d]
-                f.write(f"{r['id']}\t{r['file']}\t{d}\t{cell['status']}\t{cell['seconds']:.1f}\t{cell['detail']}\n")
+                detect = cell.get("detect_cpu_seconds")
+                f.write(f"{r['id']}\t{r['file']}\t{d}\t{cell['status']}\t{cell['seconds']:.1f}\t"
+                        f"{'' if detect is None else detect}\t{cell['detail']}\n")
     totals = summarize(results, detectors)
     (out_dir / "results.json").write_text(json.dumps({**meta, "totals": totals, "mutants": results}, indent=1))
     lines = [f"# Mutation testing: {meta['started']}", "",
@@ -198,14 +287,23 @@ def write_reports(out_dir, meta, results, detectors):
              "| mutant | file | " + " | ".join(detectors) + " | what |",
              "|---|---|" + "---|" * len(detectors) + "---|"]
     for r in results:
-        cells = [r["detectors"][d]["status"] for d in detectors]
-        cells = [f"**{c}**" if c == SURVIVED else c for c in cells]
+        cells = []
+        for d in detectors:
+            cell = r["detectors"][d]
+            text = f"**{cell['status']}**" if cell["status"] == SURVIVED else cell["status"]
+            if cell.get("detect_cpu_seconds") is not None:
+                text += f" ({cell['detect_cpu_seconds']:.1f} s)"
+            cells.append(text)
         lines.append(f"| {r['id']} | {r['file']} | " + " | ".join(cells) + f" | {r['what']} |")
     lines += ["", "| detector | killed | survived | build-failed | stale | score (killed / judged) |",
               "|---|---|---|---|---|---|"]
     for d in detectors:
         t = totals[d]
         lines.append(f"| {d} | {t[KILLED]} | {t[SURVIVED]} | {t[BUILD_FAILED]} | {t[STALE]} | {t['score']} |")
+    if "campaign" in detectors and totals["campaign"].get("detection"):
+        lines += ["", "Time to detection (campaign, CPU seconds of the campaign and its workers until the "
+                  "first finding, the plain run's whole budget included when the digest run found it): "
+                  + totals["campaign"]["detection"]]
     survivors = [r for r in results if any(r["detectors"][d]["status"] == SURVIVED for d in detectors)]
     if survivors:
         lines += ["", "Survivors (detail of the first detector each survived):", ""]
@@ -224,8 +322,36 @@ def summarize(results, detectors):
             t[r["detectors"][d]["status"]] += 1
         judged = t[KILLED] + t[SURVIVED]
         t["score"] = f"{t[KILLED]}/{judged} ({100.0 * t[KILLED] / judged:.0f}%)" if judged else "-"
+        times = [r["detectors"][d].get("detect_cpu_seconds") for r in results
+                 if r["detectors"][d]["status"] in (KILLED, SURVIVED)]
+        if any(x is not None for x in times):
+            t["detection"] = detection_summary(times)
         totals[d] = t
     return totals
+
+
+def percentile(sorted_times, q):
+    """The q-quantile (nearest rank) of detection times; None (never) sorts last."""
+    rank = max(1, -(-len(sorted_times) * q // 100))  # ceil
+    return sorted_times[int(rank) - 1]
+
+
+def detection_summary(times):
+    """Median and 90th percentile over the judged mutants, a survivor counting as never
+    detected, and the same over the killed ones alone."""
+    never = float("inf")
+    judged = sorted(never if x is None else x for x in times)
+    killed = [x for x in judged if x != never]
+
+    def show(x):
+        return "never (survivor)" if x == never else f"{x:.1f} s"
+
+    text = (f"over {len(judged)} judged mutants median {show(percentile(judged, 50))}, "
+            f"90th percentile {show(percentile(judged, 90))}")
+    if killed:
+        text += (f"; over the {len(killed)} killed median {show(percentile(killed, 50))}, "
+                 f"90th percentile {show(percentile(killed, 90))}, slowest {show(killed[-1])}")
+    return text
 
 
 def print_matrix(results, detectors, totals):
@@ -238,13 +364,15 @@ def print_matrix(results, detectors, totals):
         t = totals[d]
         print(f"{d}: killed {t[KILLED]}, survived {t[SURVIVED]}, build-failed {t[BUILD_FAILED]}, stale {t[STALE]}; "
               f"score {t['score']}")
+        if t.get("detection"):
+            print(f"{d}: time to detection {t['detection']}")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--detectors", default="campaign", help="comma-separated: campaign, replay, ctest")
     p.add_argument("--only", action="append", default=[], help="mutant id (repeatable, or comma-separated)")
-    p.add_argument("--budget", type=int, default=60, help="seconds per mutant per detector (campaign: both runs)")
+    p.add_argument("--budget", type=int, default=40, help="seconds per mutant per detector (campaign: both runs)")
     p.add_argument("--jobs", type=int, default=2, help="campaign workers and ctest parallelism")
     p.add_argument("--build-jobs", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
@@ -316,7 +444,7 @@ def main():
     print(f"baseline build: {secs:.0f} s", flush=True)
     # Every detector must pass on the unmutated tree, or every mutant would look killed.
     for d in detectors:
-        status, detail, secs = detect(d, args, build_dir, work, setup_log)
+        status, detail, secs, _ = detect(d, args, build_dir, work, setup_log)
         print(f"baseline {d}: {detail} ({secs:.0f} s)", flush=True)
         if status != SURVIVED:
             sys.exit(f"mutants: the {d} detector fails on the unmutated tree ({detail}); see {setup_log}")
@@ -344,8 +472,10 @@ def main():
                         cells[d] = {"status": BUILD_FAILED, "seconds": bsecs, "detail": f"build exit {rc}"}
                 else:
                     for d in detectors:
-                        status, detail, secs = detect(d, args, build_dir, work, log)
+                        status, detail, secs, detect_cpu = detect(d, args, build_dir, work, log)
                         cells[d] = {"status": status, "seconds": secs, "detail": detail}
+                        if detect_cpu is not None:
+                            cells[d]["detect_cpu_seconds"] = round(detect_cpu, 2)
             finally:
                 path.write_text(original)
         results.append(row)

@@ -6,11 +6,16 @@
 #   scripts/mutants.sh [--detectors campaign,replay,ctest] [--only ID] [--budget SECONDS]
 #                      [--out DIR] [--jobs J] [--seed S] [--cases N] [--scratch DIR] [--list]
 #
-# Detectors: campaign (the strict campaign, fixed seed, --budget seconds split 60/40
-# between a plain run and a --digest run; builds only the shardcheck CLI), replay
+# Detectors: campaign (the strict campaign, fixed seed, --budget seconds (default 40) split
+# 60/40 between a plain run and a --digest run, each stopped at its first finding; builds
+# only the shardcheck CLI), replay
 # (ctest -R '^fuzz_': the fuzz corpora, the canary's known findings and
 # corpus/regressions/) and ctest (the whole suite).
 # A mutant is killed by a campaign that exits 1 or reports a finding, or a non-zero ctest.
+# Time to detection: for each mutant the campaign kills, the CPU seconds the campaign and
+# its workers spent until the first finding (one-core seconds, whatever else loads the
+# machine); the matrix gives the median and 90th percentile over the catalogue, a survivor
+# counting as never detected.
 # A mutant whose search text no longer occurs exactly once is stale, one that does not
 # compile is build-failed; neither counts as killed. The unmutated tree must pass every
 # detector first. --list only checks the anchors (exit 1 when any is stale).
