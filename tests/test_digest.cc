@@ -75,11 +75,22 @@ TEST(Digest, KernelsAgreeWithTheDefinitionForEveryDtypeAndLength) {
       EXPECT_EQ(digest(b), naive(b)) << dtype_name(dtype) << " n=" << n;
       for (Index first : {Index{1}, Index{1} << 40, std::numeric_limits<Index>::max() - 200}) {
         EXPECT_EQ(digest_elements(dtype, b.data(), n, first), naive(b, first)) << dtype_name(dtype) << " n=" << n;
-        EXPECT_EQ(detail::digest_elements_baseline(dtype, b.data(), n, first), naive(b, first))
-            << dtype_name(dtype) << " n=" << n;
+        for (const std::string& kernel : detail::digest_kernels_here()) {
+          EXPECT_EQ(detail::digest_elements_with(kernel, dtype, b.data(), n, first), naive(b, first))
+              << kernel << " " << dtype_name(dtype) << " n=" << n;
+        }
       }
     }
   }
+}
+
+TEST(Digest, EveryCpuRunsTheBaselineKernelAndTheChoiceIsOneThatRunsHere) {
+  const std::vector<std::string> here = detail::digest_kernels_here();
+  ASSERT_FALSE(here.empty());
+  EXPECT_EQ(here.back(), "baseline");
+  EXPECT_EQ(here.front(), detail::digest_kernel_chosen());
+  const Buffer f = marker_buffer(DType::float32, 3);
+  EXPECT_EQ(detail::digest_elements_with("no-such-kernel", f.dtype(), f.data(), 3, 0), std::nullopt);
 }
 
 TEST(Digest, DisjointPartsAddUp) {

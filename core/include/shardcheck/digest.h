@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shardcheck/convert.h"
 #include "shardcheck/dtype.h"
@@ -40,9 +41,14 @@ std::uint64_t digest(const Buffer& full);
 std::uint64_t digest_elements(DType dtype, const std::byte* data, Index count, Index first_index = 0);
 
 namespace detail {
-// digest_elements through the kernel built for the baseline target, bypassing the choice
-// by CPU features: on a machine with AVX2 digest_elements never runs it, so tests call it.
-std::uint64_t digest_elements_baseline(DType dtype, const std::byte* data, Index count, Index first_index);
+// The kernels digest_elements chooses among by CPU features (best first: "avx512",
+// "avx2", "baseline"), those this CPU runs, and the one it chose. Tests hold every kernel
+// that runs here to the definition, not only the chosen one.
+std::vector<std::string> digest_kernels_here();
+std::string digest_kernel_chosen();
+// digest_elements through the named kernel; std::nullopt when it does not run here.
+std::optional<std::uint64_t> digest_elements_with(std::string_view kernel, DType dtype, const std::byte* data,
+                                                  Index count, Index first_index);
 }  // namespace detail
 
 // Each rank's share of digest(F), computed from its own shard alone: the elements of its
