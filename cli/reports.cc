@@ -73,38 +73,6 @@ std::string repro_command(const fs::path& file) { return "shardcheck repro " + o
 
 }  // namespace
 
-std::string xml_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const auto ch = static_cast<unsigned char>(text[i]);
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        if (ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') {
-          out += "\xEF\xBF\xBD";  // U+FFFD: XML 1.0 has no way to carry these
-        } else {
-          out += static_cast<char>(ch);
-        }
-    }
-  }
-  return out;
-}
-
 void add_report_options(CLI::App* sub, ReportFiles& files, bool markdown) {
   sub->add_option("--junit", files.junit, "Also write a JUnit XML report to FILE (docs/reports.md)")->type_name("FILE");
   if (markdown) {
@@ -121,14 +89,14 @@ std::string campaign_junit(const campaign::Report& report, const fs::path& out) 
   auto testcase = [&](const std::string& classname, const std::string& name, const std::string& failure_type,
                       const std::string& failure_message, const std::string& body, const std::string& system_out) {
     ++count;
-    cases += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"0\">\n", xml_escape(classname),
-                         xml_escape(name));
+    cases += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"0\">\n", campaign::markup_escape(classname),
+                         campaign::markup_escape(name));
     if (!failure_message.empty()) {
       ++failures;
-      cases += fmt::format("      <failure type=\"{}\" message=\"{}\">{}</failure>\n", xml_escape(failure_type),
-                           xml_escape(failure_message), xml_escape(body));
+      cases += fmt::format("      <failure type=\"{}\" message=\"{}\">{}</failure>\n", campaign::markup_escape(failure_type),
+                           campaign::markup_escape(failure_message), campaign::markup_escape(body));
     }
-    if (!system_out.empty()) cases += fmt::format("      <system-out>{}</system-out>\n", xml_escape(system_out));
+    if (!system_out.empty()) cases += fmt::format("      <system-out>{}</system-out>\n", campaign::markup_escape(system_out));
     cases += "    </testcase>\n";
   };
   for (const auto& finding : report.findings) {
@@ -160,13 +128,13 @@ std::string campaign_junit(const campaign::Report& report, const fs::path& out) 
                      count, failures, report.seconds);
   xml +=
       fmt::format("  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"0\" time=\"{:.3f}\">\n",
-                  xml_escape(suite), count, failures, report.seconds);
+                  campaign::markup_escape(suite), count, failures, report.seconds);
   xml += fmt::format(
       "    <properties>\n      <property name=\"seed\" value=\"{}\"/>\n"
       "      <property name=\"cases\" value=\"{}\"/>\n"
       "      <property name=\"implementation\" value=\"{}\"/>\n"
       "      <property name=\"complete\" value=\"{}\"/>\n    </properties>\n",
-      o.seed, report.cases, xml_escape(implementation_of(o)), report.complete ? "true" : "false");
+      o.seed, report.cases, campaign::markup_escape(implementation_of(o)), report.complete ? "true" : "false");
   xml += cases;
   xml += "  </testsuite>\n</testsuites>\n";
   return xml;
@@ -266,19 +234,19 @@ std::string repro_junit(const std::string& folder, const std::vector<ReplayedCas
     seconds += c.seconds;
     const std::string name = fs::path(c.path).filename().string();
     body += fmt::format("    <testcase classname=\"shardcheck.repro\" name=\"{}\" file=\"{}\" time=\"{:.3f}\">\n",
-                        xml_escape(name), xml_escape(c.path), c.seconds);
+                        campaign::markup_escape(name), campaign::markup_escape(c.path), c.seconds);
     std::string text = fmt::format("{}\n", fmt::join(c.lines, "\n"));
     if (c.exit_code == kExitFound) {
       ++failures;
       text += fmt::format("replayed with {}\nreplay: {}\n", c.implementation, repro_command(c.path));
       body += fmt::format("      <failure type=\"repro\" message=\"{}\">{}</failure>\n",
-                          xml_escape(c.lines.empty() ? "failed" : c.lines.front()), xml_escape(text));
+                          campaign::markup_escape(c.lines.empty() ? "failed" : c.lines.front()), campaign::markup_escape(text));
     } else if (c.exit_code != kExitOk) {
       ++errors;
       body += fmt::format("      <error type=\"unusable\" message=\"{}\">{}</error>\n",
-                          xml_escape(c.lines.empty() ? "cannot be replayed" : c.lines.front()), xml_escape(text));
+                          campaign::markup_escape(c.lines.empty() ? "cannot be replayed" : c.lines.front()), campaign::markup_escape(text));
     } else {
-      body += fmt::format("      <system-out>{}</system-out>\n", xml_escape(text));
+      body += fmt::format("      <system-out>{}</system-out>\n", campaign::markup_escape(text));
     }
     body += "    </testcase>\n";
   }
@@ -287,7 +255,7 @@ std::string repro_junit(const std::string& folder, const std::vector<ReplayedCas
                      cases.size(), failures, errors, seconds);
   xml += fmt::format(
       "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"0\" time=\"{:.3f}\">\n",
-      xml_escape("shardcheck repro " + folder), cases.size(), failures, errors, seconds);
+      campaign::markup_escape("shardcheck repro " + folder), cases.size(), failures, errors, seconds);
   xml += body;
   xml += "  </testsuite>\n</testsuites>\n";
   return xml;

@@ -54,8 +54,4 @@ std::string repro_junit(const std::string& folder, const std::vector<ReplayedCas
 // Writes `text` to `path` (replacing it by rename); an error sentence, or empty.
 std::string write_report_file(const std::filesystem::path& path, const std::string& text);
 
-// Text that XML 1.0 can carry in an attribute or element: & < > " ' escaped, and the
-// control characters XML forbids replaced by U+FFFD.
-std::string xml_escape(std::string_view text);
-
 }  // namespace shardcheck::cli
