@@ -16,7 +16,9 @@ REPO = Path(__file__).resolve().parent.parent
 CATALOGUE = REPO / "mutants" / "mutants.tsv"
 DETECTORS = ("campaign", "replay", "ctest")
 # Statuses of one (mutant, detector) cell. Stale and build-failed are never counted as killed.
-KILLED, SURVIVED, STALE, BUILD_FAILED = "killed", "survived", "stale", "build-failed"
+# Equivalent: survived, and the catalogue says why no input can tell it apart (its sixth
+# column); excluded from the score like stale and build-failed.
+KILLED, SURVIVED, EQUIVALENT, STALE, BUILD_FAILED = "killed", "survived", "equivalent", "stale", "build-failed"
 
 
 def unescape(text):
@@ -39,17 +41,19 @@ def read_catalogue(path):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         cols = line.split("\t")
-        if len(cols) != 5 or not all(c.strip() for c in cols):
-            errors.append(f"{path}:{lineno}: expected 5 non-empty TAB-separated columns, got {len(cols)}")
+        if len(cols) not in (5, 6) or not all(c.strip() for c in cols):
+            errors.append(f"{path}:{lineno}: expected 5 or 6 non-empty TAB-separated columns, got {len(cols)}")
             continue
-        mid, file, search, replace, what = cols
+        mid, file, search, replace, what = cols[:5]
+        equivalent = cols[5].strip() if len(cols) == 6 else ""
         if mid in ids:
             errors.append(f"{path}:{lineno}: duplicate id {mid}")
         ids.add(mid)
         search, replace = unescape(search), unescape(replace)
         if search == replace:
             errors.append(f"{path}:{lineno}: {mid}: the replacement equals the search text")
-        mutants.append({"id": mid, "file": file, "search": search, "replace": replace, "what": what})
+        mutants.append({"id": mid, "file": file, "search": search, "replace": replace, "what": what,
+                        "equivalent": equivalent})
     if errors:
         sys.exit("\n".join(errors))
     return mutants
@@ -295,15 +299,20 @@ def write_reports(out_dir, meta, results, detectors):
                 text += f" ({cell['detect_cpu_seconds']:.1f} s)"
             cells.append(text)
         lines.append(f"| {r['id']} | {r['file']} | " + " | ".join(cells) + f" | {r['what']} |")
-    lines += ["", "| detector | killed | survived | build-failed | stale | score (killed / judged) |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "| detector | killed | survived | equivalent | build-failed | stale | score (killed / judged) |",
+              "|---|---|---|---|---|---|---|"]
     for d in detectors:
         t = totals[d]
-        lines.append(f"| {d} | {t[KILLED]} | {t[SURVIVED]} | {t[BUILD_FAILED]} | {t[STALE]} | {t['score']} |")
+        lines.append(f"| {d} | {t[KILLED]} | {t[SURVIVED]} | {t[EQUIVALENT]} | {t[BUILD_FAILED]} | {t[STALE]} | "
+                     f"{t['score']} |")
     if "campaign" in detectors and totals["campaign"].get("detection"):
         lines += ["", "Time to detection (campaign, CPU seconds of the campaign and its workers until the "
                   "first finding, the plain run's whole budget included when the digest run found it): "
                   + totals["campaign"]["detection"]]
+    equivalents = [r for r in results if any(r["detectors"][d]["status"] == EQUIVALENT for d in detectors)]
+    if equivalents:
+        lines += ["", "Equivalent (survived; excluded from the score for the catalogue's reason):", ""]
+        lines += [f"- `{r['id']}`: {r['equivalent']}" for r in equivalents]
     survivors = [r for r in results if any(r["detectors"][d]["status"] == SURVIVED for d in detectors)]
     if survivors:
         lines += ["", "Survivors (detail of the first detector each survived):", ""]
@@ -317,7 +326,7 @@ def write_reports(out_dir, meta, results, detectors):
 def summarize(results, detectors):
     totals = {}
     for d in detectors:
-        t = {KILLED: 0, SURVIVED: 0, BUILD_FAILED: 0, STALE: 0}
+        t = {KILLED: 0, SURVIVED: 0, EQUIVALENT: 0, BUILD_FAILED: 0, STALE: 0}
         for r in results:
             t[r["detectors"][d]["status"]] += 1
         judged = t[KILLED] + t[SURVIVED]
@@ -362,7 +371,8 @@ def print_matrix(results, detectors, totals):
     print()
     for d in detectors:
         t = totals[d]
-        print(f"{d}: killed {t[KILLED]}, survived {t[SURVIVED]}, build-failed {t[BUILD_FAILED]}, stale {t[STALE]}; "
+        print(f"{d}: killed {t[KILLED]}, survived {t[SURVIVED]}, equivalent {t[EQUIVALENT]}, "
+              f"build-failed {t[BUILD_FAILED]}, stale {t[STALE]}; "
               f"score {t['score']}")
         if t.get("detection"):
             print(f"{d}: time to detection {t['detection']}")
@@ -456,7 +466,7 @@ def main():
         log.write_text(f"# {m['id']}: {m['what']}\n")
         original = path.read_text() if path.is_file() else None
         matches = original.count(m["search"]) if original is not None else 0
-        row = {"id": m["id"], "file": m["file"], "what": m["what"], "detectors": {}}
+        row = {"id": m["id"], "file": m["file"], "what": m["what"], "equivalent": m["equivalent"], "detectors": {}}
         cells = row["detectors"]
         if matches != 1:
             for d in detectors:
@@ -473,6 +483,10 @@ def main():
                 else:
                     for d in detectors:
                         status, detail, secs, detect_cpu = detect(d, args, build_dir, work, log)
+                        if status == SURVIVED and m["equivalent"]:
+                            status, detail = EQUIVALENT, f"{detail}; equivalent: {m['equivalent']}"
+                        elif status == KILLED and m["equivalent"]:
+                            detail += " (the catalogue calls it equivalent: its reason is wrong)"
                         cells[d] = {"status": status, "seconds": secs, "detail": detail}
                         if detect_cpu is not None:
                             cells[d]["detect_cpu_seconds"] = round(detect_cpu, 2)
