@@ -490,11 +490,14 @@ Best memcpy_best_threads(const Buffer& full, int threads) {
   return best;
 }
 
+// One conversion of a wide layout, on `backend_name` (empty: the CPU path); `with_digest`:
+// the rebuild verifies an expected content digest (summed during the copy where it can be).
 void BM_WideConvert(benchmark::State& state, std::string layout, DType dtype, bool rebuild_side,
-                    std::string backend_name) {
+                    std::string backend_name, bool with_digest) {
   const WideInputs& in = wide_inputs(layout, dtype);
   ConvertOptions options;
   options.threads = static_cast<int>(state.range(0));
+  if (with_digest) options.expected_digest = digest(in.full);
   std::unique_ptr<Backend> backend;
   if (!backend_name.empty()) {
     backend = backend_name == "device-omp" ? make_device_omp_backend() : make_cuda_backend();
@@ -531,9 +534,9 @@ void BM_WideConvert(benchmark::State& state, std::string layout, DType dtype, bo
   const int threads = options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const Best same_threads = threads == 1 ? baseline : memcpy_best_threads(in.full, threads);
   state.counters["vs_memcpy_same_threads"] = best.wall / same_threads.wall;
-  if (!backend_name.empty()) {
+  if (!backend_name.empty() || with_digest) {
     state.SetBytesProcessed(state.iterations() * static_cast<Index>(in.full.size_bytes()));
-    return;  // the heap row is the CPU path's
+    return;  // the heap row is the plain CPU path's
   }
   if (const auto extra = extra_heap_bytes(in, dtype, rebuild_side)) {
     state.counters["extra_bytes"] = static_cast<double>(*extra);
@@ -560,29 +563,30 @@ void register_wide() {
                       {"block_gather", DType::float32, "4096x4096"},
                       {"block_gather_4096_pieces", DType::float32, "32768x512"},
                       {"fallback_interleaved_rows", DType::float32, "4096x4096"}};
-  for (const Row& row : rows) {
-    for (bool rebuild_side : {true, false}) {
-      const std::string name = std::string("wide/") + (rebuild_side ? "rebuild/" : "extract_all/") + row.layout + "_" +
-                               std::string(dtype_name(row.dtype)) + "_" + row.shape + "_tp8";
-      benchmark::RegisterBenchmark(name.c_str(), BM_WideConvert, std::string(row.layout), row.dtype, rebuild_side,
-                                   std::string())
-          ->ArgName("threads")
-          ->Arg(1)
-          ->Arg(0)
-          ->Iterations(5)
-          ->UseRealTime()
-          ->Unit(benchmark::kMillisecond);
-    }
-  }
-  // The device code (core/src/device/) on OpenMP threads and, where a GPU is, on CUDA:
-  // the same conversions through a backend that runs batches.
-  for (const char* backend : {"device-omp", "cuda"}) {
-    for (const Row& row : {rows[0], rows[1], rows[2]}) {
+  // The CPU path on every layout; a rebuild that verifies a content digest (issue 29: at
+  // most 1.3x memcpy, as vs_memcpy with one thread and vs_memcpy_same_threads with all);
+  // the device code (core/src/device/) on OpenMP threads and, where a GPU is, on CUDA.
+  struct Variant {
+    const char* prefix;
+    const char* backend;
+    bool digest;
+    std::span<const Row> rows;
+    bool extract;
+  };
+  const std::span<const Row> all(rows);
+  const std::span<const Row> two_dtypes = all.first(4);
+  const Variant variants[] = {{"wide", "", false, all, true},
+                              {"wide-digest", "", true, two_dtypes, false},
+                              {"device-omp", "device-omp", false, all.first(3), true},
+                              {"cuda", "cuda", false, all.first(3), true}};
+  for (const Variant& v : variants) {
+    for (const Row& row : v.rows) {
       for (bool rebuild_side : {true, false}) {
-        const std::string name = std::string(backend) + "/" + (rebuild_side ? "rebuild/" : "extract_all/") +
+        if (!rebuild_side && !v.extract) continue;
+        const std::string name = std::string(v.prefix) + "/" + (rebuild_side ? "rebuild/" : "extract_all/") +
                                  row.layout + "_" + std::string(dtype_name(row.dtype)) + "_" + row.shape + "_tp8";
         benchmark::RegisterBenchmark(name.c_str(), BM_WideConvert, std::string(row.layout), row.dtype, rebuild_side,
-                                     std::string(backend))
+                                     std::string(v.backend), v.digest)
             ->ArgName("threads")
             ->Arg(1)
             ->Arg(0)
