@@ -66,18 +66,16 @@ template <int kLanes>
   x ^= x >> 31;
 }
 
-// kLanes elements from q, s elements apart, widened to 64-bit lanes: one vector load and
-// one widening conversion when contiguous.
+// Adds kLanes elements from q, s elements apart, widened to 64-bit lanes, to x: one
+// vector load and one widening conversion when contiguous. (x in place, as finalise.)
 template <int kLanes, class U, bool kContiguous>
-[[gnu::always_inline]] inline Lanes<kLanes> load_lanes(const U* q, Index s) {
+[[gnu::always_inline]] inline void add_lanes(Lanes<kLanes>& x, const U* q, Index s) {
   if constexpr (kContiguous) {
     typename PackedOf<U, kLanes>::type packed;
     std::memcpy(&packed, q, sizeof packed);
-    return __builtin_convertvector(packed, Lanes<kLanes>);
+    x += __builtin_convertvector(packed, Lanes<kLanes>);
   } else {
-    Lanes<kLanes> x;
-    for (int i = 0; i < kLanes; ++i) x[i] = q[i * s];
-    return x;
+    for (int i = 0; i < kLanes; ++i) x[i] += q[i * s];
   }
 }
 
@@ -99,8 +97,10 @@ template <int kLanes, class U, bool kContiguous>
   Index j = 0;
   for (; j + 2 * kLanes <= n; j += 2 * kLanes) {
     const U* q = p + j * s;
-    L x0 = k0 + load_lanes<kLanes, U, kContiguous>(q, s);
-    L x1 = k1 + load_lanes<kLanes, U, kContiguous>(q + kLanes * s, s);
+    L x0 = k0;
+    L x1 = k1;
+    add_lanes<kLanes, U, kContiguous>(x0, q, s);
+    add_lanes<kLanes, U, kContiguous>(x1, q + kLanes * s, s);
     finalise<kLanes>(x0);
     finalise<kLanes>(x1);
     acc0 += x0;
