@@ -15,6 +15,10 @@
 #include <optional>
 #include <thread>
 
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "heap_counter.h"
 #include "shardcheck/campaign.h"
 #include "shardcheck/checks.h"
@@ -140,6 +144,73 @@ void BM_CampaignCase(benchmark::State& state) {
     const Case c = campaign::generate_indexed_case(options, index++);
     benchmark::DoNotOptimize(props::evaluate_case(c, options.eval));
   }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// Instructions retired by the calling thread in user space (perf_event_open), or, where
+// the kernel does not allow it, the thread's CPU nanoseconds (`unit` says which).
+class ThreadCounter {
+ public:
+  ThreadCounter() {
+    perf_event_attr attr{};
+    attr.type = PERF_TYPE_HARDWARE;
+    attr.size = sizeof attr;
+    attr.config = PERF_COUNT_HW_INSTRUCTIONS;
+    attr.exclude_kernel = 1;
+    attr.exclude_hv = 1;
+    fd_ = static_cast<int>(syscall(SYS_perf_event_open, &attr, 0, -1, -1, 0));
+  }
+  ~ThreadCounter() {
+    if (fd_ >= 0) close(fd_);
+  }
+  ThreadCounter(const ThreadCounter&) = delete;
+  ThreadCounter& operator=(const ThreadCounter&) = delete;
+  const char* unit() const { return fd_ >= 0 ? "instructions" : "cpu_ns"; }
+  std::uint64_t now() const {
+    std::uint64_t value = 0;
+    if (fd_ >= 0 && read(fd_, &value, sizeof value) == static_cast<ssize_t>(sizeof value)) return value;
+    return static_cast<std::uint64_t>(thread_seconds() * 1e9);
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// Where a campaign case's cost goes (issue 29: cut what the profile shows, never a
+// judgement): cases of a default campaign (seed 1, reference model on), one core, with
+// the instructions (or CPU ns) of each part per case: generation, the JSON text of the
+// case's maps, then evaluate_case's parts (EvalOptions::part_starts: the oracle run and
+// each judge). Counters: <part> per case, and `total`.
+void BM_CampaignCaseParts(benchmark::State& state) {
+  campaign::Options options;
+  options.seed = 1;
+  options.generate.layout.max_elements = state.range(0);
+  ThreadCounter counter;
+  std::map<std::string, std::uint64_t> spent;
+  std::string current;
+  std::uint64_t mark = 0;
+  auto switch_to = [&](const char* part) {
+    const std::uint64_t t = counter.now();
+    if (!current.empty()) spent[current] += t - mark;
+    current = part;
+    mark = counter.now();  // the switch itself is not counted
+  };
+  options.eval.part_starts = switch_to;
+  Index index = 0;
+  for (auto _ : state) {
+    switch_to("generation");
+    const Case c = campaign::generate_indexed_case(options, index++);
+    switch_to("");
+    benchmark::DoNotOptimize(props::evaluate_case(c, options.eval));
+  }
+  std::uint64_t total = 0;
+  for (const auto& [part, amount] : spent) total += amount;
+  const double cases = static_cast<double>(std::max<Index>(1, index));
+  for (const auto& [part, amount] : spent) state.counters[part] = static_cast<double>(amount) / cases;
+  state.counters["total"] = static_cast<double>(total) / cases;
+  std::string label = counter.unit();
+  label.append(" per case");
+  state.SetLabel(label);
   state.SetItemsProcessed(state.iterations());
 }
 
@@ -658,6 +729,7 @@ BENCHMARK(BM_CheckMapLargeColumnSplit);
 BENCHMARK(BM_CheckMapBoxGrid)->Name("check_map/box_grid")->ArgName("per_side")->Arg(100)->Arg(1000)
     ->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GenerateOnly)->Arg(256)->Arg(4096);
+BENCHMARK(BM_CampaignCaseParts)->Name("campaign/parts")->ArgName("max_elements")->Arg(256)->Iterations(20000);
 // The issue's figure is the reference:1 row (the reference model on, as a campaign runs);
 // reference:0 leaves property 3 out, to show what it costs.
 BENCHMARK(BM_CampaignCase)

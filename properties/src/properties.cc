@@ -788,26 +788,48 @@ std::optional<Finding> judge_backends(CaseJudgement& judged) {
 }
 
 // In order of precedence: the first judge that finds something names the case's finding.
-constexpr std::array<CaseJudge, 14> kCaseJudges = {
-    judge_target_fault,   judge_expected_tensor, judge_reference_agreement, judge_json_roundtrip, judge_unusable_case,
-    judge_equivalent_map, judge_wrong_tensor,    judge_refusal_report,      judge_digest_shares,  judge_backends,
-    judge_strict_accepts, judge_accepts_invalid, judge_case_expectation,    judge_map_text,
+struct NamedJudge {
+  const char* name;  // the part a profile of evaluate_case names (EvalOptions::part_starts)
+  CaseJudge judge;
 };
+
+constexpr std::array<NamedJudge, 14> kCaseJudges = {{
+    {"judge:target-fault", judge_target_fault},
+    {"judge:expected-tensor", judge_expected_tensor},
+    {"judge:reference-agreement", judge_reference_agreement},
+    {"judge:json-roundtrip", judge_json_roundtrip},
+    {"judge:unusable-case", judge_unusable_case},
+    {"judge:equivalent-map", judge_equivalent_map},
+    {"judge:wrong-tensor", judge_wrong_tensor},
+    {"judge:refusal-report", judge_refusal_report},
+    {"judge:digest-shares", judge_digest_shares},
+    {"judge:backends", judge_backends},
+    {"judge:strict-accepts", judge_strict_accepts},
+    {"judge:accepts-invalid", judge_accepts_invalid},
+    {"judge:case-expectation", judge_case_expectation},
+    {"judge:map-text", judge_map_text},
+}};
 
 }  // namespace
 
 Evaluation evaluate_case(const Case& c, const EvalOptions& options) {
+  auto part = [&](const char* name) {
+    if (options.part_starts) options.part_starts(name);
+  };
   CaseJudgement judged(c, options);
   // Conversion with some checks disabled may address memory outside the buffers: then
   // only the map is judged.
+  part("oracle");
   if (conversion_is_memory_safe(options.bugs)) judged.converted = run_on_target(c, options, judged.start_failure);
   categorise(judged);
-  for (const CaseJudge judge : kCaseJudges) {
-    if (auto finding = judge(judged)) {
+  for (const NamedJudge& named : kCaseJudges) {
+    part(named.name);
+    if (auto finding = named.judge(judged)) {
       judged.evaluation.finding = std::move(finding);
       break;
     }
   }
+  part("");
   return std::move(judged.evaluation);
 }
 

@@ -5,6 +5,7 @@
 // ready to be saved as a regression case file.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -109,6 +110,11 @@ struct EvalOptions {
   // threads with the case's own launch shape: any difference in verdict, error or output
   // bits is a `backend:` finding. Empty: none.
   std::string backend;
+  // Profiling (the bench's campaign/parts row): when set, evaluate_case calls it as each
+  // of its parts starts ("oracle": the case run on the policy or target with the oracle's
+  // expected tensor; "judge:<name>": each judge in turn) and with "" when it returns.
+  // Judgements do not depend on it.
+  std::function<void(const char* part)> part_starts;
 };
 
 struct Evaluation {
