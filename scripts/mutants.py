@@ -16,9 +16,24 @@ REPO = Path(__file__).resolve().parent.parent
 CATALOGUE = REPO / "mutants" / "mutants.tsv"
 DETECTORS = ("campaign", "replay", "ctest")
 # Statuses of one (mutant, detector) cell. Stale and build-failed are never counted as killed.
-# Equivalent: survived, and the catalogue says why no input can tell it apart (its sixth
-# column); excluded from the score like stale and build-failed.
-KILLED, SURVIVED, EQUIVALENT, STALE, BUILD_FAILED = "killed", "survived", "equivalent", "stale", "build-failed"
+# Equivalent: survived, and the catalogue's sixth column says why no input can tell it
+# apart ("equivalent: ..."). Unreachable: survived a detector the sixth column names as one
+# that cannot reach the mutated code ("unreachable by campaign: ..."). Both are left out of
+# the score, like stale and build-failed, and listed with their reasons.
+KILLED, SURVIVED, EQUIVALENT, UNREACHABLE, STALE, BUILD_FAILED = (
+    "killed", "survived", "equivalent", "unreachable", "stale", "build-failed")
+
+
+def excused(mutant, detector):
+    """(status, reason) for a survivor the catalogue explains, or None."""
+    note = mutant["equivalent"]
+    if note.startswith("equivalent:"):
+        return EQUIVALENT, note[len("equivalent:"):].strip()
+    if note.startswith("unreachable by "):
+        names, _, reason = note[len("unreachable by "):].partition(":")
+        if detector in [n.strip() for n in names.split(",")]:
+            return UNREACHABLE, reason.strip()
+    return None
 
 
 def unescape(text):
@@ -46,6 +61,9 @@ def read_catalogue(path):
             continue
         mid, file, search, replace, what = cols[:5]
         equivalent = cols[5].strip() if len(cols) == 6 else ""
+        if equivalent and not (equivalent.startswith("equivalent:") or equivalent.startswith("unreachable by ")):
+            errors.append(f"{path}:{lineno}: {mid}: the sixth column starts 'equivalent:' or "
+                          f"'unreachable by DETECTOR[,DETECTOR]:'")
         if mid in ids:
             errors.append(f"{path}:{lineno}: duplicate id {mid}")
         ids.add(mid)
@@ -299,20 +317,22 @@ def write_reports(out_dir, meta, results, detectors):
                 text += f" ({cell['detect_cpu_seconds']:.1f} s)"
             cells.append(text)
         lines.append(f"| {r['id']} | {r['file']} | " + " | ".join(cells) + f" | {r['what']} |")
-    lines += ["", "| detector | killed | survived | equivalent | build-failed | stale | score (killed / judged) |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["", "| detector | killed | survived | equivalent | unreachable | build-failed | stale | "
+              "score (killed / judged) | killed / all that built |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for d in detectors:
         t = totals[d]
-        lines.append(f"| {d} | {t[KILLED]} | {t[SURVIVED]} | {t[EQUIVALENT]} | {t[BUILD_FAILED]} | {t[STALE]} | "
-                     f"{t['score']} |")
+        lines.append(f"| {d} | {t[KILLED]} | {t[SURVIVED]} | {t[EQUIVALENT]} | {t[UNREACHABLE]} | "
+                     f"{t[BUILD_FAILED]} | {t[STALE]} | {t['score']} | {t['score_all']} |")
     if "campaign" in detectors and totals["campaign"].get("detection"):
         lines += ["", "Time to detection (campaign, CPU seconds of the campaign and its workers until the "
                   "first finding, the plain run's whole budget included when the digest run found it): "
                   + totals["campaign"]["detection"]]
-    equivalents = [r for r in results if any(r["detectors"][d]["status"] == EQUIVALENT for d in detectors)]
-    if equivalents:
-        lines += ["", "Equivalent (survived; excluded from the score for the catalogue's reason):", ""]
-        lines += [f"- `{r['id']}`: {r['equivalent']}" for r in equivalents]
+    excused_rows = [r for r in results
+                    if any(r["detectors"][d]["status"] in (EQUIVALENT, UNREACHABLE) for d in detectors)]
+    if excused_rows:
+        lines += ["", "Excused survivors (left out of the score for the catalogue's reason):", ""]
+        lines += [f"- `{r['id']}`: {r['equivalent']}" for r in excused_rows]
     survivors = [r for r in results if any(r["detectors"][d]["status"] == SURVIVED for d in detectors)]
     if survivors:
         lines += ["", "Survivors (detail of the first detector each survived):", ""]
@@ -326,11 +346,14 @@ def write_reports(out_dir, meta, results, detectors):
 def summarize(results, detectors):
     totals = {}
     for d in detectors:
-        t = {KILLED: 0, SURVIVED: 0, EQUIVALENT: 0, BUILD_FAILED: 0, STALE: 0}
+        t = {KILLED: 0, SURVIVED: 0, EQUIVALENT: 0, UNREACHABLE: 0, BUILD_FAILED: 0, STALE: 0}
         for r in results:
             t[r["detectors"][d]["status"]] += 1
         judged = t[KILLED] + t[SURVIVED]
         t["score"] = f"{t[KILLED]}/{judged} ({100.0 * t[KILLED] / judged:.0f}%)" if judged else "-"
+        # The same with the excused survivors counted as survivors, so the excuses show.
+        everything = judged + t[EQUIVALENT] + t[UNREACHABLE]
+        t["score_all"] = f"{t[KILLED]}/{everything} ({100.0 * t[KILLED] / everything:.0f}%)" if everything else "-"
         times = [r["detectors"][d].get("detect_cpu_seconds") for r in results
                  if r["detectors"][d]["status"] in (KILLED, SURVIVED)]
         if any(x is not None for x in times):
@@ -372,8 +395,8 @@ def print_matrix(results, detectors, totals):
     for d in detectors:
         t = totals[d]
         print(f"{d}: killed {t[KILLED]}, survived {t[SURVIVED]}, equivalent {t[EQUIVALENT]}, "
-              f"build-failed {t[BUILD_FAILED]}, stale {t[STALE]}; "
-              f"score {t['score']}")
+              f"unreachable {t[UNREACHABLE]}, build-failed {t[BUILD_FAILED]}, stale {t[STALE]}; "
+              f"score {t['score']} (all that built: {t['score_all']})")
         if t.get("detection"):
             print(f"{d}: time to detection {t['detection']}")
 
@@ -483,10 +506,12 @@ def main():
                 else:
                     for d in detectors:
                         status, detail, secs, detect_cpu = detect(d, args, build_dir, work, log)
-                        if status == SURVIVED and m["equivalent"]:
-                            status, detail = EQUIVALENT, f"{detail}; equivalent: {m['equivalent']}"
-                        elif status == KILLED and m["equivalent"]:
-                            detail += " (the catalogue calls it equivalent: its reason is wrong)"
+                        excuse = excused(m, d)
+                        if status == SURVIVED and excuse:
+                            status = excuse[0]
+                            detail = f"{detail}; {excuse[0]}: {excuse[1]}"
+                        elif status == KILLED and excuse:
+                            detail += f" (the catalogue calls it {excuse[0]}: its reason is wrong)"
                         cells[d] = {"status": status, "seconds": secs, "detail": detail}
                         if detect_cpu is not None:
                             cells[d]["detect_cpu_seconds"] = round(detect_cpu, 2)
