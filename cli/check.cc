@@ -95,6 +95,7 @@ int run_check(const CheckArgs& args) {
   });
   file.reset();  // the decoded maps are all that is needed now
   if (!document) {
+    progress.done();
     fmt::print(stderr, "shardcheck: {}: {}\n", args.path, document.error().to_string());
     return kExitUsage;
   }

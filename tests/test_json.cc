@@ -504,6 +504,21 @@ TEST(JsonParse, TakingPiecesAnswersAsTheExactReaderDoes) {
        }) {
     expect_same_reading(text);
   }
+  // A pieces list under an unknown key inside a piece is taken too, at a token that a
+  // later rank's list may reuse once that piece is dropped: the later list must not
+  // inherit its pieces. Padding moves the later list across the token.
+  const std::string piece = R"({"shape": [1, 8], "source": [0, [8, 1]], "dest": [0, [8, 1]], "locations": [0]})";
+  const std::string nested = piece.substr(0, piece.size() - 1) + R"(, "pieces": [)" + piece + "]}";
+  for (int pad = 0; pad < 40; ++pad) {
+    std::string padding;
+    for (int i = 0; i < pad; ++i) padding += i > 0 ? ", 0" : "0";
+    const std::string text = R"({"logical_shape": [2, 8], "ranks": {"0": {"shard_shape": [1, 8], "pieces": [)" + nested +
+                             R"(]}, "1": {"x": [)" + padding + R"(], "shard_shape": [1, 8], "pieces": []}}})";
+    const auto map = parse_map(text);
+    ASSERT_TRUE(map.ok()) << map.error().to_string();
+    EXPECT_EQ(map.value().ranks.at(1).pieces.size(), 0u) << "padding " << pad;
+    expect_same_reading(text);
+  }
 }
 
 TEST(JsonDecode, RepresentableButInvalidValuesAreKept) {

@@ -255,7 +255,12 @@ class TapeBuilder {
     frame.at = static_cast<std::uint32_t>(tape_.tokens_.size() - 1);
     frame.keys_begin = keys_.size();
     frame.strings_at = tape_.strings_.size();
-    if (pieces_list) frame.taken = &tape_.taken_[frame.at];  // a node: the address stays
+    if (pieces_list) {
+      // A node: the address stays. A list left at this token by an array inside a piece
+      // taken before (under an unknown key) is stale.
+      frame.taken = &tape_.taken_[frame.at];
+      frame.taken->clear();
+    }
     open_.push_back(std::move(frame));
   }
 
