@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -106,6 +107,34 @@ struct FileText {
   std::string error;
 };
 FileText read_file(const std::string& path);
+
+// --max-input-bytes N on a command that reads maps or case files: sets the limit of every
+// reader in the process (set_max_input_bytes); without it the default applies.
+CLI::Option* add_max_input_bytes_option(CLI::App* sub);
+
+// A file's text for a reader that goes through it once, front to back. A regular file is
+// mapped, not copied, and the pages the reader has passed can be given back
+// (release_before), so that reading a large map does not hold its text twice nor whole;
+// anything else (a pipe) is read into memory. A file over max_input_bytes() is refused
+// before it is read, with the reader's own `format` error.
+class InputFile {
+ public:
+  // Nothing, after printing "shardcheck: <why>" to stderr (the caller exits with the usage code).
+  static std::optional<InputFile> open(const std::string& path);
+  InputFile(InputFile&& other) noexcept;
+  InputFile& operator=(InputFile&&) = delete;
+  ~InputFile();
+  std::string_view text() const { return text_; }
+  // Drops the pages wholly before `offset` from memory; reading them again reads the file.
+  void release_before(std::size_t offset);
+
+ private:
+  InputFile() = default;
+  std::string_view text_;
+  void* mapped_ = nullptr;  // the mapping, when mapped
+  std::string copy_;        // the text, when read
+  std::size_t released_ = 0;
+};
 
 // The file parsed as JSON; on failure prints "shardcheck: <why>" to stderr (the caller
 // exits with the usage code) and returns nothing.

@@ -243,6 +243,7 @@ void register_digest(CLI::App& app, RunState& state) {
                  std::numeric_limits<int>::max(), "p of contract section 1.2 (default 1)");
   sub->add_option("--state", args->state, "compare with the map's content_digests entry for this state");
   sub->add_option("--param", args->param, "the parameter of an envelope");
+  add_max_input_bytes_option(sub);
   sub->callback([args, &state] { state.exit_code = run_digest(*args); });
 }
 

@@ -1,3 +1,8 @@
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -27,14 +32,82 @@ FileText read_file(const std::string& path) {
     out.error = "cannot read " + path + ": " + std::strerror(errno);
     return out;
   }
-  std::ostringstream text;
-  text << in.rdbuf();
+  // Read in one piece where the size is known: a string stream grows by doubling and
+  // copies out, up to three times the file at its peak.
+  std::string text;
+  if (const auto size = std::filesystem::file_size(path, ec); !ec && std::filesystem::is_regular_file(path, ec)) {
+    text.resize(size);
+    in.read(text.data(), static_cast<std::streamsize>(size));
+    text.resize(static_cast<std::size_t>(in.gcount()));
+  }
+  std::ostringstream rest;  // a pipe, or what a file grew by since
+  rest << in.rdbuf();
   if (in.bad()) {
     out.error = "cannot read " + path;
     return out;
   }
-  out.text = std::move(text).str();
+  text += std::move(rest).str();
+  out.text = std::move(text);
   return out;
+}
+
+std::optional<InputFile> InputFile::open(const std::string& path) {
+  std::error_code ec;
+  const bool regular = std::filesystem::is_regular_file(path, ec);
+  const std::uintmax_t size = regular ? std::filesystem::file_size(path, ec) : 0;
+  if (regular && !ec) {
+    if (Status bad = check_input_size(size, max_input_bytes()); !bad.ok()) {
+      fmt::print(stderr, "shardcheck: {}: {}\n", path, bad.error().to_string());
+      return std::nullopt;
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      fmt::print(stderr, "shardcheck: cannot read {}: {}\n", path, std::strerror(errno));
+      return std::nullopt;
+    }
+    InputFile file;
+    if (size == 0) {
+      ::close(fd);
+      return file;
+    }
+    void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (mapped != MAP_FAILED) {
+      ::madvise(mapped, size, MADV_SEQUENTIAL);
+      file.mapped_ = mapped;
+      file.text_ = std::string_view(static_cast<const char*>(mapped), size);
+      return file;
+    }
+  }
+  FileText read = read_file(path);  // a pipe, or a file that would not map
+  if (!read.text) {
+    fmt::print(stderr, "shardcheck: {}\n", read.error);
+    return std::nullopt;
+  }
+  InputFile file;
+  file.copy_ = std::move(*read.text);
+  file.text_ = file.copy_;
+  return file;
+}
+
+InputFile::InputFile(InputFile&& other) noexcept
+    : text_(other.text_), mapped_(other.mapped_), copy_(std::move(other.copy_)), released_(other.released_) {
+  if (mapped_ == nullptr) text_ = copy_;
+  other.mapped_ = nullptr;
+  other.text_ = {};
+}
+
+InputFile::~InputFile() {
+  if (mapped_ != nullptr) ::munmap(mapped_, text_.size());
+}
+
+void InputFile::release_before(std::size_t offset) {
+  if (mapped_ == nullptr) return;
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t end = std::min(offset, text_.size()) / page * page;
+  if (end <= released_) return;
+  ::madvise(static_cast<char*>(mapped_) + released_, end - released_, MADV_DONTNEED);
+  released_ = end;
 }
 
 std::optional<Json> read_json_file(const std::string& path) {

@@ -95,6 +95,20 @@ std::int64_t parse_int_option(const std::string& name, const std::string& text, 
   return signed_value;
 }
 
+CLI::Option* add_max_input_bytes_option(CLI::App* sub) {
+  const std::string name = "--max-input-bytes";
+  auto* option = sub->add_option_function<std::string>(
+      name,
+      [name](const std::string& text) {
+        set_max_input_bytes(static_cast<std::uint64_t>(parse_int_option(
+            name, text, 1, static_cast<std::int64_t>(kMaxInputBytesCeiling), false)));
+      },
+      fmt::format("the most bytes of JSON text read from one file (default {}: an eighth of this machine's "
+                  "memory, at least 64 MiB; at most {})",
+                  default_max_input_bytes(), kMaxInputBytesCeiling));
+  return option->type_name("BYTES");
+}
+
 double parse_seconds_option(const std::string& name, const std::string& text) {
   const char* begin = text.c_str();
   char* end = nullptr;

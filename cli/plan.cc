@@ -98,6 +98,7 @@ void register_plan(CLI::App& app, RunState& state) {
   sub->add_flag("--json", args->json,
                 "print the plan: logical_shape, segments as DeepSpeed's TransferSegment.to_dict, statistics");
   sub->add_option("--dtype", args->dtype, "the dtype the summary weighs bytes in (default float32)");
+  add_max_input_bytes_option(sub);
   sub->add_flag("--compare-replicas", args->compare_replicas,
                 "plan comparisons of every holder of a replicated source element, not only the lowest rank's");
   add_int_option(sub, "--max-segments", args->max_segments, std::int64_t{1}, std::numeric_limits<std::int64_t>::max(),

@@ -306,6 +306,7 @@ void register_repro(CLI::App& app, RunState& state) {
   add_seconds_option(sub, "--target-timeout", args->target_timeout,
                      "seconds an exec target may take per request before it counts as hung (default 10)");
   sub->add_flag("--json", args->json, "print the outcome as one JSON object (a folder: one per case)");
+  add_max_input_bytes_option(sub);
   add_report_options(sub, args->reports, /*markdown=*/false);
   sub->add_option("--backend", args->backend,
                   "also convert on this backend beside the CPU backend and compare verdict, error and bits: "

@@ -2,6 +2,7 @@
 // valid layouts, overflow inputs, order independence, planted bugs, large maps, and a
 // cross-check against a naive element-by-element model for many small random maps.
 #include "shardcheck/checks.h"
+#include "shardcheck/constructors.h"
 
 #include <gtest/gtest.h>
 
@@ -854,6 +855,18 @@ Status same_on_any_thread_count(const Map& map) {
 }
 
 TEST(LargeThreads, ValidGridOnAnyThreadCount) { EXPECT_TRUE(same_on_any_thread_count(large_grid()).ok()); }
+
+// 40,000 one-row pieces dealt out to 8 ranks: the box proof reads them on worker threads,
+// which must write into the box scratch the calling thread prepared (each thread has its
+// own, and a worker's is empty).
+TEST(LargeThreads, RowGatherOnAnyThreadCount) {
+  constexpr Index kRows = 40000;
+  std::vector<std::vector<Index>> ids(8);
+  for (Index row = 0; row < kRows; ++row) ids[static_cast<std::size_t>(row % 8)].push_back(row);
+  auto map = block_gather_map({kRows, 64}, ids, 1, 0);
+  ASSERT_TRUE(map.ok()) << map.error().to_string();
+  EXPECT_TRUE(same_on_any_thread_count(map.value()).ok());
+}
 
 TEST(LargeThreads, FirstPieceFaultInCheckOrderWhateverTheThreads) {
   Map map = large_grid();

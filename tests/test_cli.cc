@@ -131,6 +131,66 @@ TEST_F(CliTest, CheckUnreadableInputExitsTwo) {
   EXPECT_EQ(newer.out, "");
 }
 
+// --- input limits and large maps -------------------------------------------------
+
+// A valid map of `rows` one-row pieces dealt out to `ranks` ranks in turn, in DeepSpeed's
+// spelling; `bad_row`'s piece writes its rank's first shard row instead of its own.
+std::string row_gather_text(long rows, int ranks, long bad_row = -1) {
+  std::string out = "{\"logical_shape\": [" + std::to_string(rows) + ", 8], \"ranks\": {";
+  for (int rank = 0; rank < ranks; ++rank) {
+    const long held = rows / ranks + (rank < rows % ranks ? 1 : 0);
+    out += (rank > 0 ? ", \"" : "\"") + std::to_string(rank) + "\": {\"shard_shape\": [" + std::to_string(held) +
+           ", 8], \"pieces\": [";
+    for (long i = 0; i < held; ++i) {
+      const long row = i * ranks + rank;
+      out += (i > 0 ? ", " : "") + std::string("{\"shape\": [1, 8], \"source\": [") + std::to_string(row * 8) +
+             ", [8, 1]], \"dest\": [" + std::to_string(row == bad_row ? 0 : i * 8) + ", [8, 1]], \"locations\": [" +
+             std::to_string(rank) + "]}";
+    }
+    out += "]}";
+  }
+  return out + "}}";
+}
+
+TEST_F(CliTest, MaxInputBytesRefusesALargerFileNamingTheLimit) {
+  const std::string map = write("valid.json", kValidMap);
+  const std::string size = std::to_string(kValidMap.size());
+  const std::string expected = "the input is " + size + " bytes, more than the limit of 100 bytes (by default an " +
+                               "eighth of this machine's memory; --max-input-bytes on the command line or " +
+                               "max_input_bytes= in Python raises it)\n";
+  for (const std::string& args : {"check --max-input-bytes 100 " + map, "check --json --max-input-bytes 100 " + map,
+                                   "digest --max-input-bytes 100 " + map, "plan --max-input-bytes 100 " + map + " " + map}) {
+    Ran run = shardcheck(args, true);
+    EXPECT_EQ(run.exit_code, 2) << args;
+    EXPECT_NE(run.out.find(": format: $: " + expected), std::string::npos) << args << "\n" << run.out;
+  }
+  Ran raised = shardcheck("check --max-input-bytes " + size + " " + map);
+  EXPECT_EQ(raised.exit_code, 0);
+  EXPECT_EQ(raised.out, "valid\n");
+  Ran repro = shardcheck("repro --max-input-bytes 100 " + corpus("spec6-1-two-ranks-one-block.json"), true);
+  EXPECT_EQ(repro.exit_code, 2);
+  EXPECT_NE(repro.out.find("more than the limit of 100 bytes"), std::string::npos) << repro.out;
+  EXPECT_EQ(shardcheck("repro --max-input-bytes 100000 " + corpus("spec6-1-two-ranks-one-block.json")).exit_code, 0);
+  for (const char* bad : {"0", "-1", "4294967296", "1e6"}) {
+    Ran run = shardcheck(std::string("check --max-input-bytes ") + bad + " " + map, true);
+    EXPECT_EQ(run.exit_code, 2) << bad;
+    EXPECT_NE(run.out.find("--max-input-bytes must be"), std::string::npos) << run.out;
+  }
+}
+
+TEST_F(CliTest, CheckReadsALargeMap) {
+  // 100,000 pieces: read with its pieces taken off the tape as they close, and checked.
+  Ran valid = shardcheck("check " + write("large.json", row_gather_text(100000, 8)), true);
+  EXPECT_EQ(valid.exit_code, 0);
+  EXPECT_EQ(valid.out, "valid\n") << "nothing on stderr when it is not a terminal";
+  Ran refused = shardcheck("check --json " + write("bad.json", row_gather_text(100000, 8, 99993)));
+  EXPECT_EQ(refused.exit_code, 1);
+  const auto verdict = nlohmann::json::parse(refused.out);
+  EXPECT_EQ(verdict["verdict"], "refused");
+  EXPECT_EQ(verdict["kind"], "twice") << refused.out;
+  EXPECT_EQ(verdict["rank"], 1) << refused.out;
+}
+
 TEST_F(CliTest, BadUsageExitsTwo) {
   EXPECT_EQ(shardcheck("").exit_code, 2);
   EXPECT_EQ(shardcheck("check").exit_code, 2);

@@ -15,10 +15,12 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
 #include "shardcheck/campaign.h"
+#include "shardcheck/constructors.h"
 #include "shardcheck/json.h"
 #include "shardcheck/properties.h"
 #include "support/spec_maps.h"
@@ -401,19 +403,122 @@ TEST(JsonParse, NestingLimitIsExactlyTheDocumentedDepth) {
   EXPECT_TRUE(parse_json(in_string).ok()) << parse_json(in_string).error().to_string();
 }
 
-TEST(JsonParse, OversizedInputIsRefusedBeforeParsing) {
-  // A leading 'x' makes the parser stop at byte 1, so the size check alone decides
-  // which error comes back, without parsing 64 MiB.
-  std::string big(std::size_t{64} << 20, ' ');
-  big[0] = 'x';
-  auto at_limit = parse_json(big);
-  ASSERT_FALSE(at_limit.ok());
-  EXPECT_NE(at_limit.error().message.find("at byte 1"), std::string::npos) << at_limit.error().message;
-  big.push_back(' ');
-  auto refused = parse_json(big);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.error().kind, ErrorKind::format);
-  EXPECT_NE(refused.error().message.find("67108865 bytes"), std::string::npos) << refused.error().message;
+TEST(JsonParse, InputOverTheLimitIsRefusedNamingIt) {
+  const std::string text = "[1, 2]";  // 6 bytes
+  for (std::uint64_t limit : {std::uint64_t{6}, std::uint64_t{5}}) {
+    const auto json = parse_json(text, limit);
+    const auto map = parse_map(text, "$", limit);
+    const auto document = parse_document(text, limit);
+    const auto one = parse_one_map(text, "$.map_text", limit);
+    if (limit == 6) {
+      EXPECT_TRUE(json.ok()) << json.error().to_string();
+      continue;  // the others read it, and refuse what it holds
+    }
+    for (const Error* error : {&json.error(), &map.error(), &document.error(), &one.error()}) {
+      EXPECT_EQ(error->to_string(),
+                "format: $: the input is 6 bytes, more than the limit of 5 bytes (by default an eighth of this "
+                "machine's memory; --max-input-bytes on the command line or max_input_bytes= in Python raises it)");
+    }
+  }
+  EXPECT_TRUE(check_input_size(kMaxInputBytesCeiling, kMaxInputBytesCeiling).ok());
+  // A limit above the tape's ceiling is the ceiling: no text can be addressed past it.
+  EXPECT_FALSE(check_input_size(kMaxInputBytesCeiling + 1, kMaxInputBytesCeiling).ok());
+}
+
+TEST(JsonParse, TheDefaultLimitIsAnEighthOfPhysicalMemory) {
+  const auto physical = static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                        static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  const std::uint64_t expected = std::clamp(physical / 8, std::uint64_t{64} << 20, kMaxInputBytesCeiling);
+  EXPECT_EQ(default_max_input_bytes(), expected);
+  EXPECT_EQ(max_input_bytes(), expected);
+  EXPECT_GE(default_max_input_bytes(), std::uint64_t{64} << 20);
+  // The process-wide setting is what a reader applies when not given a limit.
+  set_max_input_bytes(5);
+  EXPECT_EQ(max_input_bytes(), 5u);
+  EXPECT_FALSE(parse_json("[1, 2]").ok());
+  set_max_input_bytes(std::numeric_limits<std::uint64_t>::max());
+  EXPECT_EQ(max_input_bytes(), kMaxInputBytesCeiling);
+  set_max_input_bytes(default_max_input_bytes());
+  EXPECT_TRUE(parse_json("[1, 2]").ok());
+}
+
+// A map of many one-row pieces, as large expert-parallel layouts are: rows dealt out to
+// `ranks` ranks in turn.
+Map row_gather_map(Index rows, int ranks) {
+  std::vector<std::vector<Index>> ids(static_cast<std::size_t>(ranks));
+  for (Index row = 0; row < rows; ++row) ids[static_cast<std::size_t>(row % ranks)].push_back(row);
+  auto map = block_gather_map({rows, 8}, ids, 1, 0);
+  EXPECT_TRUE(map.ok()) << map.error().to_string();
+  return map.ok() ? map.value() : Map{};
+}
+
+TEST(JsonParse, ALargeMapReadsAsItsPiecesAreTakenOffTheTape) {
+  const Map map = row_gather_map(20000, 8);
+  const std::string text = encode_map_text(map);
+  const auto read = parse_map(text);
+  ASSERT_TRUE(read.ok()) << read.error().to_string();
+  EXPECT_EQ(read.value(), map);
+  expect_same_reading(text);
+  // Read in an envelope, with progress: reported every 65,536 pieces and at the end, the
+  // bytes never going back.
+  const Map big = row_gather_map(150000, 3);
+  const std::string envelope = "{\"version\": 1, \"params\": {\"a\": " + encode_map_text(big) + ", \"b\": " + text + "}}";
+  std::vector<std::pair<std::size_t, std::size_t>> reports;
+  const auto document = read_document(envelope, max_input_bytes(), [&](std::size_t bytes, std::size_t pieces) {
+    reports.emplace_back(bytes, pieces);
+  });
+  ASSERT_TRUE(document.ok()) << document.error().to_string();
+  EXPECT_TRUE(document.value().envelope);
+  ASSERT_EQ(document.value().params.size(), 2u);
+  EXPECT_EQ(document.value().params[0].map.value(), big);
+  EXPECT_EQ(document.value().params[1].map.value(), map);
+  ASSERT_EQ(reports.size(), 3u);  // 65,536 and 131,072 pieces, then all 170,000
+  EXPECT_EQ(reports[0].second, 65536u);
+  EXPECT_LT(reports[0].first, reports[1].first);
+  EXPECT_EQ(reports.back(), std::make_pair(envelope.size(), std::size_t{170000}));
+  const auto bare = read_document(text, max_input_bytes(), {});
+  ASSERT_TRUE(bare.ok());
+  EXPECT_FALSE(bare.value().envelope);
+}
+
+TEST(JsonParse, TakingPiecesAnswersAsTheExactReaderDoes) {
+  // Each is read by the reader that takes pieces as they close until something is not
+  // as it expects, then again exactly: the answer, errors word for word, is the same.
+  const std::string two = encode_map_text(row_gather_map(4, 2));
+  const std::string bad_piece = R"({"shape": [1, 8], "source": [0, [8, 1]], "dest": [-1, [8, 1]], "locations": [0]})";
+  for (const std::string& text : std::vector<std::string>{
+           two,
+           // A bad logical shape after the ranks is reported before any piece error.
+           R"({"ranks": {"0": {"shard_shape": [1, 8], "pieces": [)" + bad_piece + R"(]}}, "logical_shape": [1.5]})",
+           R"({"logical_shape": [1, 8], "ranks": {"0": {"shard_shape": [1, 8], "pieces": [)" + bad_piece + "]}}}",
+           // Not an object, a repeated key, a piece list under an unknown key, escapes.
+           std::string(R"({"logical_shape": [1, 8], "ranks": {"0": {"shard_shape": [1, 8], "pieces": [7]}}})"),
+           R"({"logical_shape": [1, 8], "ranks": {"0": {"shard_shape": [1, 8], "pieces": [{"shape": [1], "shape": [1]}]}}})",
+           R"({"logical_shape": [1, 8], "x": {"pieces": [{"a": 1}]}, "ranks": {"0": {"pieces": []}}})",
+           R"({"logical_shape": [1, 8], "ranks": {"0": {"shard_shape": [1, 8], "pieces": [{"sh\u0061pe": [1, 8]}]}}})",
+           R"({"logical_shape": [1, 8], "ranks": [{"rank": 0, "pieces": [{"shape": [1, 8], "source": [0, [8, 1]],
+               "dest": [0, [8, 1]], "locations": [0], "scale": 0.5, "pieces": [{"b": 2}]}], "shard_shape": [1, 8]}]})",
+           // Text that ends inside the pieces, and text after the document.
+           two.substr(0, two.size() / 2),
+           two + " x",
+       }) {
+    expect_same_reading(text);
+  }
+  // A pieces list under an unknown key inside a piece is taken too, at a token that a
+  // later rank's list may reuse once that piece is dropped: the later list must not
+  // inherit its pieces. Padding moves the later list across the token.
+  const std::string piece = R"({"shape": [1, 8], "source": [0, [8, 1]], "dest": [0, [8, 1]], "locations": [0]})";
+  const std::string nested = piece.substr(0, piece.size() - 1) + R"(, "pieces": [)" + piece + "]}";
+  for (int pad = 0; pad < 40; ++pad) {
+    std::string padding;
+    for (int i = 0; i < pad; ++i) padding += i > 0 ? ", 0" : "0";
+    const std::string text = R"({"logical_shape": [2, 8], "ranks": {"0": {"shard_shape": [1, 8], "pieces": [)" + nested +
+                             R"(]}, "1": {"x": [)" + padding + R"(], "shard_shape": [1, 8], "pieces": []}}})";
+    const auto map = parse_map(text);
+    ASSERT_TRUE(map.ok()) << map.error().to_string();
+    EXPECT_EQ(map.value().ranks.at(1).pieces.size(), 0u) << "padding " << pad;
+    expect_same_reading(text);
+  }
 }
 
 TEST(JsonDecode, RepresentableButInvalidValuesAreKept) {

@@ -189,8 +189,9 @@ std::int32_t rank_pass(const Map& map, Scratch& s, bool boxes, FirstError& first
   return first_error_rank;
 }
 
-// One piece of the piece pass: its structure (condition 1), its locations, and its boxes.
-void read_piece(const Map& map, Scratch& s, std::int64_t g, std::size_t dims) {
+// One piece of the piece pass: its structure (condition 1), its locations, and its boxes
+// (into `b`, the calling thread's box scratch: a worker thread's own is empty).
+void read_piece(const Map& map, Scratch& s, BoxScratch& b, std::int64_t g, std::size_t dims) {
   const auto total = static_cast<std::int64_t>(s.pieces.size());
   // Content order need not be the order pieces lie in memory (nor, past four axes, are
   // their fields in the piece): ask for a later piece's fields early.
@@ -214,7 +215,6 @@ void read_piece(const Map& map, Scratch& s, std::int64_t g, std::size_t dims) {
   p.loc_first = loc.empty() ? 0 : loc[0];
   // as_box refuses a view outside its buffer, so this may run before condition 2.
   if (info.box_side && p.sound && p.runs_representable && !p.empty) {
-    BoxScratch& b = box_scratch();
     const Extents& shard = *info.entry->shard_shape;
     const std::size_t rd = shard.size();
     p.box = as_box(p.piece->shape, p.piece->source, map.logical_shape, b.full_strides.data(),
@@ -229,13 +229,14 @@ void read_piece(const Map& map, Scratch& s, std::int64_t g, std::size_t dims) {
 void piece_pass(const Map& map, Scratch& s, std::size_t dims, int threads) {
   const auto total = static_cast<std::int64_t>(s.pieces.size());
   s.faults.assign(s.pieces.size(), kNoFault);
+  BoxScratch& b = box_scratch();
   // A parallel region costs thousands of instructions even on one thread: a small map,
   // checked hundreds of thousands of times a second by a campaign, never enters one.
   if (total >= kParallelPieces && threads != 1) {
 #pragma omp parallel for schedule(static) num_threads(available_threads(threads))
-    for (std::int64_t g = 0; g < total; ++g) read_piece(map, s, g, dims);
+    for (std::int64_t g = 0; g < total; ++g) read_piece(map, s, b, g, dims);
   } else {
-    for (std::int64_t g = 0; g < total; ++g) read_piece(map, s, g, dims);
+    for (std::int64_t g = 0; g < total; ++g) read_piece(map, s, b, g, dims);
   }
 }
 

@@ -100,6 +100,10 @@ void for_each_member(const TapeValue& object, Visit&& visit) {
   object.for_each_member(visit);
 }
 
+// A pieces list the reader decoded as it read (JsonTape::parse_taking_pieces), or nullptr.
+std::vector<Piece>* taken_pieces(const Json&) { return nullptr; }
+std::vector<Piece>* taken_pieces(const TapeValue& array) { return array.taken_pieces(); }
+
 template <class V>
 std::string show(const V& value) {
   switch (kind_of(value)) {
@@ -330,6 +334,10 @@ Result<RankEntry> decode_rank(const V& value, Rank rank, Cursor where) {
   if (kind_of(pieces) != JsonKind::array) {
     return fail(list, fmt::format("expected an array of pieces, got {}", show(pieces)));
   }
+  if (std::vector<Piece>* taken = taken_pieces(pieces)) {
+    entry.pieces = std::move(*taken);  // every one decoded as decode_piece below decodes it
+    return entry;
+  }
   entry.pieces.reserve(pieces.size());
   std::optional<Error> error;
   for_each_element(pieces, [&](std::size_t i, const auto& item) {
@@ -548,11 +556,13 @@ Json to_json(const TapeValue& value) {
 
 }  // namespace
 
-Result<Json> parse_json(std::string_view text) {
+Result<Json> parse_json(std::string_view text, std::uint64_t max_bytes) {
   detail::JsonTape tape;
   // nlohmann's parser alone: what parse_map and parse_document must agree with, and the
   // tests and the map_json fuzz target hold them to it.
-  if (Status bad = tape.parse(text, detail::JsonTape::Reader::nlohmann_only); !bad.ok()) return std::move(bad).error();
+  if (Status bad = tape.parse(text, detail::JsonTape::Reader::nlohmann_only, max_bytes); !bad.ok()) {
+    return std::move(bad).error();
+  }
   return to_json(tape.root());
 }
 
@@ -560,21 +570,53 @@ Result<Map> decode_map(const Json& json, const std::string& path) { return decod
 
 Result<std::vector<NamedMap>> decode_document(const Json& json) { return decode_document_of(json); }
 
-Result<Map> parse_map(std::string_view text, const std::string& path) {
+namespace {
+
+// Reads text onto a tape for the decoder. A valid map is read with its pieces taken off
+// the tape as they close, so that neither its tokens (about twenty per piece) nor a
+// second copy of its pieces are ever held whole; anything else (an error anywhere, text
+// that is not plain) is read again exactly, so every answer is parse()'s.
+Status read_tape(detail::JsonTape& tape, std::string_view text, std::uint64_t max_bytes,
+                 const ReadProgress& progress = {}) {
+  if (Status bad = check_input_size(text.size(), std::min(max_bytes, kMaxInputBytesCeiling)); !bad.ok()) return bad;
+  static const Cursor kAnywhere{"$"};  // names nothing: a piece that fails is read again
+  detail::PieceTaking taking;
+  taking.decode = [](const TapeValue& value) -> std::optional<Piece> {
+    auto piece = decode_piece(value, kAnywhere);
+    if (!piece) return std::nullopt;
+    return std::move(piece.value());
+  };
+  taking.progress = progress;
+  if (tape.parse_taking_pieces(text, taking)) return {};
+  return tape.parse(text, detail::JsonTape::Reader::plain_first, max_bytes);
+}
+
+}  // namespace
+
+Result<Map> parse_map(std::string_view text, const std::string& path, std::uint64_t max_bytes) {
   detail::JsonTape tape;
-  if (Status bad = tape.parse(text); !bad.ok()) return std::move(bad).error();
+  if (Status bad = read_tape(tape, text, max_bytes); !bad.ok()) return std::move(bad).error();
   return decode_map_of(tape.root(), path);
 }
 
-Result<std::vector<NamedMap>> parse_document(std::string_view text) {
+Result<std::vector<NamedMap>> parse_document(std::string_view text, std::uint64_t max_bytes) {
   detail::JsonTape tape;
-  if (Status bad = tape.parse(text); !bad.ok()) return std::move(bad).error();
+  if (Status bad = read_tape(tape, text, max_bytes); !bad.ok()) return std::move(bad).error();
   return decode_document_of(tape.root());
 }
 
-Result<Map> parse_one_map(std::string_view text, const std::string& path) {
+Result<Document> read_document(std::string_view text, std::uint64_t max_bytes, const ReadProgress& progress) {
   detail::JsonTape tape;
-  if (Status bad = tape.parse(text); !bad.ok()) return std::move(bad).error();
+  if (Status bad = read_tape(tape, text, max_bytes, progress); !bad.ok()) return std::move(bad).error();
+  auto params = decode_document_of(tape.root());
+  if (!params) return params.error();
+  const TapeValue root = tape.root();
+  return Document{std::move(params.value()), !root.member("logical_shape").has_value()};
+}
+
+Result<Map> parse_one_map(std::string_view text, const std::string& path, std::uint64_t max_bytes) {
+  detail::JsonTape tape;
+  if (Status bad = read_tape(tape, text, max_bytes); !bad.ok()) return std::move(bad).error();
   const detail::TapeValue root = tape.root();
   if (root.kind() != JsonKind::object || !root.member("version")) return decode_map_of(root, path);
   auto params = decode_document_of(root);
@@ -698,12 +740,12 @@ std::string encode_map_text(const Map& map, RankOrder order) {
 
 // The writer's text read back through a tape: the plain reader reads all of it (the
 // writer writes plain JSON) without nlohmann's allocation per value, and the value is
-// built by appending members. The tape keeps parse_json's limits on untrusted input (64
-// MiB); the text is this program's own, so past them Json::parse reads it, as before.
+// built by appending members. The text is this program's own, so no input limit applies
+// but the tape's own ceiling; past it Json::parse reads it, as before.
 Json encode_map(const Map& map, RankOrder order) {
   const std::string text = encode_map_text(map, order);
   detail::JsonTape tape;
-  if (!tape.parse(text).ok()) return Json::parse(text);
+  if (!tape.parse(text, detail::JsonTape::Reader::plain_first, kMaxInputBytesCeiling).ok()) return Json::parse(text);
   return to_json(tape.root());
 }
 

@@ -1,6 +1,9 @@
 #include "json_tape.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -13,7 +16,7 @@
 namespace shardcheck::detail {
 namespace {
 
-constexpr std::size_t kMaxInputBytes = std::size_t{64} << 20;
+constexpr std::uint64_t kMinDefaultInputBytes = std::uint64_t{64} << 20;
 constexpr int kMaxDepth = 256;
 // Keys and values quoted in messages are cut here: a hostile 1 MiB key must not
 // become a 1 MiB error message.
@@ -113,46 +116,51 @@ std::string key_segment(std::string_view key) {
 // arrives, so the first one in document order is the one named, as parse_json always did.
 class TapeBuilder {
  public:
-  TapeBuilder(JsonTape& tape, std::size_t text_size) : tape_(tape) {
+  // With `taking`, objects in "pieces" arrays are taken off the tape as they close
+  // (JsonTape::parse_taking_pieces).
+  TapeBuilder(JsonTape& tape, std::size_t text_size, const PieceTaking* taking = nullptr)
+      : tape_(tape), taking_(taking) {
     // Unescaping never lengthens a string, so the text of all keys and strings fits in
     // the input's size: views into it stay valid while the tape grows.
     tape_.strings_.reserve(text_size);
     tape_.tokens_.reserve(std::min<std::size_t>(text_size / 2 + 2, 1 << 12));
   }
 
+  // Each answers false once taking has stopped (no event arrives from nlohmann's parser
+  // then: it never takes).
   bool null() {
     push(JsonKind::null);
-    return true;
+    return !stopped_;
   }
   bool boolean(bool value) {
     push(JsonKind::boolean).boolean = value;
-    return true;
+    return !stopped_;
   }
   bool number_integer(Json::number_integer_t value) {
     push(JsonKind::integer).integer = value;
-    return true;
+    return !stopped_;
   }
   bool number_unsigned(Json::number_unsigned_t value) {
     push(JsonKind::unsigned_integer).unsigned_integer = value;
-    return true;
+    return !stopped_;
   }
   bool number_float(Json::number_float_t value, const Json::string_t&) {
     push(JsonKind::floating).floating = value;
-    return true;
+    return !stopped_;
   }
   bool string(Json::string_t& value) {
     JsonToken& token = push(JsonKind::string);
     token.text = store(value);
-    return true;
+    return !stopped_;
   }
   bool binary(Json::binary_t&) { return true; }  // JSON text holds none
   bool start_object(std::size_t) {
     open(JsonKind::object);
-    return true;
+    return !stopped_;
   }
   bool start_array(std::size_t) {
     open(JsonKind::array);
-    return true;
+    return !stopped_;
   }
   bool end_object() { return close(); }
   bool end_array() { return close(); }
@@ -180,6 +188,18 @@ class TapeBuilder {
     return false;
   }
 
+  // The reader's place in the text, for PieceTaking::progress.
+  void follow(const char* const* position, const char* begin) {
+    position_ = position;
+    begin_ = begin;
+  }
+  // Every piece taken, and the last progress reported.
+  bool all_taken() {
+    if (stopped_) return false;
+    if (taking_->progress) taking_->progress(static_cast<std::size_t>(*position_ - begin_), pieces_taken_);
+    return true;
+  }
+
   Status result() {
     if (error_) return *error_;
     if (duplicate_) return format_error(*duplicate_, "the key appears twice in one object; a JSON object must not repeat a key");
@@ -194,6 +214,8 @@ class TapeBuilder {
     std::uint32_t last_key = 0;
     std::size_t keys_begin = 0;
     std::unique_ptr<std::unordered_set<std::string_view>> hashed{};
+    std::size_t strings_at = 0;          // strings_'s size when it opened
+    std::vector<Piece>* taken = nullptr;  // where its elements go, in a "pieces" array taken
   };
   static constexpr std::size_t kLinearKeys = 16;
 
@@ -213,6 +235,9 @@ class TapeBuilder {
   JsonToken& push(JsonKind kind) {
     if (!open_.empty() && tape_.tokens_[open_.back().at].kind == JsonKind::array) {
       ++tape_.tokens_[open_.back().at].count;
+      // A pieces list is taken whole or not at all: anything but an object in it is an
+      // error the exact reader is to name.
+      if (open_.back().taken != nullptr && kind != JsonKind::object) stopped_ = true;
     }
     JsonToken token{};
     token.kind = kind;
@@ -222,10 +247,20 @@ class TapeBuilder {
   }
 
   void open(JsonKind kind) {
+    const bool pieces_list = taking_ != nullptr && kind == JsonKind::array && !open_.empty() &&
+                             tape_.tokens_[open_.back().at].kind == JsonKind::object &&
+                             text_of(open_.back().last_key) == "pieces";
     push(kind);
     Frame frame;
     frame.at = static_cast<std::uint32_t>(tape_.tokens_.size() - 1);
     frame.keys_begin = keys_.size();
+    frame.strings_at = tape_.strings_.size();
+    if (pieces_list) {
+      // A node: the address stays. A list left at this token by an array inside a piece
+      // taken before (under an unknown key) is stale.
+      frame.taken = &tape_.taken_[frame.at];
+      frame.taken->clear();
+    }
     open_.push_back(std::move(frame));
   }
 
@@ -233,8 +268,26 @@ class TapeBuilder {
     Frame& frame = open_.back();
     tape_.tokens_[frame.at].end = static_cast<std::uint32_t>(tape_.tokens_.size());
     keys_.resize(frame.keys_begin);
+    const std::uint32_t at = frame.at;
+    const std::size_t strings_at = frame.strings_at;
     open_.pop_back();
-    return true;
+    if (!open_.empty() && open_.back().taken != nullptr) take(at, strings_at);
+    return !stopped_;
+  }
+
+  // A piece closed in a pieces list: decoded, then its tokens and text dropped.
+  void take(std::uint32_t at, std::size_t strings_at) {
+    std::optional<Piece> piece = taking_->decode(TapeValue(&tape_, at));
+    if (!piece) {
+      stopped_ = true;
+      return;
+    }
+    open_.back().taken->push_back(std::move(*piece));
+    tape_.tokens_.resize(at);
+    tape_.strings_.resize(strings_at);
+    if (++pieces_taken_ % PieceTaking::kProgressPieces == 0 && taking_->progress) {
+      taking_->progress(static_cast<std::size_t>(*position_ - begin_), pieces_taken_);
+    }
   }
 
   void check_repeated(Frame& frame) {
@@ -270,6 +323,11 @@ class TapeBuilder {
   }
 
   JsonTape& tape_;
+  const PieceTaking* taking_;
+  bool stopped_ = false;  // taking gave up: the text is the exact reader's
+  std::size_t pieces_taken_ = 0;
+  const char* const* position_ = nullptr;
+  const char* begin_ = nullptr;
   std::vector<Frame> open_;
   std::vector<std::uint32_t> keys_;
   std::optional<Error> error_;
@@ -292,6 +350,8 @@ class PlainReader {
     skip_space();
     return p_ == end_;
   }
+  // Where it is: moves as it reads.
+  const char* const* position() const { return &p_; }
 
  private:
   void skip_space() {
@@ -384,7 +444,7 @@ class PlainReader {
     switch (*p_) {
       case '{':
         ++p_;
-        out_.start_object(0);
+        if (!out_.start_object(0)) return false;
         return items('}', [&] {
           skip_space();
           if (p_ == end_ || *p_ != '"' || !plain_string(scratch_)) return false;
@@ -396,7 +456,7 @@ class PlainReader {
         }) && out_.end_object();
       case '[':
         ++p_;
-        out_.start_array(0);
+        if (!out_.start_array(0)) return false;
         return items(']', [&] { return value(depth + 1); }) && out_.end_array();
       case '"':
         if (!plain_string(scratch_)) return false;
@@ -422,6 +482,12 @@ std::string_view TapeValue::text() const {
 const JsonToken& TapeValue::token() const { return tape_->tokens_[at_]; }
 std::uint32_t TapeValue::end_of(std::uint32_t i) const { return tape_->tokens_[i].end; }
 
+std::vector<Piece>* TapeValue::taken_pieces() const {
+  if (tape_->taken_.empty()) return nullptr;
+  const auto it = tape_->taken_.find(at_);
+  return it == tape_->taken_.end() ? nullptr : &it->second;
+}
+
 std::optional<TapeValue> TapeValue::member(std::string_view name) const {
   std::optional<TapeValue> found;
   for_each_member([&](std::string_view key, const TapeValue& value) {
@@ -431,13 +497,29 @@ std::optional<TapeValue> TapeValue::member(std::string_view name) const {
   return found;
 }
 
-Status JsonTape::parse(std::string_view text, Reader reader) {
+void JsonTape::clear() {
   tokens_.clear();
   strings_.clear();
-  if (text.size() > kMaxInputBytes) {
-    return format_error("$", fmt::format("the input is {} bytes, more than the {} bytes accepted", text.size(),
-                                  kMaxInputBytes));
+  taken_.clear();
+}
+
+bool JsonTape::parse_taking_pieces(std::string_view text, const PieceTaking& taking) {
+  clear();
+  try {
+    TapeBuilder builder(*this, text.size(), &taking);
+    PlainReader reader(text, builder);
+    builder.follow(reader.position(), text.data());
+    if (reader.read() && builder.all_taken() && builder.result().ok()) return true;
+  } catch (const std::bad_alloc&) {
+    // parse() says so, or reads it in less.
   }
+  clear();
+  return false;
+}
+
+Status JsonTape::parse(std::string_view text, Reader reader, std::uint64_t max_bytes) {
+  clear();
+  if (Status bad = check_input_size(text.size(), std::min(max_bytes, kMaxInputBytesCeiling)); !bad.ok()) return bad;
   try {
     // Text the plain reader reads whole nests no deeper than kMaxDepth.
     if (reader == Reader::plain_first) {
@@ -459,3 +541,39 @@ Status JsonTape::parse(std::string_view text, Reader reader) {
 
 
 }  // namespace shardcheck::detail
+
+namespace shardcheck {
+
+namespace {
+// 0 until set: the default is computed when first asked for.
+std::atomic<std::uint64_t> configured_max_input_bytes{0};
+}  // namespace
+
+std::uint64_t default_max_input_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return detail::kMinDefaultInputBytes;
+  const std::uint64_t physical = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_size);
+  return std::clamp(physical / 8, detail::kMinDefaultInputBytes, kMaxInputBytesCeiling);
+}
+
+std::uint64_t max_input_bytes() {
+  const std::uint64_t set = configured_max_input_bytes.load(std::memory_order_relaxed);
+  return set != 0 ? set : default_max_input_bytes();
+}
+
+void set_max_input_bytes(std::uint64_t bytes) {
+  configured_max_input_bytes.store(std::clamp<std::uint64_t>(bytes, 1, kMaxInputBytesCeiling),
+                                   std::memory_order_relaxed);
+}
+
+Status check_input_size(std::uint64_t bytes, std::uint64_t limit) {
+  if (bytes <= limit) return {};
+  return detail::format_error(
+      "$", fmt::format("the input is {} bytes, more than the limit of {} bytes (by default an eighth of this "
+                       "machine's memory; --max-input-bytes on the command line or max_input_bytes= in Python "
+                       "raises it)",
+                       bytes, limit));
+}
+
+}  // namespace shardcheck

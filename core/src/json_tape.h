@@ -10,9 +10,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "shardcheck/json.h"
@@ -63,6 +65,10 @@ class TapeValue {
   bool boolean() const { return token().boolean; }
   std::string_view text() const;
 
+  // The pieces JsonTape::parse_taking_pieces took off the tape from this array, moved
+  // out to the caller (each list is read once); nullptr for any other value.
+  std::vector<Piece>* taken_pieces() const;
+
   // The member named `name` of an object (the first, were it repeated).
   std::optional<TapeValue> member(std::string_view name) const;
 
@@ -92,20 +98,43 @@ class TapeValue {
   std::uint32_t at_;
 };
 
+// How JsonTape::parse_taking_pieces reads the pieces of a map as they close.
+struct PieceTaking {
+  // One piece object, complete on the tape; nothing when it does not decode.
+  std::function<std::optional<Piece>(const TapeValue&)> decode;
+  // Called every kProgressPieces pieces, and once at the end, with the bytes of text read
+  // so far and the pieces taken: a caller may show progress, or give back the memory of
+  // text it no longer needs (the reader never goes back). May be empty.
+  std::function<void(std::size_t bytes_read, std::size_t pieces)> progress;
+  static constexpr std::size_t kProgressPieces = std::size_t{1} << 16;
+};
+
 class JsonTape {
  public:
   // Reads `text`; the errors are parse_json's, word for word. plain_first tries the
   // project's own reader for plain JSON first and falls back to nlohmann's parser on the
   // first byte it does not read as plain; nlohmann_only is the reference for it.
   enum class Reader { plain_first, nlohmann_only };
-  Status parse(std::string_view text, Reader reader = Reader::plain_first);
+  Status parse(std::string_view text, Reader reader, std::uint64_t max_bytes);
+  // A large map without its tokens: the project's plain reader alone, and every object
+  // in an array under the key "pieces" handed to `taking.decode` as it closes, then
+  // dropped from the tape (its array keeps its token and count; the pieces are kept by
+  // that token, TapeValue::taken_pieces). The tape then holds a few tokens per rank, not
+  // twenty per piece. True when the text read whole as plain JSON, with no repeated key,
+  // and every such object decoded: the tape is then parse()'s but for the pieces lists.
+  // False when it needs parse(), whose errors count: text that is not plain, any error,
+  // a piece that does not decode. The caller checks the input's size first.
+  bool parse_taking_pieces(std::string_view text, const PieceTaking& taking);
   TapeValue root() const { return TapeValue(this, 0); }
 
  private:
   friend class TapeValue;
   friend class TapeBuilder;
+  void clear();
   std::vector<JsonToken> tokens_;
   std::string strings_;
+  // parse_taking_pieces's pieces, by the token of their array; moved out as decoded.
+  mutable std::unordered_map<std::uint32_t, std::vector<Piece>> taken_;
 };
 
 }  // namespace shardcheck::detail

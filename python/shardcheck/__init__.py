@@ -6,10 +6,13 @@ Every map is either refused with a typed :class:`MapError`, or converted bit-exa
     full = shardcheck.rebuild(map, {0: shard0, 1: shard1})  # the logical tensor
     shard = shardcheck.extract(map, full, rank=1)           # one rank's shard
 
-``map`` is JSON text, a parsed JSON object, what DeepSpeed's ``ParamAffineMap.to_dict()``
-returns (integer rank keys, tuples) or an object with such a ``to_dict()``. It is always
-turned into JSON text and decoded by shardcheck's C++ codec, so one validator judges
-every form.
+``map`` is JSON text (str or bytes), the path of a JSON file (``os.PathLike``), a parsed
+JSON object, what DeepSpeed's ``ParamAffineMap.to_dict()`` returns (integer rank keys,
+tuples) or an object with such a ``to_dict()``. It is always turned into JSON text and
+decoded by shardcheck's C++ codec, so one validator judges every form; text and files
+reach the codec as they are, without a Python object per value. Text longer than
+``max_input_bytes`` (by default an eighth of the machine's memory, at least 64 MiB) is
+refused with a ``format`` MapError that names the limit.
 
 Arrays are NumPy arrays or, through DLPack, torch tensors (bfloat16 included). They must
 be in CPU memory, C-contiguous and aligned; they are read in place, never copied (a
@@ -22,6 +25,7 @@ are torch tensors, NumPy arrays otherwise.
 # Imported under private names, so that the module's public names are exactly __all__.
 import json as _json
 import numbers as _numbers
+import os as _os
 import sys as _sys
 from collections.abc import Mapping as _Mapping
 from importlib import metadata as _metadata
@@ -82,6 +86,7 @@ DTYPES = tuple(_core.dtype_names())  # the dtypes conversion moves, as the core 
 KINDS = tuple(_core.kind_names())  # every MapError.kind
 
 _INT64_MAX = (1 << 63) - 1
+_MAX_INPUT_BYTES_CEILING = (1 << 32) - 1  # the core's kMaxInputBytesCeiling
 _NATIVE_ORDER = "<" if _sys.byteorder == "little" else ">"
 
 
@@ -120,6 +125,18 @@ def _encode(value: _Any, out: list) -> None:
         raise _Unwritable(f"a value of type {type(value).__name__}")
 
 
+def _plain_scalar(value: _Any) -> _Any:
+    """What _encode writes for a value json.dumps cannot (a NumPy integer or float), as
+    a value json.dumps writes the same way."""
+    if isinstance(value, (_Mapping, list, tuple)):
+        raise TypeError("a container json.dumps does not write as _encode does")
+    if hasattr(type(value), "__index__"):
+        return value.__index__()
+    if isinstance(value, _numbers.Real):
+        return float(value)
+    raise TypeError(f"a value of type {type(value).__name__}")
+
+
 def _key_text(key: _Any) -> str:
     if isinstance(key, str):
         return key
@@ -130,16 +147,32 @@ def _key_text(key: _Any) -> str:
     raise _Unwritable(f"a key of type {type(key).__name__}")
 
 
-def _map_text(map: _Any) -> str:
+def _map_text(map: _Any) -> _Any:
+    """The map as JSON text, str or bytes (the core reads either in place)."""
     if isinstance(map, str):
         return map
+    if isinstance(map, _os.PathLike):
+        with open(map, "rb") as file:
+            map = file.read()
     if isinstance(map, (bytes, bytearray)):
+        map = bytes(map)
+        if map.isascii():  # plain JSON: no copy, no decoding
+            return map
         try:
-            return bytes(map).decode("utf-8")
+            return map.decode("utf-8")
         except UnicodeDecodeError as e:
             raise MapError(f"$: the map is not UTF-8 text ({e}).", kind="format", path="$") from None
     if not isinstance(map, _Mapping) and callable(getattr(map, "to_dict", None)):
         map = map.to_dict()
+    # json's C encoder writes plain dicts, lists, tuples and scalars as _encode does,
+    # character for character, and a map of a million pieces in a second where _encode
+    # takes half a minute; anything it would write differently or not at all (keys other
+    # than str, int, float, bool or None; a Mapping that is not a dict; a cycle) makes it
+    # raise, and _encode writes that map.
+    try:
+        return _json.dumps(map, separators=(",", ":"), default=_plain_scalar)
+    except (TypeError, ValueError, RecursionError):
+        pass
     out: list = []
     try:
         _encode(map, out)
@@ -217,10 +250,22 @@ def _dtype_name(dtype: _Any) -> _Optional[str]:
         return text
 
 
-def check(map: _Any) -> None:
+def _limit(max_input_bytes: _Any) -> _Optional[int]:
+    """The input limit for the core: None for its default, else a positive byte count."""
+    if max_input_bytes is None:
+        return None
+    if isinstance(max_input_bytes, bool) or not hasattr(type(max_input_bytes), "__index__"):
+        raise TypeError(f"max_input_bytes must be an integer, not {type(max_input_bytes).__name__}")
+    limit = max_input_bytes.__index__()
+    if not 1 <= limit <= _MAX_INPUT_BYTES_CEILING:
+        raise ValueError(f"max_input_bytes must be between 1 and {_MAX_INPUT_BYTES_CEILING}, got {limit}")
+    return limit
+
+
+def check(map: _Any, *, max_input_bytes: _Optional[int] = None) -> None:
     """Raises :class:`MapError` unless the map passes every check on the map alone
-    (contract 3, conditions 1-6)."""
-    _core.check(_map_text(map))
+    (contract 3, conditions 1-6). ``max_input_bytes`` replaces the default input limit."""
+    _core.check(_map_text(map), _limit(max_input_bytes))
 
 
 def rebuild(
@@ -230,6 +275,7 @@ def rebuild(
     *,
     dtype: _Any = None,
     digest_state: _Optional[str] = None,
+    max_input_bytes: _Optional[int] = None,
 ) -> _Any:
     """The full tensor, of the map's logical shape, from ``{rank: shard}``.
 
@@ -241,7 +287,8 @@ def rebuild(
     given; otherwise the shards' dtype is used and they must all agree.
     ``digest_state`` (``"param"``, ``"exp_avg"``, ...) also verifies the content digest the
     map records for that state (contract 10): a rebuilt tensor whose digest differs, or a
-    map without that record, is refused with kind ``digest``.
+    map without that record, is refused with kind ``digest``. ``max_input_bytes`` replaces
+    the default input limit.
     """
     if not isinstance(shards, _Mapping):
         raise TypeError(f"shards must be a mapping of rank to array, not {type(shards).__name__}")
@@ -257,15 +304,19 @@ def rebuild(
     text = _map_text(map)
     if digest_state is not None and not isinstance(digest_state, str):
         raise TypeError(f"digest_state must be a state name such as 'param', not {type(digest_state).__name__}")
-    return _core.rebuild(text, items, _power(scale_power), _dtype_name(dtype), kinds == {True}, digest_state)
+    limit = _limit(max_input_bytes)
+    return _core.rebuild(text, items, _power(scale_power), _dtype_name(dtype), kinds == {True}, digest_state, limit)
 
 
-def extract(map: _Any, full: _Any, rank: int, scale_power: int = 1) -> _Any:
+def extract(map: _Any, full: _Any, rank: int, scale_power: int = 1, *, max_input_bytes: _Optional[int] = None) -> _Any:
     """Rank ``rank``'s shard, of its shard shape, from the full tensor.
 
     Runs every map check first (on all ranks, not only this one) and never leaves a
     shard address unwritten; refuses with :class:`MapError` otherwise. ``full`` is read
-    as a flat row-major buffer of the map's element count.
+    as a flat row-major buffer of the map's element count. ``max_input_bytes`` replaces the
+    default input limit.
     """
     array, is_torch, as_bool = _array(full, "The full tensor")
-    return _core.extract(_map_text(map), array, as_bool, _rank(rank, "rank"), _power(scale_power), is_torch)
+    text = _map_text(map)
+    limit = _limit(max_input_bytes)
+    return _core.extract(text, array, as_bool, _rank(rank, "rank"), _power(scale_power), is_torch, limit)

@@ -135,8 +135,25 @@ Buffer borrow(const Array& a, const std::string& what, bool as_bool = false) {
   return Buffer::borrow(*dtype, static_cast<Index>(a.size()), empty ? nullptr : data);
 }
 
-Map decode(const std::string& text) {
-  auto map = parse_map(text);
+// The map's text where Python holds it, without a copy: a str's UTF-8 (an ASCII str is
+// its own UTF-8) or a bytes object's contents. The caller holds the GIL, which keeps it.
+std::string_view text_of(nb::handle text) {
+  Py_ssize_t size = 0;
+  if (PyUnicode_Check(text.ptr())) {
+    const char* data = PyUnicode_AsUTF8AndSize(text.ptr(), &size);
+    if (data == nullptr) throw nb::python_error();
+    return {data, static_cast<std::size_t>(size)};
+  }
+  char* data = nullptr;
+  if (!PyBytes_Check(text.ptr()) || PyBytes_AsStringAndSize(text.ptr(), &data, &size) != 0) {
+    throw nb::type_error("The map's text must be str or bytes.");
+  }
+  return {data, static_cast<std::size_t>(size)};
+}
+
+// `max_input_bytes`: the caller's limit, else the core's default.
+Map decode(nb::handle text, std::optional<std::uint64_t> max_input_bytes) {
+  auto map = parse_map(text_of(text), "$", max_input_bytes.value_or(shardcheck::max_input_bytes()));
   if (!map) throw MapFailure{map.error()};
   return std::move(map).value();
 }
@@ -165,8 +182,8 @@ nb::object to_array(Buffer&& result, const Extents& shape, bool torch) {
                   nb::rv_policy::reference);
 }
 
-void py_check(const std::string& text) {
-  const Map map = decode(text);
+void py_check(nb::handle text, std::optional<std::uint64_t> max_input_bytes) {
+  const Map map = decode(text, max_input_bytes);
   Status status;
   {
     nb::gil_scoped_release release;
@@ -175,10 +192,10 @@ void py_check(const std::string& text) {
   if (!status.ok()) throw MapFailure{status.error()};
 }
 
-nb::object py_rebuild(const std::string& text, const std::vector<std::tuple<Rank, Array, bool>>& shards,
+nb::object py_rebuild(nb::handle text, const std::vector<std::tuple<Rank, Array, bool>>& shards,
                       int scale_power, const std::optional<std::string>& dtype_name, bool torch,
-                      const std::optional<std::string>& digest_state) {
-  const Map map = decode(text);
+                      const std::optional<std::string>& digest_state, std::optional<std::uint64_t> max_input_bytes) {
+  const Map map = decode(text, max_input_bytes);
   ShardSet set;
   for (const auto& [rank, array, as_bool] : shards) {
     if (!set.emplace(rank, borrow(array, fmt::format("The shard of rank {}", rank), as_bool)).second) {
@@ -206,9 +223,9 @@ nb::object py_rebuild(const std::string& text, const std::vector<std::tuple<Rank
   return to_array(std::move(*full).value(), map.logical_shape, torch);
 }
 
-nb::object py_extract(const std::string& text, const Array& full, bool as_bool, Rank rank, int scale_power,
-                      bool torch) {
-  const Map map = decode(text);
+nb::object py_extract(nb::handle text, const Array& full, bool as_bool, Rank rank, int scale_power,
+                      bool torch, std::optional<std::uint64_t> max_input_bytes) {
+  const Map map = decode(text, max_input_bytes);
   const Buffer in = borrow(full, "The full tensor", as_bool);
   ConvertOptions options;
   options.scale_power = scale_power;
@@ -389,11 +406,13 @@ NB_MODULE(_core, m) {
     }
   });
 
-  m.def("check", &py_check, nb::arg("text"));
+  m.def("check", &py_check, nb::arg("text"), nb::arg("max_input_bytes").none() = nb::none());
   m.def("rebuild", &py_rebuild, nb::arg("text"), nb::arg("shards"), nb::arg("scale_power"), nb::arg("dtype").none(),
-        nb::arg("torch"), nb::arg("digest_state").none() = nb::none());
+        nb::arg("torch"), nb::arg("digest_state").none() = nb::none(),
+        nb::arg("max_input_bytes").none() = nb::none());
   m.def("extract", &py_extract, nb::arg("text"), nb::arg("full"), nb::arg("as_bool"), nb::arg("rank"),
-        nb::arg("scale_power"), nb::arg("torch"));
+        nb::arg("scale_power"), nb::arg("torch"), nb::arg("max_input_bytes").none() = nb::none());
+  m.def("default_max_input_bytes", &default_max_input_bytes);
   m.def("generate_case", &py_generate_case, nb::arg("draw"), nb::arg("max_elements"), nb::arg("max_dims"),
         nb::arg("max_extent"), nb::arg("max_tp"), nb::arg("corrupt_probability"), nb::arg("allow_scale_power"),
         nb::arg("record_digest"), nb::arg("adversarial_data"));
