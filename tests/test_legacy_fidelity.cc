@@ -185,6 +185,9 @@ struct Tally {
 
 // Runs `c` under both, operation by operation, and records every disagreement.
 void compare(const Case& c, oracles::Target& legacy, oracles::Target& deepspeed, Tally& tally) {
+  // The legacy model has no planner (DeepSpeed before the fix had none): a reshard case
+  // has nothing to compare. DeepSpeed's planner is judged in test_deepspeed_reshard.cc.
+  if (c.ops.has(Op::reshard)) return;
   auto l = oracles::run_case(c, legacy);
   auto d = oracles::run_case(c, deepspeed);
   ASSERT_EQ(l.ok(), d.ok()) << c.name;
