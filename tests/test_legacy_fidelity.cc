@@ -26,27 +26,13 @@
 #include "shardcheck/case.h"
 #include "shardcheck/oracles/target.h"
 #include "shardcheck/oracles/truth.h"
+#include "deepspeed_setup.h"
 
 namespace shardcheck {
 namespace {
 
 namespace fs = std::filesystem;
 
-
-// Why DeepSpeed cannot be run here, or "" when it can.
-std::string deepspeed_unavailable() {
-  const char* path = std::getenv("SHARDCHECK_DEEPSPEED_PATH");
-  if (path == nullptr || *path == '\0') {
-    return "SHARDCHECK_DEEPSPEED_PATH is not set (run bash scripts/deepspeed-target.sh and export what it prints)";
-  }
-  if (!fs::exists(fs::path(path) / "deepspeed" / "checkpoint" / "affine.py")) {
-    return fmt::format("SHARDCHECK_DEEPSPEED_PATH={} holds no deepspeed/checkpoint/affine.py", path);
-  }
-  if (std::system("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1") != 0) {
-    return "torch is not importable by /usr/bin/python3 (apt-get install python3-torch)";
-  }
-  return {};
-}
 
 std::unique_ptr<oracles::Target> deepspeed_target() {
   oracles::TargetOptions options;
@@ -185,6 +171,9 @@ struct Tally {
 
 // Runs `c` under both, operation by operation, and records every disagreement.
 void compare(const Case& c, oracles::Target& legacy, oracles::Target& deepspeed, Tally& tally) {
+  // The legacy model has no planner (DeepSpeed before the fix had none): a reshard case
+  // has nothing to compare. DeepSpeed's planner is judged in test_deepspeed_reshard.cc.
+  if (c.ops.has(Op::reshard)) return;
   auto l = oracles::run_case(c, legacy);
   auto d = oracles::run_case(c, deepspeed);
   ASSERT_EQ(l.ok(), d.ok()) << c.name;

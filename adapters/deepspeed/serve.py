@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Serves DeepSpeed's own affine shard map module over shardcheck's target protocol
 (docs/protocol.md), so that `shardcheck campaign --target deepspeed` judges the code
-people run rather than a model of it.
+people run rather than a model of it. `reshard` is served by DeepSpeed's transfer planner,
+deepspeed/checkpoint/affine_transfer.py (contract 11): plan_transfer, then the plan's
+segments executed with torch as a caller executes them, and where the planner declines a
+layout (UnsupportedLayoutError) its documented fallback, rebuild then extract.
 
 Where the module comes from, first match wins:
   1. $SHARDCHECK_DEEPSPEED_PATH: a directory holding deepspeed/checkpoint/affine.py (an
@@ -19,6 +22,7 @@ empty() fills every fresh tensor with the poison pattern shardcheck's legacy mod
 import base64
 import importlib.util
 import json
+import math
 import os
 import sys
 import types
@@ -92,23 +96,31 @@ def stub_package(name, directory):
         sys.modules[name] = package
 
 
+def load_module(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_from(root):
+    """The affine module and, where the release has one, its transfer planner (or None)."""
     checkpoint = os.path.join(root, 'deepspeed', 'checkpoint')
     path = os.path.join(checkpoint, 'affine.py')
     if not os.path.isfile(path):
         fail(f'{path} does not exist: SHARDCHECK_DEEPSPEED_PATH must name an unpacked DeepSpeed sdist')
     stub_package('deepspeed', os.path.join(root, 'deepspeed'))
     stub_package('deepspeed.checkpoint', checkpoint)
-    spec = importlib.util.spec_from_file_location('deepspeed.checkpoint.affine', path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = load_module('deepspeed.checkpoint.affine', path)
+    transfer_path = os.path.join(checkpoint, 'affine_transfer.py')
+    transfer = load_module('deepspeed.checkpoint.affine_transfer', transfer_path) if os.path.isfile(transfer_path) else None
     version = 'unknown version'
     version_file = os.path.join(root, 'version.txt')
     if os.path.isfile(version_file):
         with open(version_file, encoding='utf-8') as handle:
             version = handle.read().strip()
-    return module, f'deepspeed {version} ({path})'
+    return module, transfer, f'deepspeed {version} ({path})'
 
 
 def load_affine():
@@ -118,7 +130,11 @@ def load_affine():
     try:
         import deepspeed
         import deepspeed.checkpoint.affine as module
-        return module, f'deepspeed {getattr(deepspeed, "__version__", "?")} (installed, {module.__file__})'
+        try:
+            import deepspeed.checkpoint.affine_transfer as transfer
+        except ImportError:
+            transfer = None
+        return module, transfer, f'deepspeed {getattr(deepspeed, "__version__", "?")} (installed, {module.__file__})'
     except ImportError:
         pass
     default = os.path.join(REPO, 'out', 'deepspeed', 'current')
@@ -173,6 +189,27 @@ REFUSAL_KINDS = [
     ('RuntimeError', 'negative dimension', 'format'),
     ('RuntimeError', 'storage offset', 'format'),
     ('RuntimeError', "can't be cast to the desired output type", 'scale'),
+    # The transfer planner (affine_transfer.py): InvalidMapError's texts, where one names
+    # a kind. Its coverage totals ("would receive 3 of its 4 elements") may be a gap or a
+    # double cover, so they name none. Its base AffineTransferError is a budget exceeded,
+    # which shardcheck's planner refuses as format.
+    ('InvalidMapError', ' describes ', 'shape'),
+    ('InvalidMapError', 'outside the', 'bounds'),
+    ('InvalidMapError', 'is not a coordinate of', 'bounds'),
+    ('InvalidMapError', 'pieces account for', 'count'),
+    ('InvalidMapError', 'nonempty shard but has no pieces', 'count'),
+    ('InvalidMapError', 'empty shard and holds a full piece', 'count'),
+    ('InvalidMapError', 'occupy part of the same shard addresses', 'twice'),
+    ('InvalidMapError', 'overlapping logical pieces', 'twice'),
+    ('InvalidMapError', 'do not cover the full logical parameter', 'uncovered'),
+    ('InvalidMapError', 'names no holder', 'holders'),
+    ('InvalidMapError', 'does not hold all of', 'holders'),
+    ('InvalidMapError', 'has different locations', 'holders'),
+    ('InvalidMapError', 'axes of a', 'format'),
+    ('InvalidMapError', 'negative extent', 'format'),
+    ('InvalidMapError', 'stride vector length', 'format'),
+    ('InvalidMapError', 'declares no shard shape', 'format'),
+    ('AffineTransferError', '', 'format'),
 ]
 
 
@@ -192,28 +229,75 @@ def refusal(error):
     return out
 
 
-def map_document(request):
+def map_document(request, key='map'):
     """The map as DeepSpeed loads one: the JSON value, or the case's text parsed by Python's
-    json module (which keeps the last of two equal keys), never shardcheck's decoder."""
-    if 'map_text' in request:
-        return json.loads(request['map_text'])
-    return request['map']
+    json module (which keeps the last of two equal keys), never shardcheck's decoder.
+    `key` is 'map', or 'target_map' for a reshard's target side."""
+    if f'{key}_text' in request:
+        return json.loads(request[f'{key}_text'])
+    return request[key]
+
+
+def execute_plan(plan, source_shards, shard_shapes, dtype):
+    """Runs a TransferPlan as a caller would: each segment one strided copy, from a view of
+    its source rank's flat shard into a view of its target rank's flat shard. Target shards
+    start poisoned, so an address no segment writes shows as wrong, never as luck."""
+    targets = {rank: PoisonedTorch.empty(math.prod(shape), dtype=dtype) for rank, shape in shard_shapes.items()}
+    for segment in plan.segments:
+        source = source_shards[segment.source_rank].as_strided(segment.shape, segment.source_strides,
+                                                               segment.source_offset)
+        targets[segment.target_rank].as_strided(segment.shape, segment.target_strides,
+                                                segment.target_offset).copy_(source)
+    return targets
 
 
 class Server:
 
-    def __init__(self, module, implementation):
+    def __init__(self, module, transfer, implementation):
         self.module = module
+        self.transfer = transfer
         self.implementation = implementation
         module.torch = PoisonedTorch()
+
+    def served(self):
+        return ('check', 'rebuild', 'extract') + (('reshard', ) if self.transfer is not None else ())
+
+    def reshard(self, request):
+        """plan_transfer(target, source), executed; where the planner declines the layout
+        (UnsupportedLayoutError), its documented fallback: rebuild F through the source
+        map, extract every target rank through the target map, with the same release's
+        affine module. The answer, shards or refusal, says when the fallback made it."""
+        power = int(request.get('scale_power', 1))
+        source_map = self.module.ParamAffineMap.from_dict(map_document(request))
+        target_map = self.module.ParamAffineMap.from_dict(map_document(request, 'target_map'))
+        shards = {int(rank): tensor_in(doc) for rank, doc in request['shards'].items()}
+        dtype = torch_dtype(request['dtype'])
+        fallback = None
+        try:
+            plan = self.transfer.plan_transfer(target_map, source_map)
+        except self.transfer.UnsupportedLayoutError as declined:
+            fallback = {'type': type(declined).__name__, 'message': str(declined)}
+            try:
+                full = source_map.rebuild(shards, scale_power=power)
+                result = {rank: target_map.extract(full, rank, scale_power=power) for rank in target_map.shard_shapes}
+            except Exception as error:  # the fallback's refusal, in its own words
+                return {'ok': False, 'error': refusal(error), 'fallback': fallback}
+        else:
+            result = execute_plan(plan, shards, target_map.shard_shapes, dtype)
+        answer = {'ok': True, 'result': {str(rank): tensor_out(shard.reshape(-1)) for rank, shard in result.items()}}
+        if fallback is not None:
+            answer['fallback'] = fallback
+        return answer
 
     def answer(self, request):
         op = request.get('op')
         if op == 'hello':
-            return {'ok': True, 'protocol': 1, 'implementation': self.implementation}
-        if op not in ('check', 'rebuild', 'extract'):
+            return {'ok': True, 'protocol': 1, 'implementation': self.implementation, 'ops': list(self.served())}
+        if op not in self.served():
             return {'ok': False, 'error': {'type': 'UnsupportedOperation', 'message': f'op {op!r} is not served'}}
         try:
+            if op == 'reshard':
+                return self.reshard(request)
             affine_map = self.module.ParamAffineMap.from_dict(map_document(request))
             if op == 'check':
                 affine_map.validate_coverage()

@@ -28,6 +28,15 @@ constexpr std::string_view kBothOps = "both";
 
 }  // namespace
 
+// Rank keys (of shards here and in the target protocol) are canonical decimal ids so that "1" and "01" cannot both name rank 1.
+std::optional<Rank> parse_rank_key(const std::string& key) {
+  if (key.empty() || (key.size() > 1 && key[0] == '0')) return std::nullopt;
+  Rank rank = 0;
+  auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), rank, 10);
+  if (ec != std::errc() || end != key.data() + key.size() || rank < 0) return std::nullopt;
+  return rank;
+}
+
 std::string_view op_name(Op op) {
   for (const auto& row : kOpRows) {
     if (row.op == op) return row.name;
@@ -197,15 +206,6 @@ Result<std::vector<std::uint64_t>> decode_values(DType dtype, const Json& json,
     out.push_back(bits.value());
   }
   return out;
-}
-
-// Rank keys are canonical decimal ids so that "1" and "01" cannot both name rank 1.
-std::optional<Rank> parse_rank_key(const std::string& key) {
-  if (key.empty() || (key.size() > 1 && key[0] == '0')) return std::nullopt;
-  Rank rank = 0;
-  auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), rank, 10);
-  if (ec != std::errc() || end != key.data() + key.size() || rank < 0) return std::nullopt;
-  return rank;
 }
 
 Result<std::map<Rank, std::vector<std::uint64_t>>> decode_shards(DType dtype, const Json& json,

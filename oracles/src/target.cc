@@ -86,18 +86,19 @@ class PolicyTarget final : public Target {
   // The legacy model has no planner (DeepSpeed before the fix had none).
   bool supports(Op op) const override { return op != Op::reshard || options_.policy == Policy::strict; }
 
-  TargetResult<ShardSet> reshard(const TargetMap& source, const TargetMap& target, const ShardSet& shards,
-                                 DType dtype) override {
+  // A plan copies and never rescales (contract 11), so the scale power changes nothing.
+  TargetResult<Resharded> reshard(const TargetMap& source, const TargetMap& target, const ShardSet& shards,
+                                  DType dtype, int /*scale_power*/) override {
     if (!supports(Op::reshard)) return unsupported(Op::reshard, name_);
-    return with_map(source, [&](const Map& from) -> TargetResult<ShardSet> {
-      return with_map(target, [&](const Map& to) -> TargetResult<ShardSet> {
+    return with_map(source, [&](const Map& from) -> TargetResult<Resharded> {
+      return with_map(target, [&](const Map& to) -> TargetResult<Resharded> {
         ReshardOptions options = reshard_;
         options.checks = options_.checks;
         auto made = plan(from, to, options);
         if (!made) return refusal_of(made.error());
         auto result = execute(made.value(), shards, dtype);
         if (!result) return refusal_of(result.error());
-        return std::move(result.value());
+        return Resharded{std::move(result.value()), std::nullopt};
       });
     });
   }
@@ -133,7 +134,7 @@ constexpr std::string_view kExecPrefix = "exec:";
 
 }  // namespace
 
-TargetResult<ShardSet> Target::reshard(const TargetMap&, const TargetMap&, const ShardSet&, DType) {
+TargetResult<Resharded> Target::reshard(const TargetMap&, const TargetMap&, const ShardSet&, DType, int) {
   return unsupported(Op::reshard, name());
 }
 

@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 #include <thread>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -59,17 +60,64 @@ Json tensor_json(const Buffer& buffer, const Extents& shape) {
 }
 
 // The map as the request carries it: `map_text` where the case holds text (the target
-// reads it itself), else `map`, the JSON as written or the decoded map encoded.
-void put_map(Json& request, const TargetMap& map) {
+// reads it itself), else `map`, the JSON as written or the decoded map encoded. A
+// reshard's target side is `target_map` / `target_map_text`.
+void put_map(Json& request, const TargetMap& map, const std::string& key = "map") {
   if (map.text != nullptr) {
-    request["map_text"] = *map.text;
+    request[key + "_text"] = *map.text;
   } else if (map.json != nullptr) {
-    request["map"] = *map.json;
+    request[key] = *map.json;
   } else if (map.map != nullptr) {
-    request["map"] = encode_map(*map.map, RankOrder::as_given);
+    request[key] = encode_map(*map.map, RankOrder::as_given);
   } else {
-    request["map"] = Json();
+    request[key] = Json();
   }
+}
+
+// A response's `fallback` ({"type": ..., "message": ...}), or nullopt when it is not one.
+std::optional<Declined> declined_of(const Json& fallback) {
+  if (!fallback.is_object() || !fallback.contains("message") || !fallback["message"].is_string()) return std::nullopt;
+  Declined declined;
+  declined.message = fallback["message"].get<std::string>();
+  if (fallback.contains("type") && fallback["type"].is_string()) declined.type = fallback["type"].get<std::string>();
+  return declined;
+}
+
+// A result TENSOR of the protocol as a buffer of `dtype`, or why it is not one: the
+// reason (a signature word) and what was wrong, for a garbage fault.
+struct BadTensor {
+  std::string reason;
+  std::string what;
+};
+std::variant<Buffer, BadTensor> decode_tensor(const Json& tensor, DType dtype) {
+  if (!tensor.is_object()) return BadTensor{"no-result", "no result tensor"};
+  const auto type = tensor.find("dtype");
+  if (type == tensor.end() || !type->is_string() || *type != dtype_name(dtype)) {
+    return BadTensor{"wrong-dtype", fmt::format("a result that is not {}", dtype_name(dtype))};
+  }
+  const auto shape = tensor.find("shape");
+  if (shape == tensor.end() || !shape->is_array()) return BadTensor{"bad-shape", "a result without a shape"};
+  Index numel = 1;
+  for (const auto& extent : *shape) {
+    if (!extent.is_number_integer() || extent.get<std::int64_t>() < 0) {
+      return BadTensor{"bad-shape", "a result shape that is not a list of non-negative integers"};
+    }
+    auto product = checked_mul(numel, extent.get<std::int64_t>());
+    if (!product) return BadTensor{"bad-shape", "a result shape whose element count overflows"};
+    numel = *product;
+  }
+  const auto data = tensor.find("data");
+  if (data == tensor.end() || !data->is_string()) return BadTensor{"bad-data", "a result without data"};
+  auto bytes = base64_decode(data->get_ref<const std::string&>());
+  if (!bytes) return BadTensor{"bad-data", "result data that is not base64"};
+  const auto size = static_cast<std::size_t>(element_size(dtype));
+  if (numel > static_cast<Index>(bytes->size() / size) || bytes->size() != static_cast<std::size_t>(numel) * size) {
+    return BadTensor{"bad-data",
+                     fmt::format("{} result bytes for {} elements of {}", bytes->size(), numel, dtype_name(dtype))};
+  }
+  Buffer buffer(dtype, numel);
+  if (!bytes->empty()) std::memcpy(buffer.data(), bytes->data(), bytes->size());
+  return buffer;
 }
 
 int remaining_ms(std::chrono::steady_clock::time_point deadline) {
@@ -169,6 +217,11 @@ std::string ExecTarget::start() {
   }
   const auto it = response.find("implementation");
   implementation_ = it != response.end() && it->is_string() ? it->get<std::string>() : name_;
+  // The operations beyond rebuild and extract that it serves (docs/protocol.md, "hello").
+  serves_reshard_ = false;
+  if (const auto ops = response.find("ops"); ops != response.end() && ops->is_array()) {
+    serves_reshard_ = std::find(ops->begin(), ops->end(), Json(std::string(op_name(Op::reshard)))) != ops->end();
+  }
   return {};
 }
 
@@ -345,7 +398,18 @@ TargetResult<Json> ExecTarget::exchange(Json request, double timeout_seconds, st
   if (error->contains("kind") && (*error)["kind"].is_string()) {
     refusal.kind = parse_kind((*error)["kind"].get<std::string>());
   }
+  if (response.contains("fallback")) {
+    refusal.fallback = declined_of(response["fallback"]);
+    if (!refusal.fallback) return garbage("bad-fallback", "a fallback without an object holding a message");
+  }
   return refusal;
+}
+
+TargetFault ExecTarget::garbage_answer(const std::string& op, const Json& response, std::string reason,
+                                       std::string what) {
+  stop(std::chrono::milliseconds(0));
+  return fault(FaultKind::garbage, std::move(reason),
+               fmt::format("{} in the answer to {}: {}", what, op, excerpt(response.dump())));
 }
 
 TargetResult<Buffer> ExecTarget::tensor_request(Json request, DType dtype, Index expected_numel) {
@@ -355,40 +419,10 @@ TargetResult<Buffer> ExecTarget::tensor_request(Json request, DType dtype, Index
   if (auto* f = std::get_if<TargetFault>(&answer)) return std::move(*f);
   if (auto* r = std::get_if<TargetRefusal>(&answer)) return std::move(*r);
   const Json& response = std::get<Json>(answer);
-  auto garbage = [&](std::string reason, std::string what) -> TargetResult<Buffer> {
-    stop(std::chrono::milliseconds(0));
-    return fault(FaultKind::garbage, std::move(reason),
-                 fmt::format("{} in the answer to {}: {}", what, op, excerpt(response.dump())));
-  };
   const auto result = response.find("result");
-  if (result == response.end() || !result->is_object()) return garbage("no-result", "no result tensor");
-  const auto type = result->find("dtype");
-  if (type == result->end() || !type->is_string() || *type != dtype_name(dtype)) {
-    return garbage("wrong-dtype", fmt::format("a result that is not {}", dtype_name(dtype)));
-  }
-  const auto shape = result->find("shape");
-  if (shape == result->end() || !shape->is_array()) return garbage("bad-shape", "a result without a shape");
-  Index numel = 1;
-  for (const auto& extent : *shape) {
-    if (!extent.is_number_integer() || extent.get<std::int64_t>() < 0) {
-      return garbage("bad-shape", "a result shape that is not a list of non-negative integers");
-    }
-    auto product = checked_mul(numel, extent.get<std::int64_t>());
-    if (!product) return garbage("bad-shape", "a result shape whose element count overflows");
-    numel = *product;
-  }
-  const auto data = result->find("data");
-  if (data == result->end() || !data->is_string()) return garbage("bad-data", "a result without data");
-  auto bytes = base64_decode(data->get_ref<const std::string&>());
-  if (!bytes) return garbage("bad-data", "result data that is not base64");
-  const auto size = static_cast<std::size_t>(element_size(dtype));
-  if (numel > static_cast<Index>(bytes->size() / size) || bytes->size() != static_cast<std::size_t>(numel) * size) {
-    return garbage("bad-data", fmt::format("{} result bytes for {} elements of {}", bytes->size(), numel,
-                                           dtype_name(dtype)));
-  }
-  Buffer buffer(dtype, numel);
-  if (!bytes->empty()) std::memcpy(buffer.data(), bytes->data(), bytes->size());
-  return buffer;
+  auto tensor = decode_tensor(result == response.end() ? Json() : *result, dtype);
+  if (auto* bad = std::get_if<BadTensor>(&tensor)) return garbage_answer(op, response, bad->reason, bad->what);
+  return std::move(std::get<Buffer>(tensor));
 }
 
 TargetResult<Accepted> ExecTarget::check(const TargetMap& map) {
@@ -429,6 +463,55 @@ TargetResult<Buffer> ExecTarget::extract(const TargetMap& map, const Buffer& ful
     expected = checked_numel(*entry->shard_shape).value_or(0);
   }
   return tensor_request(std::move(request), full.dtype(), expected);
+}
+
+}  // namespace shardcheck::oracles
+
+namespace shardcheck::oracles {
+
+bool ExecTarget::supports(Op op) const {
+  return op == Op::rebuild || op == Op::extract || (op == Op::reshard && serves_reshard_);
+}
+
+TargetResult<Resharded> ExecTarget::reshard(const TargetMap& source, const TargetMap& target, const ShardSet& shards,
+                                            DType dtype, int scale_power) {
+  if (!supports(Op::reshard)) return unsupported(Op::reshard, name_);
+  Json request = {{"op", "reshard"}, {"dtype", std::string(dtype_name(dtype))}, {"scale_power", scale_power}};
+  put_map(request, source);
+  put_map(request, target, "target_map");
+  Json tensors = Json::object();
+  for (const auto& [rank, shard] : shards) tensors[std::to_string(rank)] = tensor_json(shard, {shard.numel()});
+  request["shards"] = std::move(tensors);
+  Index expected = 0;
+  if (target.map != nullptr) {
+    for (const auto& entry : target.map->ranks) {
+      if (entry.shard_shape) expected += checked_numel(*entry.shard_shape).value_or(0);
+    }
+  }
+  const auto expected_bytes = static_cast<std::size_t>(expected) * element_size(dtype);
+  auto answer = exchange(std::move(request), options_.timeout_seconds, expected_bytes);
+  if (auto* f = std::get_if<TargetFault>(&answer)) return std::move(*f);
+  if (auto* r = std::get_if<TargetRefusal>(&answer)) return std::move(*r);
+  const Json& response = std::get<Json>(answer);
+  const std::string op(op_name(Op::reshard));
+  const auto result = response.find("result");
+  if (result == response.end() || !result->is_object()) {
+    return garbage_answer(op, response, "no-result", "no object of shards by rank");
+  }
+  Resharded out;
+  for (const auto& [key, tensor] : result->items()) {
+    auto rank = parse_rank_key(key);
+    if (!rank) return garbage_answer(op, response, "bad-rank", fmt::format("a shard for rank key '{}'", excerpt(key)));
+    auto decoded = decode_tensor(tensor, dtype);
+    if (auto* bad = std::get_if<BadTensor>(&decoded)) return garbage_answer(op, response, bad->reason, bad->what);
+    out.shards.emplace(*rank, std::move(std::get<Buffer>(decoded)));
+  }
+  if (response.contains("fallback")) {
+    auto declined = declined_of(response["fallback"]);
+    if (!declined) return garbage_answer(op, response, "bad-fallback", "a fallback without an object holding a message");
+    out.fallback = std::move(*declined);
+  }
+  return out;
 }
 
 }  // namespace shardcheck::oracles

@@ -29,6 +29,10 @@ class ExecTarget final : public Target {
                                int scale_power, const RebuildDigest& digest) override;
   TargetResult<Buffer> extract(const TargetMap& map, const Buffer& full, Rank rank,
                                int scale_power) override;
+  // Rebuild and extract always; reshard when the handshake lists it in `ops`.
+  bool supports(Op op) const override;
+  TargetResult<Resharded> reshard(const TargetMap& source, const TargetMap& target, const ShardSet& shards,
+                                  DType dtype, int scale_power) override;
 
   void detach() override;
 
@@ -44,6 +48,8 @@ class ExecTarget final : public Target {
   // `expected_bytes` (the size of a result tensor) bounds how long a line may grow.
   TargetResult<Json> exchange(Json request, double timeout_seconds, std::size_t expected_bytes);
   TargetResult<Buffer> tensor_request(Json request, DType dtype, Index expected_numel);
+  // A fault for a well-formed line whose content the protocol does not allow.
+  TargetFault garbage_answer(const std::string& op, const Json& response, std::string reason, std::string what);
   std::string spawn();
   // Ends the process: closes its stdin and waits up to `grace`, then kills its group.
   void stop(std::chrono::milliseconds grace);
@@ -55,6 +61,7 @@ class ExecTarget final : public Target {
   std::string command_;
   TargetOptions options_;
   std::string implementation_;
+  bool serves_reshard_ = false;  // the handshake's `ops` lists "reshard"
   pid_t pid_ = -1;
   int io_fd_ = -1;   // the process's stdin and stdout (one socket)
   int err_fd_ = -1;  // its stderr

@@ -605,31 +605,16 @@ OpOutcome run_extract(const Case& c, const Inputs& in, Target& target) {
   return out;
 }
 
-// Contract 11: the target map's shards from the shards the truth map wrote, through a plan
-// made from the pair under test (either side may be corrupted), compared rank by rank with
-// the reference model's extract of F through the true target map.
-OpOutcome run_reshard(const Case& c, const Inputs& in, Target& target) {
-  OpOutcome out;
-  out.op = Op::reshard;
-  TargetMap to;
-  to.map = &*c.target_map;
-  auto answer = target.reshard(target_map(c), to, in.shards, c.dtype);
-  if (auto* refusal = std::get_if<TargetRefusal>(&answer)) {
-    set_refused(out, *refusal);
-    return out;
-  }
-  if (auto* fault = std::get_if<TargetFault>(&answer)) {
-    set_fault(out, *fault);
-    return out;
-  }
-  const ShardSet& got = std::get<ShardSet>(answer);
+// The target shards a reshard returned, rank by rank, against the reference model's
+// extract of F through the true target map.
+void judge_resharded(OpOutcome& out, const Case& c, const Inputs& in, const ShardSet& got) {
   // F as the shards hold it: the F they were written from, else a correct rebuild of them.
   const Buffer* f = in.truth_wrote_shards && in.full ? &*in.full : in.expected ? &*in.expected : nullptr;
   if (f == nullptr) {
     out.verdict = Outcome::wrong;
     out.message = "WRONG: reshard returned shards where no correct tensor exists: " +
                   (in.no_truth ? in.no_truth->to_string() : std::string("no ground truth"));
-    return out;
+    return;
   }
   const Map& truth = c.target_truth_map();
   std::set<Rank> ranks;
@@ -642,7 +627,7 @@ OpOutcome run_reshard(const Case& c, const Inputs& in, Target& target) {
       out.rank = rank;
       out.message =
           fmt::format("WRONG: reshard returned a shard for rank {}, which the true target map does not have", rank);
-      return out;
+      return;
     }
   }
   for (Rank rank : ranks) {
@@ -652,7 +637,7 @@ OpOutcome run_reshard(const Case& c, const Inputs& in, Target& target) {
       out.verdict = Outcome::wrong;
       out.message = fmt::format("WRONG: reshard returned target rank {}'s shard where no correct shard exists: {}",
                                 rank, want.error().to_string());
-      return out;
+      return;
     }
     const auto it = got.find(rank);
     // An empty shard holds no data: a plan that leaves it out has lost nothing.
@@ -660,14 +645,45 @@ OpOutcome run_reshard(const Case& c, const Inputs& in, Target& target) {
     if (it == got.end()) {
       out.verdict = Outcome::wrong;
       out.message = fmt::format("WRONG: reshard returned no shard for target rank {}", rank);
-      return out;
+      return;
     }
     set_compared(out, fmt::format("reshard target rank {}", rank), want.value(), it->second);
-    if (out.verdict == Outcome::wrong) return out;
+    if (out.verdict == Outcome::wrong) return;
   }
   out.rank.reset();
   out.message = "exact";
   out.verdict = Outcome::exact;
+}
+
+// What a fallback returned or refused is what its caller gets: judged the same, said apart.
+void note_fallback(OpOutcome& out, const std::optional<Declined>& fallback) {
+  if (!fallback) return;
+  out.fallback = fallback;
+  out.message += fmt::format(" (after its documented fallback: it declined to plan, {}: {})", fallback->type,
+                             fallback->message);
+}
+
+// Contract 11: the target map's shards from the shards the truth map wrote, through a plan
+// made from the pair under test (either side may be corrupted), compared rank by rank with
+// the reference model's extract of F through the true target map.
+OpOutcome run_reshard(const Case& c, const Inputs& in, Target& target) {
+  OpOutcome out;
+  out.op = Op::reshard;
+  TargetMap to;
+  to.map = &*c.target_map;
+  auto answer = target.reshard(target_map(c), to, in.shards, c.dtype, c.scale_power);
+  if (auto* refusal = std::get_if<TargetRefusal>(&answer)) {
+    set_refused(out, *refusal);
+    note_fallback(out, refusal->fallback);
+    return out;
+  }
+  if (auto* fault = std::get_if<TargetFault>(&answer)) {
+    set_fault(out, *fault);
+    return out;
+  }
+  const Resharded& resharded = std::get<Resharded>(answer);
+  judge_resharded(out, c, in, resharded.shards);
+  note_fallback(out, resharded.fallback);
   return out;
 }
 
@@ -926,6 +942,7 @@ Json op_to_json(DType dtype, const OpOutcome& op) {
     if (!op.error) out["kind"] = "unknown";
     out["target_error"] = {{"type", op.refusal->type}, {"message", op.refusal->message}};
   }
+  if (op.fallback) out["fallback"] = {{"type", op.fallback->type}, {"message", op.fallback->message}};
   if (op.fault) {
     out["fault"] = {{"kind", std::string(fault_name(op.fault->kind))},
                     {"reason", op.fault->reason},

@@ -180,10 +180,15 @@ std::string format_table(const Report& report) {
   out += "\n" + table_header("operation");
   // Rebuild and extract always have a row (the table every campaign prints); other
   // operations where the campaign ran them.
+  // A reshard its target answered by its documented fallback has a row of its own
+  // ("reshard-after-fallback", props::op_label) beside the plans it made.
   for (Op op : kAllOps) {
-    auto it = report.by_op.find(std::string(op_name(op)));
-    if (it == report.by_op.end() && op != Op::rebuild && op != Op::extract) continue;
-    out += table_row(op_name(op), it == report.by_op.end() ? Tally{} : it->second);
+    for (bool after_fallback : {false, true}) {
+      const std::string label = props::op_label(op, after_fallback);
+      auto it = report.by_op.find(label);
+      if (it == report.by_op.end() && (after_fallback || (op != Op::rebuild && op != Op::extract))) continue;
+      out += table_row(label, it == report.by_op.end() ? Tally{} : it->second);
+    }
   }
   out += "\n" + table_row("total", report.total);
   const double rate = report.seconds > 0 ? static_cast<double>(report.cases) / report.seconds : 0.0;

@@ -124,12 +124,11 @@ std::optional<FindingState> run_case(const Options& options, Index index, BatchR
       props::evaluate_case(c, variant.loopback ? eval_options_of(options, index) : options.eval);
   into.by_constructor[c.constructor].add(evaluation.category);
   into.by_corruption[corruption_of(c)].add(evaluation.category);
-  if (evaluation.refusal) {
-    into.by_refusal_kind[std::string(kind_name(*evaluation.refusal))].add(evaluation.category);
-  } else if (evaluation.category == Outcome::refused) {
-    into.by_refusal_kind["unknown"].add(evaluation.category);  // an implementation's own error, no kind
+  // An implementation's own error without a kind counts as "unknown".
+  if (evaluation.refusal || evaluation.category == Outcome::refused) {
+    into.by_refusal_kind[props::refusal_row(evaluation.refusal, evaluation.refusal_type)].add(evaluation.category);
   }
-  for (const auto& [op, category] : evaluation.ops) into.by_op[std::string(op_name(op))].add(category);
+  for (const auto& op : evaluation.ops) into.by_op[op.label()].add(op.category);
   if (!evaluation.finding) return std::nullopt;
   // evaluate_case's reproducer is the case itself, so the index alone brings it back.
   FindingState finding{evaluation.finding->judge, evaluation.finding->signature, evaluation.finding->message, index, 1};

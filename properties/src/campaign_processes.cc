@@ -243,7 +243,12 @@ std::string validate_batch(const Ledger& ledger, Range range, const BatchResult&
     for (std::string_view kind : gen::corruption_kinds()) out.push_back(kind);
     return out;
   }();
-  constexpr std::string_view kOps[] = {"rebuild", "extract"};
+  // Every operation, and a reshard answered by its target's fallback (props::op_label).
+  auto known_op = [](const std::string& name) {
+    return std::any_of(std::begin(kAllOps), std::end(kAllOps), [&](Op op) {
+      return name == props::op_label(op, false) || (op == Op::reshard && name == props::op_label(op, true));
+    });
+  };
   auto check_rows = [&](const char* what, const std::map<std::string, Tally>& rows, auto&& name_ok, Index least,
                         Index most) -> std::string {
     Index cases = 0;
@@ -263,9 +268,14 @@ std::string validate_batch(const Ledger& ledger, Range range, const BatchResult&
     }
     return {};
   };
-  std::string error = check_rows(
-      "constructor", result.by_constructor, [&](const std::string& name) { return known(gen::constructor_names(), name); },
-      n, n);
+  // A reshard case's constructor row names its pair, "SOURCE->TARGET" (gen::generate_case).
+  auto known_constructor = [&](const std::string& name) {
+    const auto arrow = name.find("->");
+    if (arrow == std::string::npos) return known(gen::constructor_names(), name);
+    return known(gen::constructor_names(), name.substr(0, arrow)) &&
+           known(gen::constructor_names(), name.substr(arrow + 2));
+  };
+  std::string error = check_rows("constructor", result.by_constructor, known_constructor, n, n);
   if (error.empty()) {
     error = check_rows("corruption", result.by_corruption, [&](const std::string& name) { return known(kinds, name); },
                        n, n);
@@ -273,10 +283,13 @@ std::string validate_batch(const Ledger& ledger, Range range, const BatchResult&
   if (error.empty()) {
     error = check_rows(
         "refusal kind", result.by_refusal_kind,
-        [](const std::string& name) { return name == "unknown" || parse_kind(name).has_value(); }, 0, n);
+        [](const std::string& name) {
+          return name == "unknown" || name.rfind("unknown (", 0) == 0 || props::refusal_row_kind(name).has_value();
+        },
+        0, n);
   }
   if (error.empty()) {
-    error = check_rows("operation", result.by_op, [&](const std::string& name) { return known(kOps, name); }, 0,
+    error = check_rows("operation", result.by_op, known_op, 0,
                        2 * n);
   }
   if (!error.empty()) return error;

@@ -49,6 +49,13 @@ std::optional<ContractOutcome> contract_outcome(const Case& c) {
   if (verdict.too_large) return std::nullopt;
   if (verdict.refused_only_by_stride_rule) return ContractOutcome{Outcome::refused, std::nullopt};
   if (verdict.kind) return ContractOutcome{Outcome::refused, verdict.kind};
+  // A reshard checks the target map whole next (contract 11), before any scale.
+  if (c.ops.has(Op::reshard) && c.target_map) {
+    const oracles::ReferenceVerdict target = oracles::reference_check(*c.target_map);
+    if (target.too_large) return std::nullopt;
+    if (target.refused_only_by_stride_rule) return ContractOutcome{Outcome::refused, std::nullopt};
+    if (target.kind) return ContractOutcome{Outcome::refused, target.kind};
+  }
   if (Status scale = oracles::reference_scale_refusal(c.map, c.dtype, c.scale_power); !scale.ok()) {
     return ContractOutcome{Outcome::refused, scale.error().kind};
   }

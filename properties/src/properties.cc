@@ -18,6 +18,19 @@
 
 namespace shardcheck::props {
 
+std::string op_label(Op op, bool after_fallback) {
+  return std::string(op_name(op)) + (after_fallback ? "-after-fallback" : "");
+}
+
+std::string refusal_row(std::optional<ErrorKind> kind, const std::string& type) {
+  std::string row(kind ? kind_name(*kind) : "unknown");
+  return type.empty() ? row : fmt::format("{} ({})", row, type);
+}
+
+std::optional<ErrorKind> refusal_row_kind(const std::string& row) {
+  return parse_kind(row.substr(0, row.find(" (")));
+}
+
 namespace {
 
 std::string corruption_label(const Case& c) { return c.corruption ? c.corruption->kind : std::string("none"); }
@@ -516,13 +529,15 @@ void categorise(CaseJudgement& judged) {
   for (const auto& op : result.ops) {
     Outcome category = op.verdict;
     if (op.verdict == Outcome::wrong && judged.fully_valid(op)) category = Outcome::wrong_valid_layout;
-    evaluation.ops.emplace_back(op.op, category);
+    evaluation.ops.push_back({op.op, category, op.fallback.has_value()});
   }
   evaluation.category = result.verdict;
   if (result.verdict == Outcome::refused && result.error) evaluation.refusal = result.error->kind;
+  // Only another implementation's refusal (an exec target's) has an error type of its own.
+  if (result.verdict == Outcome::refused && result.refusal) evaluation.refusal_type = result.refusal->type;
   if (result.verdict == Outcome::wrong || result.verdict == Outcome::wrong_valid_layout) {
     const bool silently_wrong = std::any_of(evaluation.ops.begin(), evaluation.ops.end(),
-                                            [](const auto& op) { return op.second == Outcome::wrong; });
+                                            [](const auto& op) { return op.category == Outcome::wrong; });
     evaluation.category = silently_wrong ? Outcome::wrong : Outcome::wrong_valid_layout;
   }
   judged.must_convert_exactly = judged.options.oracle == oracles::OracleKind::truth && !result.no_correct_rebuild &&
@@ -534,7 +549,7 @@ void categorise(CaseJudgement& judged) {
   for (std::size_t i = 0; i < result.ops.size(); ++i) {
     const Outcome verdict = result.ops[i].verdict;
     if (verdict == Outcome::exact || verdict == Outcome::target_fault || verdict == Outcome::refused) continue;
-    evaluation.ops[i].second = Outcome::wrong;
+    evaluation.ops[i].category = Outcome::wrong;
     evaluation.category = Outcome::wrong;
   }
 }
@@ -598,7 +613,7 @@ std::optional<Finding> judge_equivalent_map(CaseJudgement& judged) {
     if (op.verdict == Outcome::exact || op.verdict == Outcome::target_fault) continue;
     const bool refused = op.verdict == Outcome::refused;
     return make_finding(refused ? JudgeId::false_refusal : JudgeId::valid_map_wrong,
-                        fmt::format("{}:{}", op_name(op.op), case_label(judged.c)),
+                        fmt::format("{}:{}", op_label(op.op, op.fallback.has_value()), case_label(judged.c)),
                         fmt::format("a map equivalent to the truth map must convert exactly: {}", op.message),
                         judged.c);
   }
@@ -617,7 +632,7 @@ std::optional<Finding> judge_wrong_tensor(CaseJudgement& judged) {
   for (std::size_t i = 0; i < result->ops.size(); ++i) {
     const oracles::OpOutcome& op = result->ops[i];
     if (op.verdict != Outcome::wrong) continue;
-    const bool valid = judged.evaluation.ops[i].second == Outcome::wrong_valid_layout;
+    const bool valid = judged.evaluation.ops[i].category == Outcome::wrong_valid_layout;
     const oracles::OpOutcome*& first = valid ? different : silently_wrong;
     if (!first) first = &op;
   }
@@ -628,12 +643,14 @@ std::optional<Finding> judge_wrong_tensor(CaseJudgement& judged) {
   if (silently_wrong && !judged.options.target.empty() && judged.reference_verdict().valid() && result->valid_layout &&
       judged.strict_verdict(shown->op) == Outcome::exact) {
     return make_finding(JudgeId::target_wrong,
-                        fmt::format("{}:{}:{}", judged.implementation(), op_name(shown->op), case_label(judged.c)),
+                        fmt::format("{}:{}:{}", judged.implementation(), op_label(shown->op, shown->fallback.has_value()),
+                                    case_label(judged.c)),
                         result->message, judged.c);
   }
   return make_finding(
       silently_wrong ? JudgeId::silently_wrong : JudgeId::valid_but_different,
-      fmt::format("{}{}:{}", op_name(shown->op), shown->digest_ignored ? "-ignoring-digest" : "", case_label(judged.c)),
+      fmt::format("{}{}:{}", op_label(shown->op, shown->fallback.has_value()),
+                  shown->digest_ignored ? "-ignoring-digest" : "", case_label(judged.c)),
       result->message, judged.c);
 }
 
@@ -727,7 +744,8 @@ std::optional<Finding> judge_accepts_invalid(CaseJudgement& judged) {
   const auto accepted = std::find_if(result->ops.begin(), result->ops.end(),
                                      [](const oracles::OpOutcome& op) { return op.verdict == Outcome::exact; });
   return make_finding(JudgeId::accepts_invalid,
-                      fmt::format("{}:{}:{}:{}", judged.implementation(), op_name(accepted->op), kind_name(*kind),
+                      fmt::format("{}:{}:{}:{}", judged.implementation(),
+                                  op_label(accepted->op, accepted->fallback.has_value()), kind_name(*kind),
                                   case_label(judged.c)),
                       fmt::format("{} returned the right tensor through a map the contract refuses ({})",
                                   judged.implementation(), kind_name(*kind)),

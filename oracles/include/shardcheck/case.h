@@ -119,6 +119,9 @@ Result<Map> decode_map_text(std::string_view text);
 // nullopt when it does.
 Status undecoded_map_error(const Case& c);
 
+// A rank id written as a JSON key: canonical decimal ("1", never "01" or "-1").
+std::optional<Rank> parse_rank_key(const std::string& key);
+
 // Case file codec. Unknown fields (comment, section, ...) are ignored. Values are JSON
 // numbers or "0x..." raw-bit strings.
 Result<Case> decode_case(const Json& json);

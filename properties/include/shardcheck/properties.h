@@ -117,16 +117,37 @@ struct EvalOptions {
   std::function<void(const char* part)> part_starts;
 };
 
+// How an operation's outcome is named in a finding's signature and in the campaign
+// table's operation rows: the operation, or "reshard-after-fallback" where the
+// implementation under test declined to plan and its documented fallback made the shards
+// (a silently wrong answer there is counted apart from one of its planner).
+std::string op_label(Op op, bool after_fallback);
+
+// The campaign table's "refused as" row of a refusal: its kind ("unknown" when it has
+// none), followed by " (TYPE)" where an implementation under test named its error type.
+std::string refusal_row(std::optional<ErrorKind> kind, const std::string& type);
+// The kind a refusal_row names, or nullopt when it names none ("unknown", or not a row).
+std::optional<ErrorKind> refusal_row_kind(const std::string& row);
+
 struct Evaluation {
   // How the case ended, as the campaign table counts it: wrong_valid_layout is the
   // valid-but-different class.
   Outcome category = Outcome::exact;
   std::optional<ErrorKind> refusal;  // the kind, when refused
+  // An implementation under test in another process: its own error type, when refused
+  // ("InvalidMapError"), so that the table tells its refusals apart by type as well.
+  std::string refusal_type;
   std::optional<Finding> finding;
   // Each operation the case ran (rebuild and/or extract) with its own category, so that
   // a table can show the valid-but-different class per operation: a content digest
   // closes it for rebuild, nothing closes it for extract (contract 10).
-  std::vector<std::pair<Op, Outcome>> ops;
+  struct OpCategory {
+    Op op = Op::rebuild;
+    Outcome category = Outcome::exact;
+    bool after_fallback = false;  // a reshard answered by the target's fallback
+    std::string label() const { return op_label(op, after_fallback); }
+  };
+  std::vector<OpCategory> ops;
 };
 
 // Property 2 (and 3 when compare_reference): the case through the oracle. A silently

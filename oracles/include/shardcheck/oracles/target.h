@@ -29,6 +29,14 @@
 
 namespace shardcheck::oracles {
 
+// What an implementation declined with before it fell back on a documented slower path
+// (DeepSpeed's UnsupportedLayoutError, whose fallback is rebuild then extract): its
+// error type and text. What the fallback returns, or refuses, is what a caller gets.
+struct Declined {
+  std::string type;
+  std::string message;
+};
+
 // A refusal in the implementation's own words. `kind` is shardcheck's kind when the
 // target's error maps to one (built-ins always; exec targets through the response's
 // `kind` field or the target's table of error texts), std::nullopt for "unknown".
@@ -37,6 +45,7 @@ struct TargetRefusal {
   std::string type;     // the implementation's error type, e.g. "ValueError"
   std::string message;  // its text
   std::optional<Error> error;  // built-ins: the full typed error
+  std::optional<Declined> fallback;  // a refusal of the fallback a declined reshard took
   // "<kind>: <message>" or "unknown (<type>): <message>"
   std::string to_string() const;
 };
@@ -54,6 +63,15 @@ template <class T>
 using TargetResult = std::variant<T, TargetRefusal, TargetFault>;
 
 struct Accepted {};  // a check that passed
+
+// A reshard's answer: the target shards, and where the implementation declined to plan
+// the layout and made them by its documented fallback instead, what it declined with. A
+// caller uses what the fallback returns, so it is judged like any answer, and counted
+// apart.
+struct Resharded {
+  ShardSet shards;
+  std::optional<Declined> fallback;
+};
 
 // The map under test as handed to an implementation (contract 9: as the case holds it).
 // `map`: decoded, when it decodes. `json`: the JSON as written, where the case keeps it
@@ -110,8 +128,8 @@ class Target {
   virtual bool supports(Op op) const { return op == Op::rebuild || op == Op::extract; }
   // Contract 11: the target map's shards (one per rank with a shard shape) from the
   // source map's shards, through a transfer plan. The default answers "unsupported".
-  virtual TargetResult<ShardSet> reshard(const TargetMap& source, const TargetMap& target, const ShardSet& shards,
-                                         DType dtype);
+  virtual TargetResult<Resharded> reshard(const TargetMap& source, const TargetMap& target, const ShardSet& shards,
+                                          DType dtype, int scale_power);
 };
 
 // What a target answers for an operation it does not declare.

@@ -83,6 +83,9 @@ struct OpOutcome {
   // its text names no kind: "unknown"), or what went wrong with the process.
   std::optional<TargetRefusal> refusal;
   std::optional<TargetFault> fault;
+  // Reshard: the implementation declined to plan and took its documented fallback (what
+  // it declined with); the verdict is on what the fallback returned or refused.
+  std::optional<Declined> fallback;
   // A tensor returned through a scaled map where the reference model refuses the same
   // conversion (contract 1.2: an element the scale overflows or flushes): the refusal owed.
   std::optional<Error> owed_refusal;
