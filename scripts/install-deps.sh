@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages shardcheck builds with, when any is missing.
 #   scripts/install-deps.sh [EXTRA_PACKAGE...]   (scripts/coverage.sh adds llvm-14)
+# libthrust-dev: the device code's OpenMP build where no CUDA toolkit brings CCCL (a
+# GitHub runner), so that every CI runs the device code on threads.
 set -euo pipefail
 packages=(cmake ninja-build g++ clang libclang-rt-14-dev libeigen3-dev nlohmann-json3-dev
-          libcli11-dev libfmt-dev libgtest-dev librapidcheck-dev libbenchmark-dev libomp-dev zip unzip
-          python3 python3-numpy "$@")
+          libcli11-dev libfmt-dev libgtest-dev librapidcheck-dev libbenchmark-dev libomp-dev libthrust-dev
+          zip unzip python3 python3-numpy "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
