@@ -120,10 +120,18 @@ template <int kLanes, class U, bool kContiguous>
 
 using SumFn = std::uint64_t (*)(const std::byte*, Index, Index, std::uint64_t, std::uint64_t);
 
+// A kernel's body, whatever its instruction set: the contiguous loop where it can.
+template <int kLanes, class U>
+[[gnu::always_inline]] inline std::uint64_t sum_elements(const std::byte* data, Index stride, Index n,
+                                                         std::uint64_t key, std::uint64_t step) {
+  const auto* p = reinterpret_cast<const U*>(data);
+  return stride == 1 ? sum_terms<kLanes, U, true>(p, 1, n, key, step)
+                     : sum_terms<kLanes, U, false>(p, stride, n, key, step);
+}
+
 template <class U>
 std::uint64_t sum_generic(const std::byte* data, Index stride, Index n, std::uint64_t key, std::uint64_t step) {
-  const auto* p = reinterpret_cast<const U*>(data);
-  return stride == 1 ? sum_terms<4, U, true>(p, 1, n, key, step) : sum_terms<4, U, false>(p, stride, n, key, step);
+  return sum_elements<4, U>(data, stride, n, key, step);
 }
 
 // One kernel set per instruction set: the same loop compiled for each. The 64-bit lane
@@ -136,13 +144,11 @@ struct KernelSet {
   SumFn by_width[4];  // 1, 2, 4, 8 bytes
 };
 
-#define SHARDCHECK_DIGEST_KERNELS(name, isa, lanes)                                                       \
-  template <class U>                                                                                         \
-  [[gnu::target(isa)]] std::uint64_t sum_##name(const std::byte* data, Index stride, Index n,               \
-                                                std::uint64_t key, std::uint64_t step) {                     \
-    const auto* p = reinterpret_cast<const U*>(data);                                                        \
-    return stride == 1 ? sum_terms<lanes, U, true>(p, 1, n, key, step)                                       \
-                       : sum_terms<lanes, U, false>(p, stride, n, key, step);                                \
+#define SHARDCHECK_DIGEST_KERNELS(name, isa, lanes)                                                  \
+  template <class U>                                                                                   \
+  [[gnu::target(isa)]] std::uint64_t sum_##name(const std::byte* data, Index stride, Index n,         \
+                                                std::uint64_t key, std::uint64_t step) {               \
+    return sum_elements<lanes, U>(data, stride, n, key, step);                                         \
   }
 
 bool always() { return true; }
