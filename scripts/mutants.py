@@ -89,12 +89,7 @@ def sh(cmd, log, timeout=None, cwd=None, env=None):
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 15)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-                proc.wait()
+            stop_group(proc)
             rc = 124
             out.write(f"\n[mutants] timed out after {timeout} s\n")
     return rc, time.monotonic() - start
@@ -175,16 +170,18 @@ def tree_cpu_seconds(pid):
 
 
 def stop_group(proc):
+    """Ends proc's process group (the campaign and its workers): TERM, then KILL after 10 s."""
     for sig in (15, 9):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
+            break
         try:
             proc.wait(timeout=10)
             return
         except subprocess.TimeoutExpired:
             pass
+    proc.wait()
 
 
 def children_cpu_seconds():
