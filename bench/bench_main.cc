@@ -178,9 +178,9 @@ class ThreadCounter {
 
 // Where a campaign case's cost goes (issue 29: cut what the profile shows, never a
 // judgement): cases of a default campaign (seed 1, reference model on), one core, with
-// the instructions (or CPU ns) of each part per case: generation, the JSON text of the
-// case's maps, then evaluate_case's parts (EvalOptions::part_starts: the oracle run and
-// each judge). Counters: <part> per case, and `total`.
+// the instructions (or CPU ns) of each part per case: generation, then evaluate_case's
+// parts (EvalOptions::part_starts: the oracle run and each judge). Counters: <part> per
+// case, and `total`.
 void BM_CampaignCaseParts(benchmark::State& state) {
   campaign::Options options;
   options.seed = 1;
