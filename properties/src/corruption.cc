@@ -305,6 +305,7 @@ void apply_edit(detail::Edit& e, const Row& row, Site site) {
     case Op::text_duplicate_key:
     case Op::text_truncate:
     case Op::text_negative_zero:
+    case Op::text_leading_zero:
     case Op::text_trailing:
       return text_edit(e, row.op);
   }

@@ -87,6 +87,7 @@ enum class Op {
   text_duplicate_key,
   text_truncate,
   text_negative_zero,
+  text_leading_zero,
   text_trailing,
 };
 
@@ -240,6 +241,7 @@ constexpr bool well_formed(Field field, Fits fits, Op op, Param param) {
     case Op::text_duplicate_key:
     case Op::text_truncate:
     case Op::text_negative_zero:
+    case Op::text_leading_zero:
     case Op::text_trailing:
       return field == Field::map_text && fits == Fits::always && no_param;
   }

@@ -2,13 +2,14 @@
 // wrote, and edits of the map's JSON text, the form a converter really reads. Every text
 // edit but one turns the text into something the codec must refuse (format): a number
 // that is not an integer (n.7, n.0), a number in a string, a number beyond int64 (1e300,
-// 2^63, 2^64 - 1), a repeated key
+// 2^63, 2^64 - 1), a number with a leading zero (07), a repeated key
 // (README and contract "stricter": any key repeated within one object is format), a cut
-// document, a rank id of -1 or an envelope version of 0, a content digest cut short.
+// document, a rank id of -1 or -2^63, an envelope version of 0, a content digest cut short.
 // Writing 0 as -0 is neutral: JSON's -0 is the integer 0. Edits are made on each form a
 // reader meets: the object form, the array form, a one-parameter envelope.
 #include <fmt/format.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -132,10 +133,14 @@ std::string below_minimum(Json& json, Edit& e) {
   }
   Json& ranks = map["ranks"];
   const std::size_t k = e.c.below(ranks.size());
+  // Half the time the least int64 instead of -1: a reader that gets its one magnitude
+  // without a positive twin wrong reads a huge rank id, which no check refuses.
+  const bool least = e.c.coin();
+  const Index below = least ? std::numeric_limits<Index>::min() : -1;
   if (ranks.is_array()) {
     e.record.field = fmt::format("map_text/ranks/{}/rank", k);
     e.record.old_value = ranks[k]["rank"].dump();
-    ranks[k]["rank"] = -1;
+    ranks[k]["rank"] = below;
   } else {
     Json renamed = Json::object();
     std::size_t i = 0;
@@ -143,14 +148,14 @@ std::string below_minimum(Json& json, Edit& e) {
       if (i++ == k) {
         e.record.field = "map_text/ranks/" + key;
         e.record.old_value = fmt::format("key \"{}\"", key);
-        renamed["-1"] = std::move(body);
+        renamed[std::to_string(below)] = std::move(body);
       } else {
         renamed[key] = std::move(body);
       }
     }
     ranks = std::move(renamed);
   }
-  e.record.new_value = "-1";
+  e.record.new_value = std::to_string(below);
   return json.dump();
 }
 
@@ -234,6 +239,21 @@ void text_edit(Edit& e, Op op) {
       e.record.old_value = "0";
       e.record.new_value = "-0";
       e.out->text_neutral = true;
+      break;
+    }
+    case Op::text_leading_zero: {
+      // JSON writes no leading zero (RFC 8259, section 6): 07, 00 and -03 are not
+      // numbers, and a reader that takes them for 7, 0 and -3 reads a map from text
+      // that every other JSON reader refuses.
+      if (integers.empty()) break;
+      const auto at = pick(integers);
+      std::string written = json[at].dump();
+      written.insert(written.starts_with('-') ? 1 : 0, "0");
+      e.record.field = "map_text" + at.to_string();
+      e.record.old_value = json[at].dump();
+      e.record.new_value = written;
+      json[at] = std::string(kMark);
+      text = replace_mark(json.dump(), written);
       break;
     }
     case Op::text_truncate:

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
+#include <charconv>
 #include <map>
 #include <memory>
 #include <vector>
@@ -773,12 +775,55 @@ std::optional<Finding> judge_case_expectation(CaseJudgement& judged) {
                       result->expectation_message + ": " + result->message, judged.c);
 }
 
-// json-text-misread: a neutral edit of the text must read as the map it means (a text
-// that does not decode is judged by its expected refusal).
+// The JSON path, in the grammar of Error::path ("$.ranks.1.pieces[0].source"), of the
+// value a JSON pointer ("/ranks/1/pieces/0/source") names in `text`; empty when the
+// pointer leaves the document or a key would need quoting (generated maps have none).
+// Written apart from the decoder's own path building, which it judges.
+std::optional<std::string> json_path_of(std::string_view text, std::string_view pointer) {
+  const Json document = Json::parse(text, nullptr, false);  // a repeated key: the last one
+  if (document.is_discarded()) return std::nullopt;
+  const Json* at = &document;
+  std::string path = "$";
+  while (!pointer.empty() && pointer.front() == '/') {
+    pointer.remove_prefix(1);
+    const std::string token(pointer.substr(0, pointer.find('/')));
+    pointer.remove_prefix(token.size());
+    if (at->is_array()) {
+      std::size_t index = 0;
+      const auto [end, bad] = std::from_chars(token.data(), token.data() + token.size(), index);
+      if (bad != std::errc() || end != token.data() + token.size() || index >= at->size()) return std::nullopt;
+      path += fmt::format("[{}]", index);
+      at = &(*at)[index];
+      continue;
+    }
+    const bool plain = !token.empty() && std::all_of(token.begin(), token.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
+    });
+    if (!plain || !at->is_object() || !at->contains(token)) return std::nullopt;
+    path += "." + token;
+    at = &(*at)[token];
+  }
+  return path;
+}
+
+// json-text-misread: a neutral edit of the text must read as the map it means, and a
+// repeated key is refused at the key (a text that does not decode is otherwise judged by
+// its expected refusal).
 std::optional<Finding> judge_map_text(CaseJudgement& judged) {
   const Case& c = judged.c;
   if (judged.result() == nullptr || !c.map_text) return std::nullopt;
   auto read = decode_map_text(*c.map_text);
+  if (!read && c.corruption && c.corruption->kind == "text_duplicate_key") {
+    constexpr std::string_view kTextField = "map_text";
+    const std::string_view field = c.corruption->field;
+    if (!field.starts_with(kTextField)) return std::nullopt;
+    const auto expected = json_path_of(*c.map_text, field.substr(kTextField.size()));
+    if (!expected || read.error().path == *expected) return std::nullopt;
+    return make_finding(JudgeId::map_text_misread, case_label(c),
+                        fmt::format("the repeated key {} is refused at another place: {}", *expected,
+                                    read.error().to_string()),
+                        c);
+  }
   if (!read || read.value() == c.map) return std::nullopt;
   return make_finding(JudgeId::map_text_misread, case_label(c),
                       "the map text decodes to another map than the one it means", c);
