@@ -155,7 +155,7 @@ ReplayedCase replay(const ReproArgs& args, const std::string& path, Targets& tar
     const bool compared = std::any_of(o.ops.begin(), o.ops.end(), [](const oracles::OpOutcome& op) {
       return op.verdict == Outcome::wrong && op.difference.has_value();
     });
-    if (o.verdict == Outcome::wrong && o.valid_layout && compared && !digest_ignored && !nan_bits_only) {
+    if (oracles::wrong_on_valid_layout(o) && compared && !digest_ignored && !nan_bits_only) {
       print("the map passes every check of spec 3: a valid but different layout");
     }
     if (o.accepted_invalid) {

@@ -687,18 +687,28 @@ OpOutcome run_reshard(const Case& c, const Inputs& in, Target& target) {
   return out;
 }
 
-// Contract 3 validity, judged by the reference model, never by the code under test: the
-// map passes conditions 1-6 and, where data is converted, condition 7 (a strict rebuild
-// that stopped comparing replicas must not make its own wrong tensors look valid).
-bool valid_layout(const Case& c, const ShardSet* shards) {
+// Contract 3 validity for one operation, judged by the reference model, never by the code
+// under test: the map passes conditions 1-6 and, for a rebuild of shards, condition 7 (a
+// strict rebuild that stopped comparing replicas must not make its own wrong tensors look
+// valid). An extract reads no shard: its map is valid by conditions 1-6, whatever the
+// shards the truth map wrote hold.
+bool valid_layout(const Case& c, Op op, const ShardSet* shards) {
   if (!reference_check(c.map).valid()) return false;
   // A valid layout that the conversion must still refuse (a scale with p != 1, or on
   // integers): a tensor returned is wrong, not merely different.
   if (!reference_scale_refusal(c.map, c.dtype, c.scale_power).ok()) return false;
   // Resharding: both maps of the pair (contract 11).
-  if (c.ops.has(Op::reshard) && c.target_map && !reference_check(*c.target_map).valid()) return false;
-  if (shards == nullptr || !c.ops.has(Op::rebuild)) return true;
+  if (op == Op::reshard && c.target_map && !reference_check(*c.target_map).valid()) return false;
+  if (shards == nullptr || op != Op::rebuild) return true;
   return !reference_replicas_differ(c.map, *shards, c.dtype, c.scale_power);
+}
+
+// Each operation's validity, and the case's: every operation it lists.
+void set_valid_layout(CaseOutcome& outcome, const Case& c, const ShardSet* shards) {
+  for (OpOutcome& op : outcome.ops) op.valid_layout = valid_layout(c, op.op, shards);
+  const auto ops = c.ops.list();
+  outcome.valid_layout =
+      std::all_of(ops.begin(), ops.end(), [&](Op op) { return valid_layout(c, op, shards); });
 }
 
 void summarize(CaseOutcome& outcome) {
@@ -745,14 +755,12 @@ std::string kinds_text(const Case& c) {
 // Whether the outcome is what `expected` names: a wrong verdict is wrong_valid_layout
 // only on a map that passes every check of contract 3.
 bool is_outcome(const CaseOutcome& outcome, Outcome expected) {
-  if (expected == Outcome::wrong_valid_layout) {
-    return outcome.verdict == Outcome::wrong && outcome.valid_layout;
-  }
+  if (expected == Outcome::wrong_valid_layout) return wrong_on_valid_layout(outcome);
   return outcome.verdict == expected;
 }
 
 std::string got_text(const CaseOutcome& outcome) {
-  if (outcome.verdict == Outcome::wrong && outcome.valid_layout) {
+  if (wrong_on_valid_layout(outcome)) {
     return "wrong (on a valid layout)";
   }
   return std::string(outcome_name(outcome.verdict));
@@ -861,7 +869,7 @@ Result<CaseOutcome> run_truth(const Case& c, Target& target) {
         break;
     }
   }
-  outcome.valid_layout = valid_layout(c, &in.shards);
+  set_valid_layout(outcome, c, &in.shards);
   if (!in.expected) outcome.no_correct_rebuild = in.no_truth;
   outcome.expected_vs_full = in.vs_full;
   if (c.digest || c.digest_state) outcome.digest_shares_wrong = shares_disagree(c, in);
@@ -895,16 +903,14 @@ Result<CaseOutcome> run_same_map(const Case& c, Target& target) {
     return full.error();
   }
   auto shards = target_extract_all(c, full.value(), target, op);
-  if (!shards) {
-    outcome.valid_layout = valid_layout(c, nullptr);
-  } else {
-    Inputs in;
+  Inputs in;
+  if (shards) {
     in.shards = std::move(shards.value());
     in.expected = full.value();
     op = run_rebuild(c, in, target);
-    outcome.valid_layout = valid_layout(c, &in.shards);
   }
   outcome.ops.push_back(std::move(op));
+  set_valid_layout(outcome, c, shards ? &in.shards : nullptr);
   return outcome;
 }
 
@@ -936,6 +942,7 @@ Json op_to_json(DType dtype, const OpOutcome& op) {
   if (op.error) out["kind"] = std::string(kind_name(op.error->kind));
   if (op.rank) out["rank"] = *op.rank;
   if (op.digest_ignored) out["digest_ignored"] = true;
+  out["valid_layout"] = op.valid_layout;
   out["message"] = op.message;
   if (op.error) out["error"] = error_to_json(*op.error);
   if (op.refusal) {
@@ -1002,6 +1009,12 @@ Result<std::uint64_t> truth_digest(const Case& c) {
   return digest(*in.expected);
 }
 
+bool wrong_on_valid_layout(const CaseOutcome& outcome) {
+  return outcome.verdict == Outcome::wrong &&
+         std::all_of(outcome.ops.begin(), outcome.ops.end(),
+                     [](const OpOutcome& op) { return op.verdict != Outcome::wrong || op.valid_layout; });
+}
+
 Result<CaseOutcome> run_case(const Case& c, Target& target, OracleKind oracle) {
   Result<CaseOutcome> outcome = CaseOutcome{};
   bool undecoded = false;
@@ -1023,11 +1036,14 @@ Result<CaseOutcome> run_case(const Case& c, Target& target, OracleKind oracle) {
   CaseOutcome& result = outcome.value();
   result.policy = target.is_legacy_model() ? Policy::legacy : Policy::strict;
   result.target = target.name();
-  if (undecoded) result.valid_layout = false;  // a map that does not decode is refused format
-  result.accepted_invalid =
-      !result.valid_layout && std::any_of(result.ops.begin(), result.ops.end(), [](const OpOutcome& op) {
-        return op.verdict == Outcome::exact || op.verdict == Outcome::wrong;  // a tensor came back
-      });
+  if (undecoded) {  // a map that does not decode is refused format
+    result.valid_layout = false;
+    for (OpOutcome& op : result.ops) op.valid_layout = false;
+  }
+  result.accepted_invalid = std::any_of(result.ops.begin(), result.ops.end(), [](const OpOutcome& op) {
+    const bool returned = op.verdict == Outcome::exact || op.verdict == Outcome::wrong;  // a tensor came back
+    return returned && !op.valid_layout;
+  });
   summarize(result);
   if (not_asked) {
     // The verdict is shardcheck's decoder's, not the implementation's: say so.

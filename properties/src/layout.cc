@@ -234,6 +234,7 @@ Layout layout_over(ChoiceSource& c, const Bounds& b, DType dtype) {
   detail::add_empty_pieces(c, out.map);
   detail::relabel_ranks(c, out.map);
   detail::shuffle_order(c, out.map);
+  detail::transpose_shards(c, out.map);
   return out;
 }
 
@@ -287,6 +288,7 @@ Layout generate_layout(ChoiceSource& c, const LayoutOptions& options) {
   detail::add_empty_pieces(c, out.map);
   detail::relabel_ranks(c, out.map);
   detail::shuffle_order(c, out.map);
+  detail::transpose_shards(c, out.map);
   return out;
 }
 

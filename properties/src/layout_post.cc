@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
+#include <vector>
 
 namespace shardcheck::gen::detail {
 
@@ -115,6 +117,64 @@ void add_empty_pieces(ChoiceSource& c, Map& map) {
     piece.locations = {entry.rank};
     if (!entry.pieces.empty()) piece.scale = entry.pieces[c.below(entry.pieces.size())].scale;
     entry.pieces.push_back(std::move(piece));
+  }
+}
+
+namespace {
+
+// The piece's destination view in the transposed (b, a) shard of a row-major (a, b) one,
+// or nothing where the view is not a box of it. An empty piece covers nothing: only its
+// offset moves, to the same element's new address.
+std::optional<StridedView> transposed_dest(const Piece& piece, Index a, Index b) {
+  const StridedView& view = piece.dest;
+  if (view.offset < 0 || view.offset >= a * b) return std::nullopt;
+  const Index row = view.offset / b;
+  const Index column = view.offset % b;
+  StridedView out = view;
+  out.offset = column * a + row;
+  if (checked_numel(piece.shape).value_or(0) == 0) return out;
+  Index last_row = row;
+  Index last_column = column;
+  for (std::size_t k = 0; k < piece.shape.size(); ++k) {
+    const Index extent = piece.shape[k];
+    const Index stride = view.strides[k];
+    if (extent <= 1) continue;
+    if (stride <= 0) return std::nullopt;
+    const bool down = stride % b == 0;
+    if (!down && stride >= b) return std::nullopt;
+    const Index rows = down ? stride / b : 0;
+    const Index columns = down ? 0 : stride;
+    last_row += rows * (extent - 1);
+    last_column += columns * (extent - 1);
+    out.strides[k] = rows + columns * a;
+  }
+  if (last_row >= a || last_column >= b) return std::nullopt;
+  return out;
+}
+
+void transpose_shard(RankEntry& entry) {
+  if (!entry.shard_shape || entry.shard_shape->size() != 2) return;
+  const Index a = (*entry.shard_shape)[0];
+  const Index b = (*entry.shard_shape)[1];
+  if (a <= 1 || b <= 1) return;
+  std::vector<StridedView> views;
+  for (const Piece& piece : entry.pieces) {
+    auto moved = transposed_dest(piece, a, b);
+    if (!moved) return;
+    views.push_back(std::move(*moved));
+  }
+  for (std::size_t i = 0; i < views.size(); ++i) entry.pieces[i].dest = std::move(views[i]);
+  *entry.shard_shape = Extents{b, a};
+}
+
+}  // namespace
+
+void transpose_shards(ChoiceSource& c, Map& map) {
+  if (map.ranks.empty() || !c.chance(1, 8)) return;
+  if (c.coin()) {
+    for (RankEntry& entry : map.ranks) transpose_shard(entry);
+  } else {
+    transpose_shard(map.ranks[c.below(map.ranks.size())]);
   }
 }
 

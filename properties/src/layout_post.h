@@ -34,4 +34,14 @@ void add_empty_pieces(ChoiceSource& c, Map& map);
 // Sometimes shuffles piece order within every rank, sometimes rank order.
 void shuffle_order(ChoiceSource& c, Map& map);
 
+// Sometimes (1 in 8) stores one rank's two-dimensional shard transposed, or every rank's
+// (1 in 2 of those): the layout of GPT-2's Conv1D weights, which hold [in, out] where a
+// Linear holds [out, in]. The shard shape (a, b) becomes (b, a) and each piece's
+// destination view moves with its elements, a bijection of the shard's addresses, so the
+// map stays valid. A rank with a view that is not a box of its shard (a stride neither a
+// multiple of b nor below it, or a view that wraps a row) stays as it was. A view that is
+// contiguous in F but strided in its shard then occurs in valid maps, where the column
+// and row splits never make one.
+void transpose_shards(ChoiceSource& c, Map& map);
+
 }  // namespace shardcheck::gen::detail

@@ -476,8 +476,8 @@ class CaseJudgement {
   // extract reads no shard data, so 1-6 decide it alone.
   bool fully_valid(const oracles::OpOutcome& op) {
     if (op.digest_ignored) return false;
-    // Rebuild: condition 7 too; reshard: the target map too (valid_layout says both).
-    if (!reference_verdict().valid() || (op.op != Op::extract && !result()->valid_layout)) return false;
+    // Rebuild: condition 7 too; reshard: the target map too (the operation's valid_layout).
+    if (!reference_verdict().valid() || !op.valid_layout) return false;
     if (options.target.empty()) return true;
     // Another implementation's wrong tensor on a valid map is its own bug unless the
     // strict policy, on the same case, is wrong the same way (a different layout).
@@ -642,7 +642,7 @@ std::optional<Finding> judge_wrong_tensor(CaseJudgement& judged) {
   if (shown == nullptr || (!silently_wrong && !judged.options.strict_layout)) return std::nullopt;
   // An implementation's wrong tensor from a valid map that strict converts exactly: the
   // contract's outcome is that tensor, not a refusal.
-  if (silently_wrong && !judged.options.target.empty() && judged.reference_verdict().valid() && result->valid_layout &&
+  if (silently_wrong && !judged.options.target.empty() && judged.reference_verdict().valid() && shown->valid_layout &&
       judged.strict_verdict(shown->op) == Outcome::exact) {
     return make_finding(JudgeId::target_wrong,
                         fmt::format("{}:{}:{}", judged.implementation(), op_label(shown->op, shown->fallback.has_value()),

@@ -124,6 +124,13 @@ class Unsound(AssertionError):
         self.verdict = verdict
 
 
+def _wrong_on_valid_layout(outcome: dict) -> bool:
+    """Wrong, and each wrong operation's map passes every check that operation owes (an
+    extract reads no shard, so replicas the shards contradict do not count against it)."""
+    wrong = [op for op in outcome.get("ops", []) if op.get("verdict") == "wrong"]
+    return outcome["verdict"] == "wrong" and all(op.get("valid_layout", False) for op in wrong)
+
+
 class Verdict:
     """How one case ended. ``outcome`` is the truth oracle's JSON (``verdict``: exact,
     refused, wrong or target_fault; ``kind``, ``message``, ``valid_layout``,
@@ -148,7 +155,7 @@ class Verdict:
         """The map under test is valid but is not the layout that wrote the shards, and the
         conversion followed it faithfully: no check can know (a content digest can,
         contract 10). Not a fault of the implementation."""
-        return self.verdict == "wrong" and self.outcome.get("valid_layout", False) and not self.wrong_on_its_own_map
+        return self.verdict == "wrong" and _wrong_on_valid_layout(self.outcome) and not self.wrong_on_its_own_map
 
     @property
     def wrong_on_its_own_map(self) -> bool:
@@ -163,7 +170,7 @@ class Verdict:
         """A tensor that is not the one the shards hold, where the implementation should have
         refused (an invalid map) or converted exactly (its own map)."""
         if self.verdict == "wrong":
-            return not self.outcome.get("valid_layout", False) or self.wrong_on_its_own_map
+            return not _wrong_on_valid_layout(self.outcome) or self.wrong_on_its_own_map
         return False
 
     @property
@@ -352,6 +359,6 @@ def judge(
     bridge = _bridge(rebuild, extract, tensors, isolate)
     outcome = _json.loads(_core.judge(case.text, bridge, name, op, "truth"))
     same_map = None
-    if outcome["verdict"] == "wrong" and outcome.get("valid_layout"):
+    if _wrong_on_valid_layout(outcome):
         same_map = _json.loads(_core.judge(case.text, bridge, name, op, "same-map"))
     return Verdict(case, outcome, same_map)

@@ -89,13 +89,18 @@ struct OpOutcome {
   // A tensor returned through a scaled map where the reference model refuses the same
   // conversion (contract 1.2: an element the scale overflows or flushes): the refusal owed.
   std::optional<Error> owed_refusal;
+  // The map passes every check of contract 3 that this operation owes (by the reference
+  // model): conditions 1-6 and section 1.2's refusals; a rebuild also condition 7 on the
+  // shards it read, a reshard also the target map. An extract reads no shard, so a replica
+  // the truth map's shards contradict does not make its map invalid.
+  bool valid_layout = false;
 };
 
 struct CaseOutcome {
   // wrong if any op wrong, else target_fault if any, else refused if any, else exact
   Outcome verdict = Outcome::exact;
   std::optional<Error> error;  // the first refusal
-  bool valid_layout = false;   // the map passes every check of contract 3 (by the reference model)
+  bool valid_layout = false;   // valid for every operation the case lists (OpOutcome::valid_layout)
   // The implementation returned a tensor through a map that is not valid (contract 9):
   // reported apart from the data verdict, which may still be exact.
   bool accepted_invalid = false;
@@ -119,6 +124,10 @@ struct CaseOutcome {
   std::optional<TargetRefusal> refusal;  // the first refusal, from an exec target
   std::optional<TargetFault> fault;      // the first fault, when the verdict is target_fault
 };
+
+// Wrong, and each wrong operation's map passes every check that operation owes: the
+// "valid but different layout" class of contract 8, which no map check can see.
+bool wrong_on_valid_layout(const CaseOutcome& outcome);
 
 // Runs a case. The map under test always gets a verdict (contract 9): one that
 // does not decode is refused with kind format; with neither truth nor shards an invalid
