@@ -336,7 +336,9 @@ Result<Plan> plan(const Map& source, const Map& target, const ReshardOptions& op
     const PieceRef& writer = writers[run.ref];
     Status status = overlaps(tile, run, [&](const Run& held, Index lo, Index hi) -> Status {
       const double source_scale = holders[held.ref].piece->scale;
-      if (source_scale != writer.piece->scale) return fault::reshard_scales_differ(writer.at(), lo, source_scale);
+      if (source_scale != writer.piece->scale && !options.bugs.copy_across_scales) {
+        return fault::reshard_scales_differ(writer.at(), lo, source_scale);
+      }
       if (static_cast<Index>(rows.size()) >= options.max_segments) return fault::plan_over_budget(options.max_segments);
       rows.push_back(row_of(held, run, lo, hi));
       return {};

@@ -1139,6 +1139,46 @@ Result<ShardSet> reference_extract_all(const Map& map, const Buffer& full, int s
   return out;
 }
 
+namespace {
+
+// The copy each element of F is read from: its lowest holder's (pairs are sorted by
+// element, then rank, then address).
+std::vector<const Pairing::Pair*> lowest_holders(const Pairing& from) {
+  std::vector<const Pairing::Pair*> held(static_cast<std::size_t>(from.numel), nullptr);
+  for (const auto& pair : from.pairs) {
+    auto& slot = held[static_cast<std::size_t>(pair.element)];
+    if (slot == nullptr) slot = &pair;
+  }
+  return held;
+}
+
+// Scales, by target rank and then element, as the plan is refused before data is seen.
+Status scales_disagree(const std::vector<const Pairing::Pair*>& held, const Pairing& to) {
+  std::vector<const Pairing::Pair*> wanted;
+  for (const auto& pair : to.pairs) wanted.push_back(&pair);
+  std::stable_sort(wanted.begin(), wanted.end(), [](const Pairing::Pair* a, const Pairing::Pair* b) {
+    return std::tie(a->rank, a->element) < std::tie(b->rank, b->element);
+  });
+  for (const Pairing::Pair* pair : wanted) {
+    const Pairing::Pair& source_copy = *held[static_cast<std::size_t>(pair->element)];
+    if (source_copy.scale != pair->scale) {
+      return make_error(ErrorKind::scale, "the source and target scales of an element differ",
+                        Where::in_rank(pair->rank).at(Side::full, pair->element));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Status reference_reshard_scale_refusal(const Map& source, const Map& target) {
+  if (source.logical_shape != target.logical_shape) return {};
+  const auto from = reference_pairing(source);
+  const auto to = reference_pairing(target);
+  if (!from || !to) return {};
+  return scales_disagree(lowest_holders(*from), *to);
+}
+
 // Contract 11, element by element and through the pairings alone (no runs, no segments,
 // nothing of the core's planner): each element of F is read from the copy of its lowest
 // holder, and every (rank, address) the target map pairs with it gets those bits.
@@ -1155,25 +1195,8 @@ Result<ShardSet> reference_reshard(const Map& source, const Map& target, const S
   }
   const Pairing from = *reference_pairing(source);
   const Pairing to = *reference_pairing(target);
-  // The copy each element is read from: pairs are sorted by element, then rank, then address.
-  std::vector<const Pairing::Pair*> held(static_cast<std::size_t>(from.numel), nullptr);
-  for (const auto& pair : from.pairs) {
-    auto& slot = held[static_cast<std::size_t>(pair.element)];
-    if (slot == nullptr) slot = &pair;
-  }
-  // Scales, by target rank and then element, as the plan is refused before data is seen.
-  std::vector<const Pairing::Pair*> wanted;
-  for (const auto& pair : to.pairs) wanted.push_back(&pair);
-  std::stable_sort(wanted.begin(), wanted.end(), [](const Pairing::Pair* a, const Pairing::Pair* b) {
-    return std::tie(a->rank, a->element) < std::tie(b->rank, b->element);
-  });
-  for (const Pairing::Pair* pair : wanted) {
-    const Pairing::Pair& source_copy = *held[static_cast<std::size_t>(pair->element)];
-    if (source_copy.scale != pair->scale) {
-      return make_error(ErrorKind::scale, "the source and target scales of an element differ",
-                        Where::in_rank(pair->rank).at(Side::full, pair->element));
-    }
-  }
+  const std::vector<const Pairing::Pair*> held = lowest_holders(from);
+  if (Status refused = scales_disagree(held, to); !refused.ok()) return std::move(refused).error();
   std::map<Rank, Index> sizes(from.shards.begin(), from.shards.end());
   for (const auto& [rank, buffer] : shards) {
     if (!sizes.contains(rank)) return fault::unlisted_shard(rank);

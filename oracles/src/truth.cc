@@ -697,8 +697,12 @@ bool valid_layout(const Case& c, Op op, const ShardSet* shards) {
   // A valid layout that the conversion must still refuse (a scale with p != 1, or on
   // integers): a tensor returned is wrong, not merely different.
   if (!reference_scale_refusal(c.map, c.dtype, c.scale_power).ok()) return false;
-  // Resharding: both maps of the pair (contract 11).
-  if (op == Op::reshard && c.target_map && !reference_check(*c.target_map).valid()) return false;
+  // Resharding: both maps of the pair, and their scales, which a plan copies and never
+  // changes (contract 11).
+  if (op == Op::reshard && c.target_map &&
+      (!reference_check(*c.target_map).valid() || !reference_reshard_scale_refusal(c.map, *c.target_map).ok())) {
+    return false;
+  }
   if (shards == nullptr || op != Op::rebuild) return true;
   return !reference_replicas_differ(c.map, *shards, c.dtype, c.scale_power);
 }

@@ -705,6 +705,7 @@ std::optional<Finding> judge_strict_accepts(CaseJudgement& judged) {
       if (!target.refused_only_by_stride_rule && !target.too_large) refusal = target.error;
       if (target.valid()) {
         Status scale = oracles::reference_scale_refusal(*judged.c.target_map, judged.c.dtype, judged.c.scale_power);
+        if (scale.ok()) scale = oracles::reference_reshard_scale_refusal(judged.c.map, *judged.c.target_map);
         if (!scale.ok()) refusal = scale.error();
       }
     }

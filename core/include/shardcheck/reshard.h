@@ -33,6 +33,9 @@ struct PlannerBugs {
   // Rows of one rank pair are merged into one strided segment even where the source
   // distance between rows changes: the rows after the first read the wrong place.
   bool merge_unequal_strides = false;
+  // A target element whose scale is not its source copy's is copied as it is, where the
+  // plan must refuse (kind scale): the shard holds the value under the wrong scale.
+  bool copy_across_scales = false;
   friend bool operator==(const PlannerBugs&, const PlannerBugs&) = default;
 };
 

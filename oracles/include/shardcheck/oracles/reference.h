@@ -103,6 +103,12 @@ std::optional<Pairing> reference_pairing(const Map& map);
 // (contract 9).
 std::optional<Buffer> reference_agreed_rebuild(const Map& map, const ShardSet& shards, DType dtype, int scale_power);
 
+// Contract 11's refusal of a pair of maps valid by conditions 1-6 over one logical shape:
+// kind `scale` at the lowest target rank, then element of F, whose target scale is not the
+// scale of the copy it is read from (its lowest holder's); ok() otherwise. A plan copies
+// and never rescales, so no data makes such a pair convertible.
+Status reference_reshard_scale_refusal(const Map& source, const Map& target);
+
 // Contract 11, naively: both maps checked by this model, the same logical shape, every
 // element of F read from its lowest holder's copy (compare_replicas: every holder's copy
 // under the same scale compared bit for bit first) and written to every (rank, address)
