@@ -20,10 +20,12 @@ empty() fills every fresh tensor with the poison pattern shardcheck's legacy mod
 """
 
 import base64
+import ctypes
 import importlib.util
 import json
 import math
 import os
+import platform
 import sys
 import types
 
@@ -87,6 +89,54 @@ class PoisonedTorch(types.ModuleType):
             view = BIT_VIEWS[name]
             tensor.view(getattr(torch, view)).fill_(signed(POISON[name], view))
         return tensor
+
+
+# torch 1.13's c10::SetStackTraceFetcher(std::function<std::string()>), with the C++11
+# string ABI. The exact name pins the signature: a torch whose fetcher has another type
+# (torch 2 returns a lazy Backtrace) simply does not have it.
+FETCHER_SETTER = '_ZN3c1020SetStackTraceFetcherESt8functionIFNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEvEE'
+_fetcher_parts = []  # the callbacks and the std::function, alive as long as torch may call them
+
+
+def skip_cpp_backtraces():
+    """Stops torch 1.13 from symbolising a C++ backtrace for every error it raises.
+
+    Each c10::Error runs backtrace_symbols, a dladdr scan over libtorch's symbol table per
+    frame: about 4 ms, several times what the rest of a request costs, and torch is what
+    refuses the bad views of a corrupted map. Python never sees that backtrace (its
+    messages are what_without_backtrace unless TORCH_SHOW_CPP_STACKTRACES is set), so an
+    empty one changes no answer. Where anything differs from what this relies on (another
+    architecture's calling convention, another signature, the variable set), torch is
+    left alone: slower, never different.
+    """
+    if platform.machine() != 'x86_64' or os.environ.get('TORCH_SHOW_CPP_STACKTRACES'):
+        return
+    try:
+        c10 = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), 'lib', 'libc10.so'))
+        setter = getattr(c10, FETCHER_SETTER)
+        libc = ctypes.CDLL(None)
+    except (OSError, AttributeError):
+        return
+
+    # The invoker returns the std::string through the hidden pointer (x86-64 returns it in
+    # rax too): an empty string, its data pointer at its own inline buffer.
+    @ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+    def empty_backtrace(out, _functor):
+        ctypes.c_void_p.from_address(out).value = out + 16
+        ctypes.c_size_t.from_address(out + 8).value = 0
+        ctypes.c_char.from_address(out + 16).value = b'\0'
+        return out
+
+    # libstdc++'s std::function: 16 bytes of functor storage, its manager, its invoker.
+    # The manager copies or frees that storage, which this fetcher never reads, so it may
+    # do nothing; and it must be native code, because the static std::function is
+    # destroyed after the interpreter is gone. getpid ignores its arguments.
+    function = (ctypes.c_void_p * 4)(None, None, ctypes.cast(libc.getpid, ctypes.c_void_p).value,
+                                     ctypes.cast(empty_backtrace, ctypes.c_void_p).value)
+    _fetcher_parts.extend([empty_backtrace, function])
+    setter.restype = None
+    setter.argtypes = [ctypes.c_void_p]
+    setter(ctypes.addressof(function))  # by value: the Itanium ABI passes a pointer to the copy
 
 
 def stub_package(name, directory):
@@ -317,6 +367,7 @@ def main():
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), 'w', encoding='utf-8')
     sys.stdout = sys.stderr
     torch.set_num_threads(1)
+    skip_cpp_backtraces()
     server = Server(*load_affine())
     for line in sys.stdin.buffer:
         request = json.loads(line)
