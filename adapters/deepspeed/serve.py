@@ -17,6 +17,11 @@ Where the module comes from, first match wins:
 The module allocates results with torch.empty. Uninitialised memory would make a verdict
 depend on whatever the allocator hands back, so the adapter gives the module a torch whose
 empty() fills every fresh tensor with the poison pattern shardcheck's legacy model uses.
+
+The adapter is a fork server (adapters/protocol_server.py, docs/protocol.md "Fork
+servers"): torch and the module load once, in a parent that answers nothing, and a child
+that crashes (some corrupted maps make torch read or write memory no tensor owns) is
+replaced by a fork of that parent, not by a new interpreter.
 """
 
 import base64
@@ -30,6 +35,8 @@ import sys
 import types
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, 'adapters'))
+import protocol_server  # noqa: E402 (found through the line above)
 
 # Same-width integer views per dtype: data moves as raw bits in both directions.
 BIT_VIEWS = {
@@ -369,12 +376,19 @@ def main():
     torch.set_num_threads(1)
     skip_cpp_backtraces()
     server = Server(*load_affine())
-    for line in sys.stdin.buffer:
-        request = json.loads(line)
-        response = server.answer(request)
-        response['id'] = request.get('id')
-        protocol.write(json.dumps(response) + '\n')
-        protocol.flush()
+
+    def serve(requests):
+        for line in requests:
+            request = json.loads(line)
+            response = server.answer(request)
+            if request.get('op') == 'hello':
+                response['crash_reports'] = True  # as a fork server's child
+            response['id'] = request.get('id')
+            protocol.write(json.dumps(response) + '\n')
+            protocol.flush()
+
+    # torch and the module are imported once, in the parent; a crash costs a fork.
+    protocol_server.fork_server(serve, protocol.fileno())
 
 
 if __name__ == '__main__':
