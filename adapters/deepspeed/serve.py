@@ -80,10 +80,13 @@ def dtype_name(dtype):
 
 
 class PoisonedTorch(types.ModuleType):
-    """torch, except that empty() hands out poisoned memory instead of whatever was there."""
+    """torch, except that empty() hands out poisoned memory instead of whatever was there,
+    and that it notes (`escaped`) a view from as_strided() that reaches past its storage."""
 
     def __init__(self):
         super().__init__('torch')
+        self.escaped = False
+        self.on_escape = lambda: None  # called before any use of such a view
 
     def __getattr__(self, name):
         return getattr(torch, name)
@@ -96,6 +99,21 @@ class PoisonedTorch(types.ModuleType):
             view = BIT_VIEWS[name]
             tensor.view(getattr(torch, view)).fill_(signed(POISON[name], view))
         return tensor
+
+    def as_strided(self, *args, **kwargs):
+        return self.watch(torch.as_strided(*args, **kwargs))
+
+    def watch(self, view):
+        """A view torch accepted: one past its storage's end got there only through torch's
+        bounds check, which works in bytes and wraps (docs/guide/targets.md). Reading or
+        writing through it reaches memory no tensor owns; a write there may not crash at
+        once but corrupt the heap, and change what this process answers later."""
+        if view.numel() > 0:
+            last = view.storage_offset() + sum((size - 1) * stride for size, stride in zip(view.shape, view.stride()))
+            if last < 0 or (last + 1) * view.element_size() > view.storage().nbytes():
+                self.escaped = True
+                self.on_escape()
+        return view
 
 
 # torch 1.13's c10::SetStackTraceFetcher(std::function<std::string()>), with the C++11
@@ -295,16 +313,16 @@ def map_document(request, key='map'):
     return request[key]
 
 
-def execute_plan(plan, source_shards, shard_shapes, dtype):
+def execute_plan(plan, source_shards, shard_shapes, dtype, poisoned):
     """Runs a TransferPlan as a caller would: each segment one strided copy, from a view of
     its source rank's flat shard into a view of its target rank's flat shard. Target shards
     start poisoned, so an address no segment writes shows as wrong, never as luck."""
-    targets = {rank: PoisonedTorch.empty(math.prod(shape), dtype=dtype) for rank, shape in shard_shapes.items()}
+    targets = {rank: poisoned.empty(math.prod(shape), dtype=dtype) for rank, shape in shard_shapes.items()}
     for segment in plan.segments:
-        source = source_shards[segment.source_rank].as_strided(segment.shape, segment.source_strides,
-                                                               segment.source_offset)
-        targets[segment.target_rank].as_strided(segment.shape, segment.target_strides,
-                                                segment.target_offset).copy_(source)
+        source = poisoned.watch(source_shards[segment.source_rank].as_strided(segment.shape, segment.source_strides,
+                                                                              segment.source_offset))
+        poisoned.watch(targets[segment.target_rank].as_strided(segment.shape, segment.target_strides,
+                                                               segment.target_offset)).copy_(source)
     return targets
 
 
@@ -314,7 +332,7 @@ class Server:
         self.module = module
         self.transfer = transfer
         self.implementation = implementation
-        module.torch = PoisonedTorch()
+        self.torch = module.torch = PoisonedTorch()
 
     def served(self):
         return ('check', 'rebuild', 'extract') + (('reshard', ) if self.transfer is not None else ())
@@ -340,7 +358,7 @@ class Server:
             except Exception as error:  # the fallback's refusal, in its own words
                 return {'ok': False, 'error': refusal(error), 'fallback': fallback}
         else:
-            result = execute_plan(plan, shards, target_map.shard_shapes, dtype)
+            result = execute_plan(plan, shards, target_map.shard_shapes, dtype, self.torch)
         answer = {'ok': True, 'result': {str(rank): tensor_out(shard.reshape(-1)) for rank, shard in result.items()}}
         if fallback is not None:
             answer['fallback'] = fallback
@@ -378,6 +396,10 @@ def main():
     server = Server(*load_affine())
 
     def serve(requests):
+        # What a view past its storage (PoisonedTorch.watch) reaches depends on what the
+        # process did before: the request that makes one is answered by a child forked
+        # for it, from the parent's state, so that the requests before it make no difference.
+        server.torch.on_escape = requests.answer_fresh
         for line in requests:
             request = json.loads(line)
             response = server.answer(request)
@@ -386,6 +408,9 @@ def main():
             response['id'] = request.get('id')
             protocol.write(json.dumps(response) + '\n')
             protocol.flush()
+            # And what it did to that child stays there, never reaching another answer.
+            if server.torch.escaped:
+                requests.renew()
 
     # torch and the module are imported once, in the parent; a crash costs a fork.
     protocol_server.fork_server(serve, protocol.fileno())
