@@ -47,7 +47,9 @@ class Requests:
             self._hand_back(self._line + b'\n')
 
     def _hand_back(self, unanswered):
-        data = unanswered + bytes(self._buffer)
+        # Never empty (a blank line leads, which the next child skips): a child that exits
+        # with HANDED_BACK by itself, having handed nothing back, crashed.
+        data = b'\n' + unanswered + bytes(self._buffer)
         while data:
             data = data[os.write(self._handback, data):]
         _exit_child(HANDED_BACK)
@@ -75,9 +77,9 @@ class Requests:
 
 def fork_server(serve, out):
     """Calls serve(requests) in a forked child, and again in a fresh one after each that
-    dies or hands back, until one returns (its stdin ended). `out` is the protocol's file descriptor.
-    serve must answer `hello` with "crash_reports": true, which tells the harness what a
-    line {"crash": REASON} means and that it is to send a newline after it."""
+    dies or hands back, until one returns (its stdin ended). `out` is the protocol's file
+    descriptor. serve must answer `hello` with "crash_reports": true, which tells the
+    harness what a line {"crash": REASON} means and that it is to send a newline after it."""
     pending = b''
     parent = os.getpid()
     while True:
@@ -97,7 +99,7 @@ def fork_server(serve, out):
                 break
             except InterruptedError:
                 continue
-        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == HANDED_BACK:
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == HANDED_BACK and handed_back:
             pending = handed_back
             continue
         if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
