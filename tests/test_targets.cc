@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -19,6 +20,8 @@
 #include "shardcheck/properties.h"
 
 #include "support/spec_maps.h"
+
+#include "../oracles/src/target_exec.h"
 
 namespace shardcheck {
 namespace {
@@ -316,8 +319,37 @@ TEST_P(ExecFaults, BecomesAFindingAndTheNextCaseRuns) {
 INSTANTIATE_TEST_SUITE_P(Variants, ExecFaults,
                          ::testing::Values(FaultScenario{"--crash-on", FaultKind::crash, "exit-3"},
                                            FaultScenario{"--hang-on", FaultKind::timeout, "timeout"},
-                                           FaultScenario{"--garbage-on", FaultKind::garbage, "not-json"}),
-                         [](const auto& info) { return std::string(oracles::fault_name(info.param.kind)); });
+                                           FaultScenario{"--garbage-on", FaultKind::garbage, "not-json"},
+                                           FaultScenario{"--fork-server --crash-on", FaultKind::crash, "exit-3"},
+                                           FaultScenario{"--fork-server --hang-on", FaultKind::timeout, "timeout"}),
+                         [](const auto& info) {
+                           const bool forked = std::string_view(info.param.flag).starts_with("--fork-server");
+                           return std::string(oracles::fault_name(info.param.kind)) + (forked ? "ForkServer" : "");
+                         });
+
+// A fork server's child that dies is reported in the protocol: the same crash fault as a
+// process's death, after which a fresh child answers, in the same process
+// (tests/python/protocol_impl.py counts each child's requests, so a child's second
+// request crashes it).
+TEST_F(ExecTarget, ForkServerReportsACrashAndServesOn) {
+  auto target = start(impl_spec("--fork-server --crash-on 2"));
+  ASSERT_TRUE(target);
+  const Case c = layout_case(contiguous_split_map({4, 6}, {4, 2}, 1).value());
+  // Lines longer than one read of the server's, after the crash and between children.
+  const Case large = layout_case(contiguous_split_map({512, 64}, {256, 256}, 0).value(), DType::float64);
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_EQ(run(large, *target).verdict, Outcome::exact);
+    const auto faulty = run(c, *target);
+    ASSERT_TRUE(faulty.fault) << faulty.message;
+    EXPECT_EQ(faulty.fault->kind, FaultKind::crash);
+    EXPECT_EQ(faulty.fault->reason, "exit-3") << faulty.message;
+    EXPECT_NE(faulty.message.find("it died during rebuild"), std::string::npos) << faulty.message;
+  }
+  EXPECT_EQ(run(c, *target).verdict, Outcome::exact);
+  const auto* process = dynamic_cast<const oracles::ExecTarget*>(target.get());
+  ASSERT_NE(process, nullptr);
+  EXPECT_EQ(process->starts(), 1);  // the same process throughout
+}
 
 // A campaign through the protocol: the small implementation is never silently wrong,
 // and its refusals carry kinds. In worker processes (each starts its own target process;

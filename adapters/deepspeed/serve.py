@@ -17,17 +17,26 @@ Where the module comes from, first match wins:
 The module allocates results with torch.empty. Uninitialised memory would make a verdict
 depend on whatever the allocator hands back, so the adapter gives the module a torch whose
 empty() fills every fresh tensor with the poison pattern shardcheck's legacy model uses.
+
+The adapter is a fork server (adapters/protocol_server.py, docs/protocol.md "Fork
+servers"): torch and the module load once, in a parent that answers nothing, and a child
+that crashes (some corrupted maps make torch read or write memory no tensor owns) is
+replaced by a fork of that parent, not by a new interpreter.
 """
 
 import base64
+import ctypes
 import importlib.util
 import json
 import math
 import os
+import platform
 import sys
 import types
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, 'adapters'))
+import protocol_server  # noqa: E402 (found through the line above)
 
 # Same-width integer views per dtype: data moves as raw bits in both directions.
 BIT_VIEWS = {
@@ -71,10 +80,13 @@ def dtype_name(dtype):
 
 
 class PoisonedTorch(types.ModuleType):
-    """torch, except that empty() hands out poisoned memory instead of whatever was there."""
+    """torch, except that empty() hands out poisoned memory instead of whatever was there,
+    and that it notes (`escaped`) a view from as_strided() that reaches past its storage."""
 
     def __init__(self):
         super().__init__('torch')
+        self.escaped = False
+        self.on_escape = lambda: None  # called before any use of such a view
 
     def __getattr__(self, name):
         return getattr(torch, name)
@@ -87,6 +99,69 @@ class PoisonedTorch(types.ModuleType):
             view = BIT_VIEWS[name]
             tensor.view(getattr(torch, view)).fill_(signed(POISON[name], view))
         return tensor
+
+    def as_strided(self, *args, **kwargs):
+        return self.watch(torch.as_strided(*args, **kwargs))
+
+    def watch(self, view):
+        """A view torch accepted: one past its storage's end got there only through torch's
+        bounds check, which works in bytes and wraps (docs/guide/targets.md). Reading or
+        writing through it reaches memory no tensor owns; a write there may not crash at
+        once but corrupt the heap, and change what this process answers later."""
+        if view.numel() > 0:
+            last = view.storage_offset() + sum((size - 1) * stride for size, stride in zip(view.shape, view.stride()))
+            if last < 0 or (last + 1) * view.element_size() > view.storage().nbytes():
+                self.escaped = True
+                self.on_escape()
+        return view
+
+
+# torch 1.13's c10::SetStackTraceFetcher(std::function<std::string()>), with the C++11
+# string ABI. The exact name pins the signature: a torch whose fetcher has another type
+# (torch 2 returns a lazy Backtrace) simply does not have it.
+FETCHER_SETTER = '_ZN3c1020SetStackTraceFetcherESt8functionIFNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEvEE'
+_fetcher_parts = []  # the callbacks and the std::function, alive as long as torch may call them
+
+
+def skip_cpp_backtraces():
+    """Stops torch 1.13 from symbolising a C++ backtrace for every error it raises.
+
+    Each c10::Error runs backtrace_symbols, a dladdr scan over libtorch's symbol table per
+    frame: about 4 ms, several times what the rest of a request costs, and torch is what
+    refuses the bad views of a corrupted map. Python never sees that backtrace (its
+    messages are what_without_backtrace unless TORCH_SHOW_CPP_STACKTRACES is set), so an
+    empty one changes no answer. Where anything differs from what this relies on (another
+    architecture's calling convention, another signature, the variable set), torch is
+    left alone: slower, never different.
+    """
+    if platform.machine() != 'x86_64' or os.environ.get('TORCH_SHOW_CPP_STACKTRACES'):
+        return
+    try:
+        c10 = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), 'lib', 'libc10.so'))
+        setter = getattr(c10, FETCHER_SETTER)
+        libc = ctypes.CDLL(None)
+    except (OSError, AttributeError):
+        return
+
+    # The invoker returns the std::string through the hidden pointer (x86-64 returns it in
+    # rax too): an empty string, its data pointer at its own inline buffer.
+    @ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+    def empty_backtrace(out, _functor):
+        ctypes.c_void_p.from_address(out).value = out + 16
+        ctypes.c_size_t.from_address(out + 8).value = 0
+        ctypes.c_char.from_address(out + 16).value = b'\0'
+        return out
+
+    # libstdc++'s std::function: 16 bytes of functor storage, its manager, its invoker.
+    # The manager copies or frees that storage, which this fetcher never reads, so it may
+    # do nothing; and it must be native code, because the static std::function is
+    # destroyed after the interpreter is gone. getpid ignores its arguments.
+    function = (ctypes.c_void_p * 4)(None, None, ctypes.cast(libc.getpid, ctypes.c_void_p).value,
+                                     ctypes.cast(empty_backtrace, ctypes.c_void_p).value)
+    _fetcher_parts.extend([empty_backtrace, function])
+    setter.restype = None
+    setter.argtypes = [ctypes.c_void_p]
+    setter(ctypes.addressof(function))  # by value: the Itanium ABI passes a pointer to the copy
 
 
 def stub_package(name, directory):
@@ -238,16 +313,16 @@ def map_document(request, key='map'):
     return request[key]
 
 
-def execute_plan(plan, source_shards, shard_shapes, dtype):
+def execute_plan(plan, source_shards, shard_shapes, dtype, poisoned):
     """Runs a TransferPlan as a caller would: each segment one strided copy, from a view of
     its source rank's flat shard into a view of its target rank's flat shard. Target shards
     start poisoned, so an address no segment writes shows as wrong, never as luck."""
-    targets = {rank: PoisonedTorch.empty(math.prod(shape), dtype=dtype) for rank, shape in shard_shapes.items()}
+    targets = {rank: poisoned.empty(math.prod(shape), dtype=dtype) for rank, shape in shard_shapes.items()}
     for segment in plan.segments:
-        source = source_shards[segment.source_rank].as_strided(segment.shape, segment.source_strides,
-                                                               segment.source_offset)
-        targets[segment.target_rank].as_strided(segment.shape, segment.target_strides,
-                                                segment.target_offset).copy_(source)
+        source = poisoned.watch(source_shards[segment.source_rank].as_strided(segment.shape, segment.source_strides,
+                                                                              segment.source_offset))
+        poisoned.watch(targets[segment.target_rank].as_strided(segment.shape, segment.target_strides,
+                                                               segment.target_offset)).copy_(source)
     return targets
 
 
@@ -257,7 +332,7 @@ class Server:
         self.module = module
         self.transfer = transfer
         self.implementation = implementation
-        module.torch = PoisonedTorch()
+        self.torch = module.torch = PoisonedTorch()
 
     def served(self):
         return ('check', 'rebuild', 'extract') + (('reshard', ) if self.transfer is not None else ())
@@ -283,7 +358,7 @@ class Server:
             except Exception as error:  # the fallback's refusal, in its own words
                 return {'ok': False, 'error': refusal(error), 'fallback': fallback}
         else:
-            result = execute_plan(plan, shards, target_map.shard_shapes, dtype)
+            result = execute_plan(plan, shards, target_map.shard_shapes, dtype, self.torch)
         answer = {'ok': True, 'result': {str(rank): tensor_out(shard.reshape(-1)) for rank, shard in result.items()}}
         if fallback is not None:
             answer['fallback'] = fallback
@@ -317,13 +392,28 @@ def main():
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), 'w', encoding='utf-8')
     sys.stdout = sys.stderr
     torch.set_num_threads(1)
+    skip_cpp_backtraces()
     server = Server(*load_affine())
-    for line in sys.stdin.buffer:
-        request = json.loads(line)
-        response = server.answer(request)
-        response['id'] = request.get('id')
-        protocol.write(json.dumps(response) + '\n')
-        protocol.flush()
+
+    def serve(requests):
+        # What a view past its storage (PoisonedTorch.watch) reaches depends on what the
+        # process did before: the request that makes one is answered by a child forked
+        # for it, from the parent's state, so that the requests before it make no difference.
+        server.torch.on_escape = requests.answer_fresh
+        for line in requests:
+            request = json.loads(line)
+            response = server.answer(request)
+            if request.get('op') == 'hello':
+                response['crash_reports'] = True  # as a fork server's child
+            response['id'] = request.get('id')
+            protocol.write(json.dumps(response) + '\n')
+            protocol.flush()
+            # And what it did to that child stays there, never reaching another answer.
+            if server.torch.escaped:
+                requests.renew()
+
+    # torch and the module are imported once, in the parent; a crash costs a fork.
+    protocol_server.fork_server(serve, protocol.fileno())
 
 
 if __name__ == '__main__':

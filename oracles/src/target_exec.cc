@@ -193,6 +193,7 @@ std::string ExecTarget::spawn() {
   set_nonblocking(err_fd_);
   err_tail_.clear();
   pending_.clear();
+  crash_reports_ = false;
   ++starts_;
   return {};
 }
@@ -222,6 +223,8 @@ std::string ExecTarget::start() {
   if (const auto ops = response.find("ops"); ops != response.end() && ops->is_array()) {
     serves_reshard_ = std::find(ops->begin(), ops->end(), Json(std::string(op_name(Op::reshard)))) != ops->end();
   }
+  const auto reports = response.find("crash_reports");
+  crash_reports_ = reports != response.end() && *reports == true;
   return {};
 }
 
@@ -297,6 +300,46 @@ TargetFault ExecTarget::reap_as_crash(std::string what) {
   return fault(FaultKind::crash, reason, std::move(detail));
 }
 
+std::optional<std::string> ExecTarget::crash_report(const std::string& line) const {
+  if (!crash_reports_) return std::nullopt;
+  const Json report = Json::parse(line, nullptr, false);
+  if (!report.is_object() || report.size() != 1 || !report.contains("crash") || !report["crash"].is_string()) {
+    return std::nullopt;
+  }
+  // Only the reasons a process's own death gives, so that signatures stay the same.
+  const std::string reason = report["crash"].get<std::string>();
+  for (std::string_view prefix : {"exit-", "signal-"}) {
+    if (reason.size() > prefix.size() && reason.compare(0, prefix.size(), prefix) == 0 &&
+        std::all_of(reason.begin() + static_cast<std::ptrdiff_t>(prefix.size()), reason.end(),
+                    [](char ch) { return ch >= '0' && ch <= '9'; })) {
+      return reason;
+    }
+  }
+  return std::nullopt;
+}
+
+TargetFault ExecTarget::child_crashed(std::string what, const std::string& reason) {
+  drain_stderr();
+  std::string detail = fmt::format("{} ({}){}", what, reason, stderr_tail());
+  err_tail_.clear();  // the next child's stderr, as a fresh process's would be
+  // The newline that ends what is left of the dead child's request (the server skips
+  // input through it), so that the next child's first line is the next request.
+  auto send_newline = [this] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (send(io_fd_, "\n", 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+      pollfd p{io_fd_, POLLOUT, 0};
+      const int wait = remaining_ms(deadline);
+      if (wait == 0) return false;
+      poll(&p, 1, wait);
+    }
+    return true;
+  };
+  const bool sent = pending_.empty() && send_newline();
+  if (!sent) stop(std::chrono::milliseconds(0));  // out of step: a fresh process instead
+  return fault(FaultKind::crash, reason, std::move(detail));
+}
+
 TargetResult<Json> ExecTarget::exchange(Json request, double timeout_seconds, std::size_t expected_bytes) {
   const std::string op = request.value("op", std::string("request"));
   if (pid_ < 0) {
@@ -311,6 +354,12 @@ TargetResult<Json> ExecTarget::exchange(Json request, double timeout_seconds, st
       const ssize_t n = recv(io_fd_, buffer, sizeof buffer, MSG_DONTWAIT);
       if (pending_.empty() && n == 0) return reap_as_crash("it exited between requests");
       if (n > 0) pending_.append(buffer, static_cast<std::size_t>(n));
+      if (!pending_.empty() && pending_.find('\n') == pending_.size() - 1) {
+        if (auto reason = crash_report(pending_.substr(0, pending_.size() - 1))) {
+          pending_.clear();
+          return child_crashed("it died between requests", *reason);
+        }
+      }
       if (!pending_.empty()) {
         std::string detail = "unsolicited output: " + excerpt(pending_);
         stop(std::chrono::milliseconds(0));
@@ -375,6 +424,10 @@ TargetResult<Json> ExecTarget::exchange(Json request, double timeout_seconds, st
     stop(std::chrono::milliseconds(0));
     return fault(FaultKind::garbage, std::move(reason), std::move(detail));
   };
+  // A child that died reading the request reports before the request is all sent.
+  if (auto reason = crash_report(line); reason && pending_.empty()) {
+    return child_crashed(fmt::format("it died during {}", op), *reason);
+  }
   if (sent < out.size()) return garbage("answered-early", "an answer before the whole request was read");
   if (!pending_.empty()) return garbage("extra-output", "more than one line");
   Json response = Json::parse(line, nullptr, false);

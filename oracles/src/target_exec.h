@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -54,6 +55,10 @@ class ExecTarget final : public Target {
   // Ends the process: closes its stdin and waits up to `grace`, then kills its group.
   void stop(std::chrono::milliseconds grace);
   TargetFault reap_as_crash(std::string what);
+  // The crash a fork server reported in `line` (docs/protocol.md, "Fork servers"):
+  // its reason ("signal-11"), or nullopt when the line is no such report.
+  std::optional<std::string> crash_report(const std::string& line) const;
+  TargetFault child_crashed(std::string what, const std::string& reason);
   void drain_stderr();
   std::string stderr_tail() const;
 
@@ -62,6 +67,7 @@ class ExecTarget final : public Target {
   TargetOptions options_;
   std::string implementation_;
   bool serves_reshard_ = false;  // the handshake's `ops` lists "reshard"
+  bool crash_reports_ = false;   // the handshake says "crash_reports": a fork server
   pid_t pid_ = -1;
   int io_fd_ = -1;   // the process's stdin and stdout (one socket)
   int err_fd_ = -1;  // its stderr

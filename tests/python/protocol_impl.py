@@ -21,6 +21,10 @@ finding files of a campaign must fail `shardcheck repro` with this target):
   --ignore-scale     move data without scaling it
   --crash-on-extract-of RANK
                      exit with status 3 instead of answering an extract of that rank
+
+  --fork-server      serve from forked children (adapters/protocol_server.py): a crash
+                     is reported in the protocol and the next child answers; N counts
+                     each child's requests
 """
 
 import argparse
@@ -32,6 +36,10 @@ import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                'adapters'))
+import protocol_server  # noqa: E402 (found through the line above)
 
 np.seterr(all='ignore')  # scaling may overflow; the result is compared, not trapped
 
@@ -386,29 +394,40 @@ def main():
     parser.add_argument('--refuse-replicas', action='store_true')
     parser.add_argument('--ignore-scale', action='store_true')
     parser.add_argument('--crash-on-extract-of', type=int, default=-1)
+    parser.add_argument('--fork-server', action='store_true')
     args = parser.parse_args()
     global LAX_LOCATIONS, REFUSE_REPLICAS, IGNORE_SCALE
     LAX_LOCATIONS = args.lax_locations
     REFUSE_REPLICAS = args.refuse_replicas
     IGNORE_SCALE = args.ignore_scale
-    served = 0
-    for line in sys.stdin.buffer:
-        request = json.loads(line)
-        if request.get('op') != 'hello':
-            served += 1
-            if served == args.crash_on or (request.get('op') == 'extract' and request.get('rank') == args.crash_on_extract_of):
-                os._exit(3)
-            if served == args.hang_on:
-                while True:
-                    time.sleep(3600)
-            if served == args.garbage_on:
-                sys.stdout.write('this is not a response\n')
-                sys.stdout.flush()
-                continue
-        response = answer(request)
-        response['id'] = request.get('id')
-        sys.stdout.write(json.dumps(response) + '\n')
-        sys.stdout.flush()
+
+    def serve(requests):
+        served = 0
+        for line in requests:
+            request = json.loads(line)
+            if request.get('op') != 'hello':
+                served += 1
+                if served == args.crash_on or (request.get('op') == 'extract'
+                                               and request.get('rank') == args.crash_on_extract_of):
+                    os._exit(3)
+                if served == args.hang_on:
+                    while True:
+                        time.sleep(3600)
+                if served == args.garbage_on:
+                    sys.stdout.write('this is not a response\n')
+                    sys.stdout.flush()
+                    continue
+            response = answer(request)
+            if args.fork_server and request.get('op') == 'hello':
+                response['crash_reports'] = True
+            response['id'] = request.get('id')
+            sys.stdout.write(json.dumps(response) + '\n')
+            sys.stdout.flush()
+
+    if args.fork_server:
+        protocol_server.fork_server(serve, sys.stdout.fileno())
+    else:
+        serve(protocol_server.Requests())
 
 
 if __name__ == '__main__':
