@@ -10,7 +10,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "shardcheck/constructors.h"
 #include "shardcheck/convert.h"
+#include "shardcheck/digest.h"
 #include "shardcheck/json.h"
 
 #include "shardcheck/campaign.h"
@@ -171,6 +173,46 @@ TEST(Backends, ReplicaWriterRecordIsDeterministicUnderThreads) {
       const auto got = rebuild(map, shards, DType::int32, on_device);
       ASSERT_FALSE(got.ok());
       ASSERT_EQ(got.error().to_string(), want.error().to_string()) << "round " << round << ", tile " << tile;
+    }
+  }
+}
+
+// Batches beyond the caches take the host's streaming stores, fenced per group of items,
+// and a rebuild deals its blocks in stretches of rows: bits, digest and refusal as the
+// CPU's. Uneven column widths put rows at addresses no multiple of 16 bytes apart and
+// deal uneven stretches; 1,537 rows (29 x 53) leave nothing to deal but single rows.
+TEST(Backends, DeviceCodeAgreesWithCpuOnBatchesBeyondTheCaches) {
+  if (!device_omp_compiled()) GTEST_SKIP() << "built without Thrust's headers: no device code on OpenMP";
+  auto cpu = make_cpu_backend();
+  auto omp = make_device_omp_backend();
+  const std::vector<Map> maps = {
+      contiguous_split_map({1536, 1500}, {500, 333, 667}, 1).value(),
+      contiguous_split_map({1537, 1500}, {500, 333, 667}, 1).value(),
+      contiguous_split_map({1536, 1500}, {700, 836}, 0).value(),
+  };
+  for (std::size_t m = 0; m < maps.size(); ++m) {
+    const Index numel = checked_numel(maps[m].logical_shape).value();
+    const Buffer full = marker_buffer(DType::float32, numel);
+    ConvertOptions on_cpu;
+    on_cpu.backend = cpu.get();
+    const ShardSet shards = extract_all(maps[m], full, on_cpu).value();
+    for (int threads : {1, 2}) {
+      const std::string context = "map " + std::to_string(m) + ", threads " + std::to_string(threads);
+      ConvertOptions on_device;
+      on_device.backend = omp.get();
+      on_device.threads = threads;
+      const auto extracted = extract_all(maps[m], full, on_device);
+      ASSERT_TRUE(extracted.ok()) << context;
+      EXPECT_TRUE(extracted.value() == shards) << context;
+      const auto rebuilt = rebuild(maps[m], shards, DType::float32, on_device);
+      ASSERT_TRUE(rebuilt.ok()) << context;
+      EXPECT_TRUE(rebuilt.value() == full) << context;
+      on_device.expected_digest = digest(full);
+      EXPECT_TRUE(rebuild(maps[m], shards, DType::float32, on_device).ok()) << context;
+      on_device.expected_digest = digest(full) + 1;
+      const auto refused = rebuild(maps[m], shards, DType::float32, on_device);
+      ASSERT_FALSE(refused.ok()) << context;
+      EXPECT_EQ(refused.error().kind, ErrorKind::digest) << context;
     }
   }
 }

@@ -9,12 +9,9 @@
 
 #include <Eigen/Core>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "element_types.h"
 #include "shardcheck/digest.h"
+#include "streaming.h"
 #include "threads.h"
 #include "row_plan.h"
 #include "two_view_walk.h"
@@ -68,7 +65,7 @@ struct RowOp {
   bool scale_active;
   bool up;
   double factor;           // the scale in the arithmetic type of contract 1.2 (exact in a double)
-  bool streaming = false;  // contiguous rows go around the cache (see copy_streaming)
+  bool streaming = false;  // contiguous rows go around the cache (see streaming.h)
 };
 
 // Conversion refused every scale the arithmetic type cannot hold (check_scales) before
@@ -129,53 +126,12 @@ Index compare_row_plain(const std::byte* from, Index fs, const std::byte* to, In
   return -1;
 }
 
-// A copy far larger than the caches writes each destination line once and never reads
-// it back: non-temporal stores skip the read-for-ownership of every line, a third of the
-// memory traffic of a cached copy. (memcpy does the same for one large block, but a
-// piece's rows are many short blocks.) The caller fences once the chunk is done.
-constexpr std::size_t kStreamRowBytes = 256;
-constexpr Index kStreamTotalBytes = Index{8} << 20;
-
-void copy_streaming(std::byte* to, const std::byte* from, std::size_t bytes) {
-#if defined(__SSE2__)
-  const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(to) % 16) % 16;
-  if (head >= bytes) {
-    std::memcpy(to, from, bytes);
-    return;
-  }
-  std::memcpy(to, from, head);
-  std::size_t k = head;
-  for (; k + 64 <= bytes; k += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + k));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + k + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + k + 32));
-    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + k + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(to + k), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(to + k + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(to + k + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(to + k + 48), d);
-  }
-  for (; k + 16 <= bytes; k += 16) {
-    _mm_stream_si128(reinterpret_cast<__m128i*>(to + k), _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + k)));
-  }
-  std::memcpy(to + k, from + k, bytes - k);
-#else
-  std::memcpy(to, from, bytes);
-#endif
-}
-
-void stream_fence() {
-#if defined(__SSE2__)
-  _mm_sfence();
-#endif
-}
-
 void copy_row(const RowOp& op, const std::byte* from, Index fs, std::byte* to, Index ts, Index n) {
   if (!op.scale_active) {
     if (fs == 1 && ts == 1) {
       const auto bytes = static_cast<std::size_t>(n) * op.size;
-      if (op.streaming && bytes >= kStreamRowBytes) {
-        copy_streaming(to, from, bytes);
+      if (op.streaming && bytes >= detail::kStreamRowBytes) {
+        detail::copy_streaming(to, from, bytes);
       } else {
         std::memcpy(to, from, bytes);
       }
@@ -332,7 +288,7 @@ PlanCopy plan_copy(DType dtype, const Block& b, const Plan& p, const Scratch& s,
   // (in cache, just read) and let the stores stream; a scaled row is summed as written,
   // which keeps it in cache.
   out.digest_source = digest && !out.op.scale_active && p.from_step == 1;
-  out.op.streaming = (!digest || out.digest_source) && s.total_bytes >= kStreamTotalBytes;
+  out.op.streaming = (!digest || out.digest_source) && s.total_bytes >= detail::kStreamTotalBytes;
   return out;
 }
 
@@ -362,7 +318,7 @@ std::uint64_t copy_chunk(DType dtype, std::span<const BlockCopy> blocks, const S
     copy_row(op, b.from + from * size, p.from_step, row, p.to_step, p.len);
     if (digest) terms += digest_elements(dtype, digest_source ? b.from + from * size : row, p.len, to);
   });
-  if (op.streaming) stream_fence();
+  if (op.streaming) detail::stream_fence();
   return terms;
 }
 
@@ -463,7 +419,7 @@ std::uint64_t copy_side_by_side(DType dtype, std::span<const BlockCopy> blocks, 
       if (digest) terms += digest_elements(dtype, ops[k].digest_source ? from : row, p.len, to);
     }
   }
-  if (streamed) stream_fence();
+  if (streamed) detail::stream_fence();
   return terms;
 }
 

@@ -64,6 +64,8 @@ struct CudaSystem {
   static constexpr const char* kName = "cuda";
   // One thread per item: short items keep a warp's threads on neighbouring elements.
   static constexpr device::Index kDefaultTile = 32;
+  // The GPU's copies go through its caches: streaming stores (and their fences) are host code.
+  static constexpr bool kStreams = false;
 
   template <class T>
   using vector = thrust::device_vector<T>;

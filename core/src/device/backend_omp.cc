@@ -30,6 +30,8 @@ struct OmpSystem {
   // Long enough that an item's bookkeeping (a binary search and a row decode) is small
   // beside its copy, short enough that a shard's rows spread over the threads.
   static constexpr device::Index kDefaultTile = 1 << 13;
+  // Batches far larger than the caches stream their rows (streaming.h), as the CPU's do.
+  static constexpr bool kStreams = true;
 
   template <class T>
   using vector = std::vector<T>;

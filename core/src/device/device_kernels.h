@@ -18,6 +18,7 @@
 
 #include "shardcheck/digest.h"
 #include "shardcheck/scaling.h"
+#include "streaming.h"
 
 namespace shardcheck::device {
 
@@ -58,11 +59,12 @@ struct Batch {
   Index tile = 1;
   std::uint32_t element_size = 1;
   Index items = 0;
-  // Runs of equally many items may be dealt round-robin: item i is item i / run_count of
-  // run i % run_count, so that consecutive items walk blocks side by side (the row r of
-  // every column block of F before any row r + 1) and a thread's share of the items is
-  // one stretch of the buffer they share. Only for blocks with disjoint destinations.
+  // Runs of equally many items may be dealt round-robin, `deal` items of each run in turn,
+  // so that consecutive items walk blocks side by side (rows r to r + deal - 1 of every
+  // column block of F before row r + deal) and a thread's share of the items is one
+  // stretch of the buffer they share. Only for blocks with disjoint destinations.
   bool round_robin = false;
+  Index deal = 1;  // divides every run's item count
 };
 
 // The run that holds work item `item`: the last one whose first item is not after it.
@@ -91,8 +93,9 @@ struct Segment {
 };
 
 SHARDCHECK_HD inline Segment segment_at(const Batch& b, Index item) {
-  const Run& r = b.round_robin ? b.runs[item % b.run_count] : run_at(b, item);
-  const Index local = b.round_robin ? item / b.run_count : item - r.first_item;
+  const Index stretch = item / b.deal;
+  const Run& r = b.round_robin ? b.runs[stretch % b.run_count] : run_at(b, item);
+  const Index local = b.round_robin ? stretch / b.run_count * b.deal + item % b.deal : item - r.first_item;
   const Index row = local / r.segments;
   const Index first = (local % r.segments) * b.tile;
   Index from = r.from_offset;
@@ -164,17 +167,32 @@ SHARDCHECK_HD inline std::uint64_t digest_term_at(Index index, std::uint64_t bit
   return digest_term(static_cast<std::uint64_t>(index), bits);
 }
 
+// A contiguous run of bytes; with `stream`, on the host, written around the caches
+// (streaming.h: the caller fences). The device has no such stores: its copies are cached.
+SHARDCHECK_HD inline void copy_bytes(void* to, const void* from, std::size_t bytes, bool stream) {
+#if !defined(__CUDA_ARCH__)
+  if (stream && bytes >= detail::kStreamRowBytes) {
+    detail::copy_streaming(static_cast<std::byte*>(to), static_cast<const std::byte*>(from), bytes);
+    return;
+  }
+#endif
+  std::memcpy(to, from, bytes);
+}
+
 // Moves `count` elements of width sizeof(Bits) (the element type chosen once per item, not
 // per element); returns the digest terms of what it wrote when `digest`.
 template <class Bits>
-SHARDCHECK_HD inline std::uint64_t copy_elements(const Run& r, Index from, Index to, Index count, bool digest) {
+SHARDCHECK_HD inline std::uint64_t copy_elements(const Run& r, Index from, Index to, Index count, bool digest,
+                                                 bool stream) {
   const Bits* src = reinterpret_cast<const Bits*>(r.from) + from;
   Bits* dst = reinterpret_cast<Bits*>(r.to) + to;
   std::uint64_t terms = 0;
   if (r.format == Format::plain && r.from_step == 1 && r.to_step == 1) {
-    std::memcpy(dst, src, static_cast<std::size_t>(count) * sizeof(Bits));
+    copy_bytes(dst, src, static_cast<std::size_t>(count) * sizeof(Bits), stream);
+    // The bits written are the bits read: summing the source, just read, leaves streamed
+    // destination lines where they went.
     if (digest) {
-      for (Index j = 0; j < count; ++j) terms += digest_term_at(to + j, dst[j]);
+      for (Index j = 0; j < count; ++j) terms += digest_term_at(to + j, src[j]);
     }
     return terms;
   }
@@ -186,21 +204,37 @@ SHARDCHECK_HD inline std::uint64_t copy_elements(const Run& r, Index from, Index
   return terms;
 }
 
-// Copies one segment; returns the digest terms of what it wrote when `digest`.
+// Copies work items [unit * group, unit * group + group) in item order; returns the
+// digest terms of what it wrote when `digest`. With `stream` (host systems, batches far
+// larger than the caches), contiguous plain rows are streamed and the group ends with one
+// fence: a fence waits for every streamed store in flight, too slow to follow each row.
 struct CopySegment {
   Batch batch;
   bool digest = false;
-  SHARDCHECK_HD std::uint64_t operator()(Index item) const {
+  bool stream = false;
+  Index group = 1;
+  SHARDCHECK_HD std::uint64_t operator()(Index unit) const {
+    const Index first = unit * group;
+    const Index last = first + group < batch.items ? first + group : batch.items;
+    std::uint64_t terms = 0;
+    for (Index item = first; item < last; ++item) terms += copy_item(item);
+#if !defined(__CUDA_ARCH__)
+    if (stream) detail::stream_fence();
+#endif
+    return terms;
+  }
+
+  SHARDCHECK_HD std::uint64_t copy_item(Index item) const {
     const Segment s = segment_at(batch, item);
     switch (batch.element_size) {
       case 1:
-        return copy_elements<std::uint8_t>(*s.run, s.from, s.to, s.count, digest);
+        return copy_elements<std::uint8_t>(*s.run, s.from, s.to, s.count, digest, stream);
       case 2:
-        return copy_elements<std::uint16_t>(*s.run, s.from, s.to, s.count, digest);
+        return copy_elements<std::uint16_t>(*s.run, s.from, s.to, s.count, digest, stream);
       case 4:
-        return copy_elements<std::uint32_t>(*s.run, s.from, s.to, s.count, digest);
+        return copy_elements<std::uint32_t>(*s.run, s.from, s.to, s.count, digest, stream);
       default:
-        return copy_elements<std::uint64_t>(*s.run, s.from, s.to, s.count, digest);
+        return copy_elements<std::uint64_t>(*s.run, s.from, s.to, s.count, digest, stream);
     }
   }
 };

@@ -1,0 +1,65 @@
+// Streaming (non-temporal) copies of contiguous rows, for the host code that moves
+// large batches: the CPU's wide row copies and the device code on OpenMP threads.
+// Internal to core; host code only (the device code calls it outside __CUDA_ARCH__).
+//
+// A copy far larger than the caches writes each destination line once and never reads
+// it back: non-temporal stores skip the read-for-ownership of every line, a third of the
+// memory traffic of a cached copy. (memcpy does the same for one large block, but a
+// piece's rows are many short blocks.) Non-temporal stores are weakly ordered: whoever
+// streams fences (stream_fence) before what it wrote may be read by another thread, and
+// fences once per batch of rows, not per row, since a fence waits for every store in
+// flight to reach memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace shardcheck::detail {
+
+// Rows shorter than this go through memcpy: the head and tail a streaming row copies
+// through memcpy would be most of it.
+inline constexpr std::size_t kStreamRowBytes = 256;
+// Batches smaller than this stay in the caches, where cached stores are the faster.
+inline constexpr std::int64_t kStreamTotalBytes = std::int64_t{8} << 20;
+
+inline void copy_streaming(std::byte* to, const std::byte* from, std::size_t bytes) {
+#if defined(__SSE2__)
+  const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(to) % 16) % 16;
+  if (head >= bytes) {
+    std::memcpy(to, from, bytes);
+    return;
+  }
+  std::memcpy(to, from, head);
+  std::size_t k = head;
+  for (; k + 64 <= bytes; k += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + k));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + k + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + k + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + k + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(to + k), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(to + k + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(to + k + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(to + k + 48), d);
+  }
+  for (; k + 16 <= bytes; k += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(to + k), _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + k)));
+  }
+  std::memcpy(to + k, from + k, bytes - k);
+#else
+  std::memcpy(to, from, bytes);
+#endif
+}
+
+// Makes the streamed stores of the calling thread visible before its later stores.
+inline void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+}  // namespace shardcheck::detail
