@@ -71,6 +71,21 @@ TEST(Reshard, Tp8ColumnSplitToTp4RowSplitMergesIntoFewSegments) {
   EXPECT_EQ(got.value(), shards_of(target, full));
 }
 
+// A plan that moves more than the caches hold streams its rows (streaming.h): 12 MiB of
+// float32 from 8 column shards to 4 row shards, with rows of 384 columns (1.5 KiB, not a
+// multiple of the 64-byte stride of the streaming loop) and an odd number of rows.
+TEST(Reshard, APlanBeyondTheCachesStreamsTheSameBits) {
+  const Map source = contiguous_split_map({1025, 3072}, std::vector<Index>(8, 384), 1).value();
+  const Map target = contiguous_split_map({1025, 3072}, {257, 256, 256, 256}, 0).value();
+  const Buffer full = markers(source);
+  auto made = plan(source, target);
+  ASSERT_TRUE(made.ok()) << made.error().to_string();
+  ASSERT_GT(made.value().statistics.elements_moved * 4, Index{8} << 20);
+  auto got = execute(made.value(), shards_of(source, full), DType::float32);
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  EXPECT_EQ(got.value(), shards_of(target, full));
+}
+
 TEST(Reshard, PlanJsonSpellsSegmentsAsDeepSpeed) {
   const Map source = contiguous_split_map({2, 4}, {2, 2}, 1).value();
   const Map target = contiguous_split_map({2, 4}, {1, 1}, 0).value();
