@@ -472,12 +472,7 @@ Status check_views(const Plan& plan, const ShardSet& sources, const ShardSet& ta
 void copy_row(const std::byte* from, std::byte* to, std::size_t size, Index a, Index b, Index len, Index sa, Index sb,
               bool stream) {
   if (sa == 1 && sb == 1) {
-    const auto bytes = static_cast<std::size_t>(len) * size;
-    if (stream && bytes >= detail::kStreamRowBytes) {
-      detail::copy_streaming(to + b * size, from + a * size, bytes);
-    } else {
-      std::memcpy(to + b * size, from + a * size, bytes);
-    }
+    detail::copy_run(to + b * size, from + a * size, static_cast<std::size_t>(len) * size, stream);
     return;
   }
   for (Index i = 0; i < len; ++i) std::memcpy(to + (b + i * sb) * size, from + (a + i * sa) * size, size);

@@ -55,6 +55,16 @@ inline void copy_streaming(std::byte* to, const std::byte* from, std::size_t byt
 #endif
 }
 
+// A contiguous run of bytes: streamed with `stream` where it is long enough to pay for
+// its head and tail (the caller fences), else memcpy.
+inline void copy_run(std::byte* to, const std::byte* from, std::size_t bytes, bool stream) {
+  if (stream && bytes >= kStreamRowBytes) {
+    copy_streaming(to, from, bytes);
+  } else {
+    std::memcpy(to, from, bytes);
+  }
+}
+
 // Makes the streamed stores of the calling thread visible before its later stores.
 inline void stream_fence() {
 #if defined(__SSE2__)

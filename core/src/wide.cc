@@ -136,12 +136,7 @@ Index compare_row_plain(const std::byte* from, Index fs, const std::byte* to, In
 void copy_row(const RowOp& op, const std::byte* from, Index fs, std::byte* to, Index ts, Index n) {
   if (!op.scale_active) {
     if (fs == 1 && ts == 1) {
-      const auto bytes = static_cast<std::size_t>(n) * op.size;
-      if (op.streaming && bytes >= detail::kStreamRowBytes) {
-        detail::copy_streaming(to, from, bytes);
-      } else {
-        std::memcpy(to, from, bytes);
-      }
+      detail::copy_run(to, from, static_cast<std::size_t>(n) * op.size, op.streaming);
       return;
     }
     switch (op.size) {

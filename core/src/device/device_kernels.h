@@ -171,12 +171,11 @@ SHARDCHECK_HD inline std::uint64_t digest_term_at(Index index, std::uint64_t bit
 // (streaming.h: the caller fences). The device has no such stores: its copies are cached.
 SHARDCHECK_HD inline void copy_bytes(void* to, const void* from, std::size_t bytes, bool stream) {
 #if !defined(__CUDA_ARCH__)
-  if (stream && bytes >= detail::kStreamRowBytes) {
-    detail::copy_streaming(static_cast<std::byte*>(to), static_cast<const std::byte*>(from), bytes);
-    return;
-  }
-#endif
+  detail::copy_run(static_cast<std::byte*>(to), static_cast<const std::byte*>(from), bytes, stream);
+#else
+  (void)stream;
   std::memcpy(to, from, bytes);
+#endif
 }
 
 // Moves `count` elements of width sizeof(Bits) (the element type chosen once per item, not
