@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -708,11 +709,17 @@ bool valid_layout(const Case& c, Op op, const ShardSet* shards) {
 }
 
 // Each operation's validity, and the case's: every operation it lists.
+// Judged once per operation (condition 7 and a reshard pair's scales walk every element).
 void set_valid_layout(CaseOutcome& outcome, const Case& c, const ShardSet* shards) {
-  for (OpOutcome& op : outcome.ops) op.valid_layout = valid_layout(c, op.op, shards);
+  std::map<Op, bool> judged;
+  auto valid_for = [&](Op op) {
+    const auto [at, added] = judged.try_emplace(op, false);
+    if (added) at->second = valid_layout(c, op, shards);
+    return at->second;
+  };
+  for (OpOutcome& op : outcome.ops) op.valid_layout = valid_for(op.op);
   const auto ops = c.ops.list();
-  outcome.valid_layout =
-      std::all_of(ops.begin(), ops.end(), [&](Op op) { return valid_layout(c, op, shards); });
+  outcome.valid_layout = std::all_of(ops.begin(), ops.end(), valid_for);
 }
 
 void summarize(CaseOutcome& outcome) {
