@@ -72,10 +72,12 @@ TEST(Reshard, Tp8ColumnSplitToTp4RowSplitMergesIntoFewSegments) {
 }
 
 // A plan that moves more than the caches hold streams its rows (streaming.h): 12 MiB of
-// float32 from 8 column shards to 4 row shards, with rows of 384 columns (1.5 KiB, not a
-// multiple of the 64-byte stride of the streaming loop) and an odd number of rows.
+// float32 from 8 column shards to 4 row shards, with rows of 383 and 385 columns (neither
+// a multiple of 16 bytes, so every streamed row has a head or a tail) and an odd number
+// of rows.
 TEST(Reshard, APlanBeyondTheCachesStreamsTheSameBits) {
-  const Map source = contiguous_split_map({1025, 3072}, std::vector<Index>(8, 384), 1).value();
+  const Map source =
+      contiguous_split_map({1025, 3072}, {383, 385, 383, 385, 383, 385, 383, 385}, 1).value();
   const Map target = contiguous_split_map({1025, 3072}, {257, 256, 256, 256}, 0).value();
   const Buffer full = markers(source);
   auto made = plan(source, target);
