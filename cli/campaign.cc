@@ -220,10 +220,6 @@ int options_from_args(const CampaignArgs& args, campaign::Options& options) {
     return kExitUsage;
   }
   options.generate.reshard = !args.op.empty();
-  if (options.generate.reshard && args.digest) {
-    std::fprintf(stderr, "shardcheck campaign: --digest does not apply to --op reshard (no rebuild verifies one)\n");
-    return kExitUsage;
-  }
   options.generate.record_digest = args.digest;
   options.generate.layout.max_elements = args.max_elements;
   if (args.digest_share) options.digest_share = static_cast<int>(*args.digest_share);
@@ -241,9 +237,8 @@ int options_from_args(const CampaignArgs& args, campaign::Options& options) {
   if (device_omp_compiled()) options.share_backend = "device-omp";
   if (args.backend_share) options.backend_share = static_cast<int>(*args.backend_share);
   if (options.generate.reshard) {
-    // Reshard pairs have no digest or large variant, and the protocol's loopback serves
-    // no reshard: every case is the plain pair.
-    options.digest_share = 0;
+    // Reshard pairs have no large variant, and the protocol's loopback serves no reshard;
+    // the digest share records digests in both maps of a pair, and the plan verifies them.
     options.large_share = 0;
     options.loopback_share = 0;
     options.backend_share = 0;  // the backend differential runs rebuild and extract
@@ -404,7 +399,8 @@ int run_campaign(const CampaignArgs& args) {
   if (different > 0 && !options.eval.strict_layout) {
     std::printf(
         "note: %lld valid-but-different cases do not fail the run: their maps pass every check, so no map check can "
-        "see the difference (contract section 10); content digests close it for rebuild (--digest), "
+        "see the difference (contract section 10); content digests close it for rebuild and for a reshard's source "
+        "side (--digest), "
         "--strict-layout makes them findings\n",
         static_cast<long long>(different));
   }
@@ -446,8 +442,8 @@ void register_campaign(CLI::App& app, RunState& state) {
   defining(sub->add_option("--out", args->out, "Directory for report.json and findings/ (default campaign-out)"));
   defining(sub->add_flag("--strict-layout", args->strict_layout, "Valid-but-different cases fail the run too"));
   defining(sub->add_flag("--digest", args->digest,
-                         "The producer records a content digest and every rebuild verifies it; the catalogue "
-                         "also corrupts the record"));
+                         "The producer records a content digest and every rebuild (with --op reshard: every "
+                         "reshard, on both sides of its plan) verifies it; the catalogue also corrupts the record"));
   defining(sub->add_option("--op", args->op,
                            "reshard: pairs of layouts over one shape, either side corrupted, through transfer "
                            "plans (contract section 11); default: rebuild and extract cases"));

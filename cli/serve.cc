@@ -105,7 +105,7 @@ Json answer(oracles::Target& target, const Json& request) {
     for (const auto& [key, tensor] : request.at("shards").items()) {
       shards.emplace(static_cast<Rank>(std::stoll(key)), tensor_from(tensor));
     }
-    oracles::RebuildDigest digest;
+    oracles::DigestRequest digest;
     if (request.contains("digest")) {
       const auto value = parse_digest(request["digest"].get<std::string>());
       if (!value) throw BadRequest{"a digest that is not 16 hex digits"};

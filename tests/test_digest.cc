@@ -229,7 +229,7 @@ Map swapped_layout() {
   return M({4}, {R(0, Extents{4}, {P({2}, 0, {1}, 2, {1}, {0}), P({2}, 2, {1}, 0, {1}, {0})})});
 }
 
-TEST(RebuildDigest, ValidButDifferentLayoutIsRefused) {
+TEST(DigestRequest, ValidButDifferentLayoutIsRefused) {
   const Buffer f = marker_buffer(DType::float32, 4);
   const ShardSet shards = extract_all(truth_layout(), f).value();
   ASSERT_TRUE(check_map(swapped_layout()).ok());
@@ -251,7 +251,7 @@ TEST(RebuildDigest, ValidButDifferentLayoutIsRefused) {
   EXPECT_EQ(exact.value(), f);
 }
 
-TEST(RebuildDigest, ComparesFAfterUnscaling) {
+TEST(DigestRequest, ComparesFAfterUnscaling) {
   const Map map = replicated_map({2, 4}, 2, 2.0).value();
   const Buffer f = marker_buffer(DType::float16, 8);
   const ShardSet shards = extract_all(map, f).value();
@@ -262,7 +262,7 @@ TEST(RebuildDigest, ComparesFAfterUnscaling) {
   EXPECT_EQ(rebuild(map, shards, DType::float16, options).error().kind, ErrorKind::digest);
 }
 
-TEST(RebuildDigest, TheMapsRecordForAState) {
+TEST(DigestRequest, TheMapsRecordForAState) {
   const Buffer f = marker_buffer(DType::float32, 4);
   const ShardSet shards = extract_all(truth_layout(), f).value();
   Map map = truth_layout();
@@ -292,14 +292,14 @@ TEST(RebuildDigest, TheMapsRecordForAState) {
   EXPECT_TRUE(rebuild(map, shards, DType::float32, options).ok());
 }
 
-TEST(RebuildDigest, NotAskedMeansNotCompared) {
+TEST(DigestRequest, NotAskedMeansNotCompared) {
   const Buffer f = marker_buffer(DType::float32, 4);
   Map map = truth_layout();
   map.content_digests["param"] = 0;  // wrong, but nobody asks
   EXPECT_TRUE(rebuild(map, extract_all(map, f).value(), DType::float32).ok());
 }
 
-TEST(RebuildDigest, LegacyIgnoresTheDigest) {
+TEST(DigestRequest, LegacyIgnoresTheDigest) {
   const Buffer f = marker_buffer(DType::float32, 4);
   ConvertOptions options;
   options.policy = Policy::legacy;
@@ -307,7 +307,7 @@ TEST(RebuildDigest, LegacyIgnoresTheDigest) {
   EXPECT_TRUE(rebuild(truth_layout(), extract_all(truth_layout(), f).value(), DType::float32, options).ok());
 }
 
-TEST(RebuildDigest, EarlierChecksComeFirst) {
+TEST(DigestRequest, EarlierChecksComeFirst) {
   // A map refused by a check is refused with that check's kind, not `digest`.
   ConvertOptions options;
   options.expected_digest = 0;

@@ -318,7 +318,7 @@ class MisreportingStrict final : public oracles::Target {
   const std::string& name() const override { return name_; }
   oracles::TargetResult<oracles::Accepted> check(const oracles::TargetMap& map) override { return strict_->check(map); }
   oracles::TargetResult<Buffer> rebuild(const oracles::TargetMap& map, const ShardSet& shards, DType dtype,
-                                        int scale_power, const oracles::RebuildDigest& digest) override {
+                                        int scale_power, const oracles::DigestRequest& digest) override {
     auto answer = strict_->rebuild(map, shards, dtype, scale_power, digest);
     if (auto* refusal = std::get_if<oracles::TargetRefusal>(&answer); refusal && refusal->error) {
       std::string& sentence = refusal->error->sentence;

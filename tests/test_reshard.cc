@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "shardcheck/constructors.h"
+#include "shardcheck/digest.h"
 #include "shardcheck/gen/case_gen.h"
 #include "shardcheck/gen/choice.h"
 #include "shardcheck/gen/layout.h"
@@ -38,14 +39,6 @@ ShardSet reference_extract_all_or_die(const Map& map, const Buffer& full) {
   auto shards = oracles::reference_extract_all(map, full);
   EXPECT_TRUE(shards.ok()) << shards.error().to_string();
   return shards.ok() ? shards.value() : ShardSet{};
-}
-
-// Plan and execute, or the refusal.
-Result<ShardSet> reshard(const Map& source, const Map& target, const ShardSet& shards, DType dtype,
-                         const ReshardOptions& options = {}) {
-  auto made = plan(source, target, options);
-  if (!made) return made.error();
-  return execute(made.value(), shards, dtype);
 }
 
 // The same maps with ranks and pieces in reverse order: nothing may change.
@@ -344,6 +337,233 @@ TEST(Reshard, PlantedPlannerBugsAreFoundQuickly) {
     ASSERT_TRUE(found.has_value()) << name << " not found in " << cases << " cases";
     std::cout << "planted " << name << " found after " << cases << " cases: " << *found << "\n";
   }
+}
+
+// --- content digests (contract 10) on both sides of a plan -----------------------------
+
+// A TP 3 column split of 12 x 24 to a TP 2 row split, each map recording digest(F) of
+// the markers under "param".
+struct DigestedPair {
+  Map source = contiguous_split_map({12, 24}, {8, 8, 8}, 1).value();
+  Map target = contiguous_split_map({12, 24}, {6, 6}, 0).value();
+  Buffer full = markers(source);
+  std::uint64_t recorded = digest(full);
+  DigestedPair() {
+    source.content_digests["param"] = recorded;
+    target.content_digests["param"] = recorded;
+  }
+};
+
+// Ranks 0 and 1 of a map trade their pieces: still a valid map, of another layout.
+Map with_ranks_traded(Map map) {
+  std::swap(map.ranks[0].pieces, map.ranks[1].pieces);
+  for (auto& entry : map.ranks) {
+    for (Piece& piece : entry.pieces) piece.locations = {entry.rank};
+  }
+  return map;
+}
+
+ReshardOptions asking_for(std::optional<std::string> state, std::optional<std::uint64_t> expected = std::nullopt) {
+  ReshardOptions options;
+  options.digest_state = std::move(state);
+  options.expected_digest = expected;
+  return options;
+}
+
+TEST(ReshardDigest, AMatchingRecordChangesNothing) {
+  const DigestedPair p;
+  const ShardSet sources = shards_of(p.source, p.full);
+  for (const auto& options : {asking_for("param"), asking_for(std::nullopt, p.recorded),
+                              asking_for("param", p.recorded)}) {
+    auto got = reshard(p.source, p.target, sources, DType::float32, options);
+    ASSERT_TRUE(got.ok()) << got.error().to_string();
+    EXPECT_EQ(got.value(), shards_of(p.target, p.full));
+  }
+}
+
+// The class no check of a map can see (contract 10): a source map that is valid but says
+// the shards hold another layout. Without a digest the plan copies the wrong elements.
+TEST(ReshardDigest, ASourceMapOfAnotherLayoutIsRefusedOnTheSourceSide) {
+  const DigestedPair p;
+  const ShardSet sources = shards_of(p.source, p.full);
+  const Map lying = with_ranks_traded(p.source);
+  ASSERT_TRUE(check_map(lying).ok());
+  auto silent = reshard(lying, p.target, sources, DType::float32);
+  ASSERT_TRUE(silent.ok()) << silent.error().to_string();
+  EXPECT_NE(silent.value(), shards_of(p.target, p.full));
+  auto refused = reshard(lying, p.target, sources, DType::float32, asking_for("param"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::digest);
+  EXPECT_NE(refused.error().sentence.find("F as the source shards hold it has content digest"), std::string::npos)
+      << refused.error().sentence;
+  EXPECT_NE(refused.error().sentence.find(format_digest(p.recorded)), std::string::npos) << refused.error().sentence;
+  // The caller's own value is judged the same way.
+  auto expected = reshard(lying, p.target, sources, DType::float32, asking_for(std::nullopt, p.recorded));
+  ASSERT_FALSE(expected.ok());
+  EXPECT_NE(expected.error().sentence.find("the expected digest is"), std::string::npos);
+}
+
+// A target map that is valid but wrong places F's elements consistently with itself: its
+// shards hold F with the recorded digest, so no digest can refuse it (as for extract).
+TEST(ReshardDigest, ATargetMapOfAnotherLayoutIsBeyondAnyDigest) {
+  const DigestedPair p;
+  const Map lying = with_ranks_traded(p.target);
+  auto got = reshard(p.source, lying, shards_of(p.source, p.full), DType::float32, asking_for("param"));
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  EXPECT_EQ(got.value(), shards_of(lying, p.full));
+  EXPECT_NE(got.value(), shards_of(p.target, p.full));
+}
+
+TEST(ReshardDigest, RecordsMustExistAndAgree) {
+  DigestedPair p;
+  const ShardSet sources = shards_of(p.source, p.full);
+  auto missing = reshard(p.source, p.target, sources, DType::float32, asking_for("exp_avg"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().kind, ErrorKind::digest);
+  EXPECT_NE(missing.error().sentence.find("the source map records no content digest for state \"exp_avg\""),
+            std::string::npos)
+      << missing.error().sentence;
+  Map other = p.target;
+  other.content_digests["param"] ^= 1;
+  auto disagree = reshard(p.source, other, sources, DType::float32, asking_for("param"));
+  ASSERT_FALSE(disagree.ok());
+  EXPECT_EQ(disagree.error().kind, ErrorKind::digest);
+  EXPECT_NE(disagree.error().sentence.find("do not describe one tensor"), std::string::npos)
+      << disagree.error().sentence;
+  // A target map without a record of its own is fine: the source map's counts.
+  other.content_digests.clear();
+  EXPECT_TRUE(reshard(p.source, other, sources, DType::float32, asking_for("param")).ok());
+  // A damaged source record.
+  p.source.content_digests["param"] ^= 1;
+  p.target.content_digests.clear();
+  auto damaged = reshard(p.source, p.target, sources, DType::float32, asking_for("param"));
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_EQ(damaged.error().kind, ErrorKind::digest);
+}
+
+// The target side's checks are the ones that see the planner itself: every generated pair
+// the planted merge bug copies wrongly is refused there once a digest is asked for (by the
+// digest, or where only a replica the digest does not count went wrong, by comparing it
+// with its lowest holder's copy).
+TEST(ReshardDigest, APlannerBugIsRefusedOnTheTargetSide) {
+  ReshardOptions planted;
+  planted.bugs.merge_unequal_strides = true;
+  gen::SeededChoices choices(5);
+  gen::CaseOptions options;
+  options.reshard = true;
+  options.corrupt_probability = 0.0;
+  options.adversarial_data = false;
+  int wrong = 0, by_digest = 0;
+  for (int i = 0; i < 3000 && wrong < 20; ++i) {
+    const Case c = gen::generate_case(choices, options);
+    const Buffer full = markers(c.map, c.dtype);
+    auto sources = oracles::reference_extract_all(c.map, full);
+    auto wanted = oracles::reference_extract_all(*c.target_map, full);
+    if (!sources.ok() || !wanted.ok()) continue;
+    auto got = reshard(c.map, *c.target_map, sources.value(), c.dtype, planted);
+    if (!got.ok() || got.value() == wanted.value()) continue;
+    ++wrong;
+    Map source = c.map, target = *c.target_map;
+    source.content_digests["param"] = digest(full);
+    ReshardOptions verified = planted;
+    verified.digest_state = "param";
+    auto refused = reshard(source, target, sources.value(), c.dtype, verified);
+    ASSERT_FALSE(refused.ok()) << c.name;
+    const Error& error = refused.error();
+    if (error.kind == ErrorKind::digest) {
+      ++by_digest;
+      EXPECT_NE(error.sentence.find("the plan moved elements to the wrong places"), std::string::npos)
+          << error.sentence;
+    } else {
+      EXPECT_EQ(error.kind, ErrorKind::different_data) << error.to_string();
+      EXPECT_NE(error.sentence.find("in the target shards the plan wrote, "), std::string::npos) << error.sentence;
+    }
+  }
+  EXPECT_GT(wrong, 0) << "the planted bug never showed in 3000 pairs";
+  EXPECT_GT(by_digest, 0);
+}
+
+// Strict as it is, but its reshard never verifies a digest (as DeepSpeed's planner).
+class DigestBlindStrict final : public oracles::Target {
+ public:
+  const std::string& name() const override { return name_; }
+  oracles::TargetResult<oracles::Accepted> check(const oracles::TargetMap& map) override { return strict_->check(map); }
+  oracles::TargetResult<Buffer> rebuild(const oracles::TargetMap& map, const ShardSet& shards, DType dtype,
+                                        int scale_power, const oracles::DigestRequest& digest) override {
+    return strict_->rebuild(map, shards, dtype, scale_power, digest);
+  }
+  oracles::TargetResult<Buffer> extract(const oracles::TargetMap& map, const Buffer& full, Rank rank,
+                                        int scale_power) override {
+    return strict_->extract(map, full, rank, scale_power);
+  }
+  bool supports(Op op) const override { return strict_->supports(op); }
+  oracles::TargetResult<oracles::Resharded> reshard(const oracles::TargetMap& source, const oracles::TargetMap& target,
+                                                     const ShardSet& shards, DType dtype, int scale_power,
+                                                     const oracles::DigestRequest&) override {
+    return strict_->reshard(source, target, shards, dtype, scale_power, oracles::DigestRequest{});
+  }
+
+ private:
+  std::string name_ = "digest-blind-strict";
+  std::unique_ptr<oracles::Target> strict_ = oracles::make_policy_target(ConvertOptions{});
+};
+
+// The truth oracle asks a reshard to verify the case's digest, and judges an answer that
+// did not as silently wrong wherever the returned shards hold F with another digest.
+TEST(ReshardDigest, TheTruthOracleJudgesATargetThatIgnoresTheDigest) {
+  const DigestedPair p;
+  Case c;
+  c.ops = {Op::reshard};
+  c.dtype = DType::float32;
+  c.truth = p.source;
+  c.map = with_ranks_traded(p.source);
+  c.target_map = p.target;
+  c.digest_state = "param";
+  c.constructor = "hand";
+  c.corruption = CorruptionRecord{"none", {}, {}, {}, {}, {}};
+  auto strict = oracles::run_case(c);
+  ASSERT_TRUE(strict.ok()) << strict.error().to_string();
+  EXPECT_EQ(strict.value().verdict, Outcome::refused) << strict.value().message;
+  ASSERT_TRUE(strict.value().error.has_value());
+  EXPECT_EQ(strict.value().error->kind, ErrorKind::digest);
+  DigestBlindStrict blind;
+  auto ignored = oracles::run_case(c, blind);
+  ASSERT_TRUE(ignored.ok()) << ignored.error().to_string();
+  EXPECT_EQ(ignored.value().verdict, Outcome::wrong) << ignored.value().message;
+  ASSERT_EQ(ignored.value().ops.size(), 1u);
+  EXPECT_TRUE(ignored.value().ops[0].digest_ignored);
+  EXPECT_NE(ignored.value().message.find("reshard returned target shards with content digest"), std::string::npos)
+      << ignored.value().message;
+  // Without a digest asked for, the same answer is the valid-but-different class.
+  c.digest_state.reset();
+  auto plain = oracles::run_case(c, blind);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(oracles::wrong_on_valid_layout(plain.value())) << plain.value().message;
+}
+
+// Generated pairs with recorded digests: nothing silently wrong, and the valid-but-different
+// answers left are of pairs whose target side was corrupted.
+TEST(ReshardDigest, GeneratedPairsWithDigestsLeaveOnlyTargetSideDifferences) {
+  gen::SeededChoices choices(23);
+  gen::CaseOptions options;
+  options.reshard = true;
+  options.record_digest = true;
+  int refused_digest = 0;
+  for (int i = 0; i < 1500; ++i) {
+    const Case c = gen::generate_case(choices, options);
+    ASSERT_EQ(c.digest_state, std::optional<std::string>("param")) << c.name;
+    auto outcome = oracles::run_case(c);
+    ASSERT_TRUE(outcome.ok()) << c.name << ": " << outcome.error().to_string();
+    const auto& o = outcome.value();
+    if (o.verdict == Outcome::wrong) {
+      ASSERT_TRUE(oracles::wrong_on_valid_layout(o)) << o.message << "\n" << encode_case_text(c);
+      EXPECT_TRUE(c.name.find("-target-") != std::string::npos || c.name.find("-both-") != std::string::npos)
+          << o.message << "\n" << encode_case_text(c);
+    }
+    refused_digest += o.verdict == Outcome::refused && o.error && o.error->kind == ErrorKind::digest;
+  }
+  // The catalogue's record corruptions alone make some.
+  EXPECT_GT(refused_digest, 0);
 }
 
 }  // namespace

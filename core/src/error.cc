@@ -444,17 +444,39 @@ std::string state_text(std::string_view state) {
 }
 }  // namespace
 
-Error digest_differs(std::uint64_t actual, std::uint64_t expected, const std::string* state) {
-  const std::string against = state != nullptr
-                                  ? fmt::format("the map records 0x{:016x} for state {}", expected, state_text(*state))
-                                  : fmt::format("the expected digest is 0x{:016x}", expected);
+Error digest_differs(std::uint64_t actual, std::uint64_t expected, const std::string* state, Digested digested) {
+  // In a reshard the record is the source map's (the target map's must agree with it).
+  const std::string_view recorder = digested == Digested::rebuilt_f ? "the map" : "the source map";
+  const std::string against =
+      state != nullptr ? fmt::format("{} records 0x{:016x} for state {}", recorder, expected, state_text(*state))
+                       : fmt::format("the expected digest is 0x{:016x}", expected);
+  std::string_view which = "the rebuilt F";
+  std::string_view why = "the shards do not hold the tensor the producer digested, or the map describes another layout";
+  switch (digested) {
+    case Digested::rebuilt_f: break;
+    case Digested::source_shards:
+      which = "F as the source shards hold it";
+      why = "the shards do not hold the tensor the producer digested, or the source map describes another layout";
+      break;
+    case Digested::target_shards:
+      // The source side matched, so the copies themselves went wrong.
+      which = "F as the plan wrote it into the target shards";
+      why = "the plan moved elements to the wrong places";
+      break;
+  }
   return make_error(ErrorKind::digest,
-                    fmt::format("the rebuilt F has content digest 0x{:016x} but {}; the shards do not hold the "
-                                "tensor the producer digested, or the map describes another layout",
-                                actual, against));
+                    fmt::format("{} has content digest 0x{:016x} but {}; {}", which, actual, against, why));
 }
 
-Error digest_not_recorded(const std::string& state, const std::vector<std::string>& recorded_states) {
+Error digest_records_differ(const std::string& state, std::uint64_t source, std::uint64_t target) {
+  return make_error(ErrorKind::digest,
+                    fmt::format("the source map records content digest 0x{:016x} for state {} but the target map "
+                                "records 0x{:016x}; the two maps do not describe one tensor",
+                                source, state_text(state), target));
+}
+
+Error digest_not_recorded(const std::string& state, const std::vector<std::string>& recorded_states,
+                          std::string_view recorder) {
   constexpr std::size_t kListed = 4;
   std::vector<std::string> shown;
   for (const std::string& name : recorded_states) {
@@ -465,9 +487,9 @@ Error digest_not_recorded(const std::string& state, const std::vector<std::strin
     shown.push_back(state_text(name));
   }
   return make_error(ErrorKind::digest,
-                    fmt::format("the map records no content digest for state {} ({}), so F cannot be verified as "
+                    fmt::format("{} records no content digest for state {} ({}), so F cannot be verified as "
                                 "asked",
-                                state_text(state),
+                                recorder, state_text(state),
                                 shown.empty() ? std::string("it records none")
                                               : fmt::format("it records {}", fmt::join(shown, ", "))));
 }

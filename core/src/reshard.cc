@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "shardcheck/digest.h"
 #include "streaming.h"
 
 namespace shardcheck {
@@ -496,9 +497,11 @@ void copy_segments(const Plan& plan, const ShardSet& sources, ShardSet& targets,
   if (stream) detail::stream_fence();
 }
 
-Status compare_replicas(const Plan& plan, const ShardSet& sources, DType dtype) {
+// Each replica check (TransferSegment: the holder read, another holder's view of the
+// same elements in its own shard of `shards`) bit for bit.
+Status compare_replicas(const std::vector<TransferSegment>& checks, const ShardSet& sources, DType dtype) {
   const std::size_t size = element_size(dtype);
-  for (const TransferSegment& s : plan.replica_checks) {
+  for (const TransferSegment& s : checks) {
     const Buffer& held = sources.at(s.source_rank);
     const Buffer& other = sources.at(s.target_rank);
     std::optional<Error> error;
@@ -538,7 +541,7 @@ Status execute_into(const Plan& plan, const ShardSet& source_shards, ShardSet& t
   }
   if (Status status = check_scales(plan, dtype); !status.ok()) return status;
   if (Status status = check_views(plan, source_shards, target_shards); !status.ok()) return status;
-  if (Status status = compare_replicas(plan, source_shards, dtype); !status.ok()) return status;
+  if (Status status = compare_replicas(plan.replica_checks, source_shards, dtype); !status.ok()) return status;
   copy_segments(plan, source_shards, target_shards, element_size(dtype));
   return {};
 }
@@ -551,6 +554,97 @@ Result<ShardSet> execute(const Plan& plan, const ShardSet& source_shards, DType 
   for (const auto& [rank, numel] : plan.target_numel) out.emplace(rank, Buffer::uninitialized(dtype, numel));
   if (Status status = execute_into(plan, source_shards, out); !status.ok()) return std::move(status).error();
   return out;
+}
+
+namespace {
+
+// A digest a reshard verifies: the source map's record for the state asked for (`state`),
+// or the caller's value (nullptr).
+struct WantedDigest {
+  std::uint64_t value = 0;
+  const std::string* state = nullptr;
+};
+
+Result<std::vector<WantedDigest>> wanted_digests(const Map& source, const Map& target, const ReshardOptions& options) {
+  std::vector<WantedDigest> wanted;
+  if (options.digest_state) {
+    const std::string& state = *options.digest_state;
+    const auto recorded = source.content_digests.find(state);
+    if (recorded == source.content_digests.end()) {
+      std::vector<std::string> states;
+      for (const auto& [name, value] : source.content_digests) states.push_back(name);
+      return fault::digest_not_recorded(state, states, "the source map");
+    }
+    const auto also = target.content_digests.find(state);
+    if (also != target.content_digests.end() && also->second != recorded->second) {
+      return fault::digest_records_differ(state, recorded->second, also->second);
+    }
+    wanted.push_back({recorded->second, &state});
+  }
+  if (options.expected_digest) wanted.push_back({*options.expected_digest, nullptr});
+  return wanted;
+}
+
+// digest(F) as `shards` hold it through `map`: the shares of contract 10, added up.
+Result<std::uint64_t> digest_through(const Map& map, const ShardSet& shards, int scale_power) {
+  auto shares = digest_shares(map, shards, scale_power);
+  if (!shares) return shares.error();
+  std::uint64_t sum = 0;
+  for (const auto& [rank, share] : shares.value()) sum += share;
+  return sum;
+}
+
+Status verify_digest(const Map& map, const ShardSet& shards, int scale_power, const std::vector<WantedDigest>& wanted,
+                     fault::Digested digested) {
+  auto actual = digest_through(map, shards, scale_power);
+  if (!actual) return actual.error();
+  for (const WantedDigest& w : wanted) {
+    if (w.value != actual.value()) return fault::digest_differs(actual.value(), w.value, w.state, digested);
+  }
+  return {};
+}
+
+// A plan reads a replicated element once and writes it to every target holder, so every
+// copy in the target shards must equal its lowest holder's, which is the copy the target
+// side's digest counted.
+Status verify_target_replicas(const Map& target, const ShardSet& shards, DType dtype, const ReshardOptions& options) {
+  const auto holders = pieces_of(target, [](Rank rank, const Piece& p) { return p.locations.front() == rank; });
+  auto runs = runs_of(holders, options.max_segments);
+  if (!runs) return runs.error();
+  auto checks = replica_checks(target, holders, tile_of_f(std::move(runs).value()), options);
+  if (!checks) return checks.error();
+  Status status = compare_replicas(checks.value(), shards, dtype);
+  if (status.ok()) return status;
+  const Error& error = status.error();
+  return reworded(error, "in the target shards the plan wrote, " + error.sentence);
+}
+
+}  // namespace
+
+Result<ShardSet> reshard(const Map& source, const Map& target, const ShardSet& source_shards, DType dtype,
+                         const ReshardOptions& options) {
+  auto made = plan(source, target, options);
+  if (!made) return made.error();
+  auto shards = execute(made.value(), source_shards, dtype);
+  if (!shards) return shards.error();
+  if (!options.expected_digest && !options.digest_state) return shards;
+  auto wanted = wanted_digests(source, target, options);
+  if (!wanted) return wanted.error();
+  // The source side first: a mismatch there is the shards or the source map, and only
+  // with that settled does a mismatch on the target side point at the copies.
+  if (Status status = verify_digest(source, source_shards, options.scale_power, wanted.value(), fault::Digested::source_shards);
+      !status.ok()) {
+    return std::move(status).error();
+  }
+  if (Status status =
+          verify_digest(target, shards.value(), options.scale_power, wanted.value(), fault::Digested::target_shards);
+      !status.ok()) {
+    return std::move(status).error();
+  }
+  if (Status status = verify_target_replicas(target, shards.value(), dtype, options); !status.ok()) {
+    return std::move(status).error();
+  }
+  return shards;
 }
 
 Json plan_to_json(const Plan& plan) {

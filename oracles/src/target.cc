@@ -60,7 +60,7 @@ class PolicyTarget final : public Target {
   }
 
   TargetResult<Buffer> rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
-                               int scale_power, const RebuildDigest& digest) override {
+                               int scale_power, const DigestRequest& digest) override {
     return with_map(map, [&](const Map& m) -> TargetResult<Buffer> {
       ConvertOptions options = options_;
       options.scale_power = scale_power;
@@ -86,17 +86,19 @@ class PolicyTarget final : public Target {
   // The legacy model has no planner (DeepSpeed before the fix had none).
   bool supports(Op op) const override { return op != Op::reshard || options_.policy == Policy::strict; }
 
-  // A plan copies and never rescales (contract 11), so the scale power changes nothing.
+  // A plan copies and never rescales (contract 11): the scale power only says which F
+  // a digest is of.
   TargetResult<Resharded> reshard(const TargetMap& source, const TargetMap& target, const ShardSet& shards,
-                                  DType dtype, int /*scale_power*/) override {
+                                  DType dtype, int scale_power, const DigestRequest& digest) override {
     if (!supports(Op::reshard)) return unsupported(Op::reshard, name_);
     return with_map(source, [&](const Map& from) -> TargetResult<Resharded> {
       return with_map(target, [&](const Map& to) -> TargetResult<Resharded> {
         ReshardOptions options = reshard_;
         options.checks = options_.checks;
-        auto made = plan(from, to, options);
-        if (!made) return refusal_of(made.error());
-        auto result = execute(made.value(), shards, dtype);
+        options.expected_digest = digest.expected;
+        options.digest_state = digest.state;
+        options.scale_power = scale_power;
+        auto result = shardcheck::reshard(from, to, shards, dtype, options);
         if (!result) return refusal_of(result.error());
         return Resharded{std::move(result.value()), std::nullopt};
       });
@@ -134,7 +136,8 @@ constexpr std::string_view kExecPrefix = "exec:";
 
 }  // namespace
 
-TargetResult<Resharded> Target::reshard(const TargetMap&, const TargetMap&, const ShardSet&, DType, int) {
+TargetResult<Resharded> Target::reshard(const TargetMap&, const TargetMap&, const ShardSet&, DType, int,
+                                        const DigestRequest&) {
   return unsupported(Op::reshard, name());
 }
 

@@ -74,6 +74,12 @@ void put_map(Json& request, const TargetMap& map, const std::string& key = "map"
   }
 }
 
+// The digest a rebuild or reshard is asked to verify: `digest` and/or `digest_state`.
+void put_digest(Json& request, const DigestRequest& digest) {
+  if (digest.expected) request["digest"] = format_digest(*digest.expected);
+  if (digest.state) request["digest_state"] = *digest.state;
+}
+
 // A response's `fallback` ({"type": ..., "message": ...}), or nullopt when it is not one.
 std::optional<Declined> declined_of(const Json& fallback) {
   if (!fallback.is_object() || !fallback.contains("message") || !fallback["message"].is_string()) return std::nullopt;
@@ -488,11 +494,10 @@ TargetResult<Accepted> ExecTarget::check(const TargetMap& map) {
 }
 
 TargetResult<Buffer> ExecTarget::rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
-                                         int scale_power, const RebuildDigest& digest) {
+                                         int scale_power, const DigestRequest& digest) {
   Json request = {{"op", "rebuild"}, {"dtype", std::string(dtype_name(dtype))}, {"scale_power", scale_power}};
   put_map(request, map);
-  if (digest.expected) request["digest"] = format_digest(*digest.expected);
-  if (digest.state) request["digest_state"] = *digest.state;
+  put_digest(request, digest);
   Json tensors = Json::object();
   for (const auto& [rank, shard] : shards) tensors[std::to_string(rank)] = tensor_json(shard, {shard.numel()});
   request["shards"] = std::move(tensors);
@@ -527,11 +532,12 @@ bool ExecTarget::supports(Op op) const {
 }
 
 TargetResult<Resharded> ExecTarget::reshard(const TargetMap& source, const TargetMap& target, const ShardSet& shards,
-                                            DType dtype, int scale_power) {
+                                            DType dtype, int scale_power, const DigestRequest& digest) {
   if (!supports(Op::reshard)) return unsupported(Op::reshard, name_);
   Json request = {{"op", "reshard"}, {"dtype", std::string(dtype_name(dtype))}, {"scale_power", scale_power}};
   put_map(request, source);
   put_map(request, target, "target_map");
+  put_digest(request, digest);
   Json tensors = Json::object();
   for (const auto& [rank, shard] : shards) tensors[std::to_string(rank)] = tensor_json(shard, {shard.numel()});
   request["shards"] = std::move(tensors);

@@ -27,13 +27,13 @@ class ExecTarget final : public Target {
   bool reads_map_itself() const override { return true; }
   TargetResult<Accepted> check(const TargetMap& map) override;
   TargetResult<Buffer> rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
-                               int scale_power, const RebuildDigest& digest) override;
+                               int scale_power, const DigestRequest& digest) override;
   TargetResult<Buffer> extract(const TargetMap& map, const Buffer& full, Rank rank,
                                int scale_power) override;
   // Rebuild and extract always; reshard when the handshake lists it in `ops`.
   bool supports(Op op) const override;
   TargetResult<Resharded> reshard(const TargetMap& source, const TargetMap& target, const ShardSet& shards,
-                                  DType dtype, int scale_power) override;
+                                  DType dtype, int scale_power, const DigestRequest& digest) override;
 
   void detach() override;
 

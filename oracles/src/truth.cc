@@ -445,29 +445,40 @@ Result<Inputs> prepare_truth(const Case& c) {
   return in;
 }
 
-// Contract 10 from the outside: a rebuild asked to verify a digest may return
-// only a tensor with that digest. Why this one breaks it, or nothing.
-std::optional<std::string> digest_not_enforced(const Case& c, const Buffer& output) {
+// Contract 10 from the outside: a rebuild asked to verify a digest may return only a
+// tensor with that digest, a reshard only target shards that hold F with that digest.
+// Why this answer breaks it (`answered` says what was returned, `actual` is its digest),
+// or nothing. The record is the map's, in a reshard the source map's.
+std::optional<std::string> digest_not_enforced(const Case& c, std::string_view answered, std::uint64_t actual) {
   if (!c.digest && !c.digest_state) return std::nullopt;
-  const std::uint64_t actual = digest(output);
+  const std::string_view recorder = c.target_map ? "the source map" : "the map";
   if (c.digest_state) {
     auto it = c.map.content_digests.find(*c.digest_state);
     if (it == c.map.content_digests.end()) {
-      return fmt::format("rebuild accepted a tensor although the map records no content digest for state "
-                         "\"{}\" as asked",
+      return fmt::format("{} although {} records no content digest for state \"{}\" as asked", answered, recorder,
                          *c.digest_state);
     }
     if (it->second != actual) {
-      return fmt::format("rebuild accepted a tensor with content digest {} although the map records {} for "
-                         "state \"{}\"",
-                         format_digest(actual), format_digest(it->second), *c.digest_state);
+      return fmt::format("{} with content digest {} although {} records {} for state \"{}\"", answered,
+                         format_digest(actual), recorder, format_digest(it->second), *c.digest_state);
     }
   }
   if (c.digest && *c.digest != actual) {
-    return fmt::format("rebuild accepted a tensor with content digest {} although the expected digest is {}",
+    return fmt::format("{} with content digest {} although the expected digest is {}", answered,
                        format_digest(actual), format_digest(*c.digest));
   }
   return std::nullopt;
+}
+
+// An answer that ignored the digest it was asked to verify is silently wrong, whatever
+// its bits (contract 10: exactly the answers a digest check refuses).
+void mark_digest_ignored(OpOutcome& out, const std::string& why) {
+  out.digest_ignored = true;
+  constexpr std::string_view kWrong = "WRONG: ";
+  const bool was_wrong = out.verdict == Outcome::wrong && out.message.starts_with(kWrong);
+  out.message = was_wrong ? fmt::format("{}{}; {}", kWrong, why, out.message.substr(kWrong.size()))
+                          : fmt::format("{}{}", kWrong, why);
+  out.verdict = Outcome::wrong;
 }
 
 // A condition-7 refusal names two values of one element of F: the copy it read and the
@@ -503,7 +514,7 @@ OpOutcome run_rebuild(const Case& c, const Inputs& in, Target& target) {
   OpOutcome out;
   out.op = Op::rebuild;
   auto answer = target.rebuild(target_map(c), in.shards, c.dtype, c.scale_power,
-                               RebuildDigest{c.digest, c.digest_state});
+                               DigestRequest{c.digest, c.digest_state});
   Buffer* result = take_answer(out, answer);
   if (result == nullptr) {
     if (out.error) out.misreported = misreported_values(c, in, *out.error);
@@ -522,13 +533,8 @@ OpOutcome run_rebuild(const Case& c, const Inputs& in, Target& target) {
   } else {
     set_compared(out, "rebuild", *in.expected, *out.output);
   }
-  if (auto why = digest_not_enforced(c, *out.output)) {
-    out.digest_ignored = true;
-    constexpr std::string_view kWrong = "WRONG: ";
-    const bool was_wrong = out.verdict == Outcome::wrong && out.message.starts_with(kWrong);
-    out.message = was_wrong ? fmt::format("{}{}; {}", kWrong, *why, out.message.substr(kWrong.size()))
-                            : fmt::format("{}{}", kWrong, *why);
-    out.verdict = Outcome::wrong;
+  if (auto why = digest_not_enforced(c, "rebuild accepted a tensor", digest(*out.output))) {
+    mark_digest_ignored(out, *why);
   }
   return out;
 }
@@ -672,7 +678,8 @@ OpOutcome run_reshard(const Case& c, const Inputs& in, Target& target) {
   out.op = Op::reshard;
   TargetMap to;
   to.map = &*c.target_map;
-  auto answer = target.reshard(target_map(c), to, in.shards, c.dtype, c.scale_power);
+  auto answer = target.reshard(target_map(c), to, in.shards, c.dtype, c.scale_power,
+                               DigestRequest{c.digest, c.digest_state});
   if (auto* refusal = std::get_if<TargetRefusal>(&answer)) {
     set_refused(out, *refusal);
     note_fallback(out, refusal->fallback);
@@ -684,6 +691,15 @@ OpOutcome run_reshard(const Case& c, const Inputs& in, Target& target) {
   }
   const Resharded& resharded = std::get<Resharded>(answer);
   judge_resharded(out, c, in, resharded.shards);
+  // F as the returned shards hold it through the target map the reshard was given (a
+  // target map that does not fit them has no such F: its shards are judged by their bits).
+  if (c.digest || c.digest_state) {
+    if (auto shares = reference_digest_shares(*c.target_map, resharded.shards, c.dtype, c.scale_power)) {
+      std::uint64_t actual = 0;
+      for (const auto& [rank, share] : *shares) actual += share;
+      if (auto why = digest_not_enforced(c, "reshard returned target shards", actual)) mark_digest_ignored(out, *why);
+    }
+  }
   note_fallback(out, resharded.fallback);
   return out;
 }

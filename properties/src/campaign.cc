@@ -176,7 +176,8 @@ std::string format_table(const Report& report) {
     out += "\n" + table_header("refused as");
     for (const auto& [kind, tally] : report.by_refusal_kind) out += table_row(kind, tally);
   }
-  // Per operation: a content digest closes the valid-but-different class for rebuild only.
+  // Per operation: a content digest closes the valid-but-different class for rebuild and
+  // for a reshard whose source map is at fault, never for extract.
   out += "\n" + table_header("operation");
   // Rebuild and extract always have a row (the table every campaign prints); other
   // operations where the campaign ran them.

@@ -53,7 +53,19 @@ Case generate_reshard_case(ChoiceSource& c, const CaseOptions& options) {
   auto per_mille = static_cast<Index>(std::clamp(p, 0.0, 1.0) * 1000.0);
   const bool corrupted = c.between(0, 999) < per_mille;
   const Index side = corrupted ? c.between(0, 2) : -1;  // 0 source, 1 target, 2 both
-  std::string kinds;
+  if (options.record_digest) {
+    // The producer digested F when it wrote the source shards, and a target map made for
+    // the same tensor carries the same record; corruptions then edit either side's.
+    Case producer;
+    producer.map = pair.source.map;
+    producer.dtype = pair.source.dtype;
+    if (auto recorded = oracles::truth_digest(producer)) {
+      const std::string state = digest_state_for(1);
+      pair.source.map.content_digests[state] = recorded.value();
+      pair.target.map.content_digests[state] = recorded.value();
+      out.digest_state = state;
+    }
+  }
   out.map = pair.source.map;
   out.target_map = pair.target.map;
   out.corruption = CorruptionRecord{std::string(kNoCorruption), {}, {}, {}, {}, {}};
@@ -75,7 +87,7 @@ Case generate_reshard_case(ChoiceSource& c, const CaseOptions& options) {
   const bool scaled = has_scale(pair.source.map) || has_scale(pair.target.map);
   if (options.adversarial_data && !scaled) draw_adversarial_data(c, out);
   // Markers a drawn scale would flush or overflow are data no producer could write.
-  settle_data(out, std::nullopt);
+  settle_data(out, options.record_digest ? std::optional<std::string>(digest_state_for(1)) : std::nullopt);
   out.constructor = pair.source.constructor + "->" + pair.target.constructor;
   out.name = "reshard-" + pair.source.constructor + "-" + pair.target.constructor + "-" +
              (side == 0   ? "source-"

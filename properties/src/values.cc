@@ -122,8 +122,14 @@ void rerecord_digest(Case& c) {
   if (!recorded) return;  // no correct rebuild exists: strict refuses before any digest
   const std::uint64_t change = it->second ^ recorded.value();
   it->second = recorded.value();
+  // The maps under test keep their corruptions: a damaged record stays damaged by as much.
   if (c.truth) {
     for (auto& [state, value] : c.map.content_digests) value ^= change;
+  }
+  // A reshard's target side records the same tensor.
+  for (Map* target : {c.target_map ? &*c.target_map : nullptr, c.target_truth ? &*c.target_truth : nullptr}) {
+    if (target == nullptr) continue;
+    for (auto& [state, value] : target->content_digests) value ^= change;
   }
 }
 
@@ -280,6 +286,9 @@ void settle_data(Case& c, const std::optional<std::string>& wanted_state) {
   }
   if (c.truth) c.truth->content_digests[*wanted_state] = value;
   c.map.content_digests[*wanted_state] = value;
+  // A reshard's target side records the same tensor.
+  if (c.target_truth) c.target_truth->content_digests[*wanted_state] = value;
+  if (c.target_map) c.target_map->content_digests[*wanted_state] = value;
   c.digest_state = wanted_state;
 }
 

@@ -290,7 +290,7 @@ class PythonTarget final : public oracles::Target {
   oracles::TargetResult<oracles::Accepted> check(const oracles::TargetMap&) override { return oracles::Accepted{}; }
 
   oracles::TargetResult<Buffer> rebuild(const oracles::TargetMap& map, const ShardSet& shards, DType dtype,
-                                        int scale_power, const oracles::RebuildDigest&) override {
+                                        int scale_power, const oracles::DigestRequest&) override {
     nb::list items;
     for (const auto& [rank, shard] : shards) items.append(nb::make_tuple(rank, bytes_of(shard)));
     return answer(bridge_("rebuild", text_of(map), std::string(dtype_name(dtype)), scale_power, items, nb::none(),

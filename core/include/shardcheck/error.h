@@ -225,10 +225,18 @@ Error unlisted_shard(Rank rank);
 Error full_numel(Index got, Index wanted);
 Error no_shard_to_extract(Rank rank);
 
-// Contract 10: F as rebuilt against a content digest. `state`: the map's record
-// for that state was compared; nullptr: the value the caller gave.
-Error digest_differs(std::uint64_t actual, std::uint64_t expected, const std::string* state);
-Error digest_not_recorded(const std::string& state, const std::vector<std::string>& recorded_states);
+// Contract 10: F against a content digest. `state`: the map's record for that state was
+// compared; nullptr: the value the caller gave. `digested` says which F: as rebuilt, or,
+// in a reshard, as the source shards hold it before the copy or the target shards after.
+enum class Digested { rebuilt_f, source_shards, target_shards };
+Error digest_differs(std::uint64_t actual, std::uint64_t expected, const std::string* state,
+                     Digested digested = Digested::rebuilt_f);
+// `recorder` names the map ("the map", in a reshard "the source map").
+Error digest_not_recorded(const std::string& state, const std::vector<std::string>& recorded_states,
+                          std::string_view recorder = "the map");
+// A reshard's two maps record different digests for one state: they cannot both describe
+// the tensor the shards hold.
+Error digest_records_differ(const std::string& state, std::uint64_t source, std::uint64_t target);
 
 // An implementation under test refused in its own words (`type`, `message`), and its
 // refusal maps to `kind`; the message is quoted so that it cannot break the grammar.

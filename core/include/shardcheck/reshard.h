@@ -13,10 +13,16 @@
 // whose source and target scales differ (`scale`, contract 1.2: a plan may not rescale),
 // and a plan that would need more segments than the budget (`format`, never a truncated
 // plan).
+//
+// reshard() is the three in one call, with content digests (contract 10): F as the source
+// shards hold it is verified before anyone trusts the copy, and F as the target shards
+// hold it after.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -48,6 +54,22 @@ struct ReshardOptions {
   Index max_segments = Index{1} << 22;
   CheckOptions checks;  // how both maps are checked (limits)
   PlannerBugs bugs;
+  // Content digest (contract 10), reshard() only: digest(F) of F as the source shards
+  // hold it through the source map, and again as the target shards hold it through the
+  // target map after the copy, must equal the expected value, or the reshard is refused
+  // with kind `digest`; and every target replica must hold its lowest holder's bits (the
+  // copy the digest counted), or it is refused `different_data`. `expected_digest` is a value the caller has; `digest_state` asks
+  // for the source map's record, content_digests[state] (a source map without one is
+  // refused `digest`; a target map that records another value for the state is refused
+  // too, since the two maps describe one tensor). Neither: no digest is computed.
+  // The source side's check closes the valid-but-different class of a source map; a
+  // target map that is valid but wrong puts F's elements in the wrong places
+  // consistently with itself, which no digest of F can see (as for extract).
+  std::optional<std::uint64_t> expected_digest;
+  std::optional<std::string> digest_state;
+  // Which tensor the shards hold (1 parameter, -1 exp_avg, -2 exp_avg_sq): the digest is
+  // of F after unscaling. A plan itself never rescales, so nothing else depends on it.
+  int scale_power = 1;
 };
 
 // One copy: `shape` elements seen through a view of a source rank's flat shard and a
@@ -108,6 +130,12 @@ Result<ShardSet> execute(const Plan& plan, const ShardSet& source_shards, DType 
 // The same into caller-provided target shards, which must have the plan's ranks, sizes
 // and `dtype`; on an error their contents are unspecified.
 Status execute_into(const Plan& plan, const ShardSet& source_shards, ShardSet& target_shards);
+
+// plan(), execute() and, when a digest is asked for, its two checks: the target shards, or
+// the first refusal. The checks come after every other check and the copy, as a rebuild
+// verifies its digest last.
+Result<ShardSet> reshard(const Map& source, const Map& target, const ShardSet& source_shards, DType dtype,
+                         const ReshardOptions& options = {});
 
 // {"logical_shape": [...], "segments": [{"shape": [...], "source": [rank, offset, [strides]],
 // "target": [rank, offset, [strides]]}, ...], "statistics": {...}}: segments as DeepSpeed's

@@ -55,9 +55,9 @@ struct Options {
   // Shares of the cases (1 in N; 0: none) that a default campaign also runs in ways the
   // plain case does not, each chosen by a hash of (seed, index) (variant_of), so that a
   // case regenerated from its index is the case that ran:
-  // - digest_share: the producer records digest(F) and rebuild verifies it, as with
-  //   --digest (generate.record_digest, which makes it every case); only without a
-  //   target of the user's (eval.target), which may ignore digests;
+  // - digest_share: the producer records digest(F) and rebuild (or reshard) verifies it,
+  //   as with --digest (generate.record_digest, which makes it every case); only without
+  //   a target of the user's (eval.target), which may ignore digests;
   // - large_share: a large layout (gen::LayoutOptions::large), past the wide copy's
   //   chunking and the parallel threshold, whatever max_elements says;
   // - loopback_share: the case goes to `loopback_target` (an exec: target, normally

@@ -85,11 +85,11 @@ struct TargetMap {
   const std::string* text = nullptr;
 };
 
-// The content digest (contract 10) a rebuild is asked to verify: a value the
-// caller has, and/or the state whose record in the map's content_digests counts. Empty:
-// no digest is asked for. A target may ignore it; the truth oracle then judges what it
-// returns by that digest itself (docs/protocol.md, "rebuild").
-struct RebuildDigest {
+// The content digest (contract 10) a rebuild or a reshard is asked to verify: a value the
+// caller has, and/or the state whose record in the (source) map's content_digests counts.
+// Empty: no digest is asked for. A target may ignore it; the truth oracle then judges what
+// it returns by that digest itself (docs/protocol.md, "rebuild" and "reshard").
+struct DigestRequest {
   std::optional<std::uint64_t> expected;
   std::optional<std::string> state;
   bool empty() const { return !expected && !state; }
@@ -113,7 +113,7 @@ class Target {
   virtual TargetResult<Accepted> check(const TargetMap& map) = 0;
   // F from the shards (flat, one per rank), all of `dtype`.
   virtual TargetResult<Buffer> rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
-                                       int scale_power, const RebuildDigest& digest) = 0;
+                                       int scale_power, const DigestRequest& digest) = 0;
   // After a fork, in the child: let go of any process without signalling or waiting for
   // it (it is the parent's). The next request starts a process of the child's own.
   virtual void detach() {}
@@ -129,7 +129,7 @@ class Target {
   // Contract 11: the target map's shards (one per rank with a shard shape) from the
   // source map's shards, through a transfer plan. The default answers "unsupported".
   virtual TargetResult<Resharded> reshard(const TargetMap& source, const TargetMap& target, const ShardSet& shards,
-                                          DType dtype, int scale_power);
+                                          DType dtype, int scale_power, const DigestRequest& digest);
 };
 
 // What a target answers for an operation it does not declare.

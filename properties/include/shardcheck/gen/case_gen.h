@@ -23,7 +23,8 @@ struct CaseOptions {
   // scale that is not a power of two (gen/values.h).
   bool adversarial_data = true;
   // Resharding cases (contract 11) instead: a pair of layouts over one shape, either side
-  // or both corrupted, op reshard (digests and large layouts do not apply to them).
+  // or both corrupted, op reshard (large layouts do not apply to them; a recorded digest
+  // is in both maps of the pair, under "param").
   bool reshard = false;
 };
 
