@@ -11,9 +11,9 @@
 # it on. scripts/clusterfuzzlite-build-local.sh checks both modes (SANITIZER=coverage).
 #
 # The targets, their seed folders, dictionaries and options come from fuzz/targets.txt.
-# Only its `ships` rows go to $OUT: a canary (conversion_legacy) is built to crash
-# within a minute (its proof that it can fail) and would fail every fuzzing run; the
-# nightly script and ctest exercise it instead.
+# Only its `ships` rows go to $OUT: a canary (conversion_legacy, reshard_merge_bug) is
+# built to crash within a minute (its proof that it can fail) and would fail every
+# fuzzing run; the nightly script and ctest exercise it instead.
 #
 # fmt is used header-only (FMT_HEADER_ONLY) and linked --as-needed, so the binaries
 # depend on no Debian shared library: the runner image has none of them, and the

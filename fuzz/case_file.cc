@@ -22,7 +22,7 @@ namespace {
 
 using namespace shardcheck;
 
-constexpr std::string_view kTarget = "case_file";
+constexpr std::string_view kTarget = SHARDCHECK_FUZZ_TARGET_NAME;
 
 [[noreturn]] void fail(const Case& c, props::JudgeId judge, std::string_view detail, std::string message) {
   fuzz::report_finding(props::make_finding(judge, detail, std::move(message), c), kTarget);

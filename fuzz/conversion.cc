@@ -1,11 +1,16 @@
-// Fuzz targets conversion and conversion_legacy: the fuzzer's bytes drive the same
+// Fuzz targets conversion, reshard and their canaries: the fuzzer's bytes drive the same
 // generators as the properties (through FdpChoices), and the generated case goes
 // through props::evaluate_case: the truth oracle, the reference model against the
-// fast checks, and (strict) the backend differential. Built twice; SHARDCHECK_FUZZ_LEGACY selects the pre-fix policy, under
-// which the target must find silently wrong conversions (its proof that it can fail).
+// fast checks, and (conversion) the backend differential. Built once per row of
+// fuzz/targets.txt that names this file:
+//   SHARDCHECK_FUZZ_RESHARD: cases are pairs of maps over one shape through a transfer
+//     plan (contract 11) instead of rebuild and extract.
+//   SHARDCHECK_FUZZ_LEGACY: the pre-fix policy, under which the target must find silently
+//     wrong conversions (its proof that it can fail).
+//   SHARDCHECK_FUZZ_MERGE_UNEQUAL_STRIDES (with RESHARD): the planner merges rows whose
+//     source distance changes (PlannerBugs), which the target must find likewise.
 #include <cstddef>
 #include <cstdint>
-#include <string_view>
 
 #include "fdp_choices.h"
 #include "report.h"
@@ -17,13 +22,31 @@ namespace {
 
 using namespace shardcheck;
 
+#if defined(SHARDCHECK_FUZZ_LEGACY) && defined(SHARDCHECK_FUZZ_RESHARD)
+#error "the legacy model has no planner: SHARDCHECK_FUZZ_LEGACY is a conversion canary only"
+#endif
+#if defined(SHARDCHECK_FUZZ_MERGE_UNEQUAL_STRIDES) && !defined(SHARDCHECK_FUZZ_RESHARD)
+#error "SHARDCHECK_FUZZ_MERGE_UNEQUAL_STRIDES plants a planner bug, which only reshard cases reach"
+#endif
+
+#ifdef SHARDCHECK_FUZZ_RESHARD
+constexpr bool kReshard = true;
+#else
+constexpr bool kReshard = false;
+#endif
 #ifdef SHARDCHECK_FUZZ_LEGACY
 constexpr bool kLegacy = true;
-constexpr std::string_view kTarget = "conversion_legacy";
 #else
 constexpr bool kLegacy = false;
-constexpr std::string_view kTarget = "conversion";
 #endif
+#ifdef SHARDCHECK_FUZZ_MERGE_UNEQUAL_STRIDES
+constexpr bool kPlannerBug = true;
+#else
+constexpr bool kPlannerBug = false;
+#endif
+// A canary is built to fail; the judges it skips are covered by the target it plants its
+// bug in.
+constexpr bool kCanary = kLegacy || kPlannerBug;
 
 gen::CaseOptions case_options() {
   gen::CaseOptions options;
@@ -33,17 +56,21 @@ gen::CaseOptions case_options() {
   options.layout.max_dims = 3;
   options.layout.max_extent = 12;
   options.layout.max_tp = 6;
+  options.reshard = kReshard;
   return options;
 }
 
 props::EvalOptions eval_options() {
   props::EvalOptions options;
   options.policy = kLegacy ? Policy::legacy : Policy::strict;
-  // The reference agreement does not depend on the policy; the strict target covers it.
-  options.compare_reference = !kLegacy;
+  options.planner_bugs.merge_unequal_strides = kPlannerBug;
+  // The reference agreement does not depend on the policy or the planner; the strict
+  // targets cover it.
+  options.compare_reference = !kCanary;
   // The backend differential (docs/backends.md): the device code on OpenMP threads beside
-  // the CPU backend, wherever this build has it; the strict target covers it too.
-  if (!kLegacy && device_omp_compiled()) options.backend = "device-omp";
+  // the CPU backend, wherever this build has it. It converts the source map alone, which
+  // the conversion target covers, and a plan runs on no backend.
+  if (!kCanary && !kReshard && device_omp_compiled()) options.backend = "device-omp";
   return options;
 }
 
@@ -58,6 +85,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const Case c = gen::generate_case(choices, options);
   const props::Evaluation evaluation = props::evaluate_case(c, eval);
   fuzz::count_input(evaluation.category != Outcome::refused);
-  if (evaluation.finding) fuzz::report_finding(*evaluation.finding, kTarget, kLegacy);
+  if (evaluation.finding) fuzz::report_finding(*evaluation.finding, SHARDCHECK_FUZZ_TARGET_NAME, kLegacy);
   return 0;
 }

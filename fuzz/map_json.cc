@@ -27,7 +27,7 @@ namespace {
 
 using namespace shardcheck;
 
-constexpr std::string_view kTarget = "map_json";
+constexpr std::string_view kTarget = SHARDCHECK_FUZZ_TARGET_NAME;
 
 Case case_of(const Map& map) {
   Case c;

@@ -114,8 +114,8 @@ ignore='^/usr/'
 "$profdata" merge -sparse "$out"/raw/campaign/*.profraw -o "$out/campaign.profdata"
 "$profdata" merge -sparse "$out"/raw/corpora/*.profraw -o "$out/corpora.profdata"
 "$profdata" merge -sparse "$out/campaign.profdata" "$out/corpora.profdata" -o "$out/all.profdata"
-# conversion.cc is built twice (conversion, conversion_legacy) with different bodies under
-# one name, so llvm-cov warns about "mismatched data" for those few functions; the
+# conversion.cc is built once per row that names it (conversion, reshard and their canaries)
+# with different bodies under one name, so llvm-cov warns about "mismatched data" for those few functions; the
 # warnings go to logs/llvm-cov-<set>.log.
 for set in campaign corpora all; do
   args=(-instr-profile="$out/$set.profdata" -ignore-filename-regex="$ignore" "${objects[@]}")

@@ -10,9 +10,9 @@
 # read its `SHARDCHECK-FINDING:` signature (or the sanitizer's summary), keeps the
 # smallest input per signature, minimises it within a time bound, and turns it into a
 # regression case file. Ends with a summary; exits 1 when any target other than a
-# canary (the `canary` rows of fuzz/targets.txt: conversion_legacy) has findings, 3 when
-# a canary found nothing although its share of the budget was at least 60 s (the
-# harness would have lost its teeth).
+# canary (the `canary` rows of fuzz/targets.txt: conversion_legacy, reshard_merge_bug) has
+# findings, 3 when a canary found nothing although its share of the budget was at least
+# 60 s (the harness would have lost its teeth).
 #
 # Environment (all optional):
 #   FUZZ_BUDGET          total seconds when no argument is given (default 3600)

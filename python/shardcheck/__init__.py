@@ -5,6 +5,8 @@ Every map is either refused with a typed :class:`MapError`, or converted bit-exa
     shardcheck.check(map)                                   # raises MapError if invalid
     full = shardcheck.rebuild(map, {0: shard0, 1: shard1})  # the logical tensor
     shard = shardcheck.extract(map, full, rank=1)           # one rank's shard
+    shardcheck.plan(source_map, target_map)                 # a transfer plan, as a dict
+    shards = shardcheck.reshard(source_map, target_map, {0: shard0, 1: shard1})
 
 ``map`` is JSON text (str or bytes), the path of a JSON file (``os.PathLike``), a parsed
 JSON object, what DeepSpeed's ``ParamAffineMap.to_dict()`` returns (integer rank keys,
@@ -20,6 +22,10 @@ non-contiguous array is refused with a TypeError rather than copied silently). E
 and the full tensor are read as flat row-major buffers of the map's element count, as
 DeepSpeed does. Results are new arrays of the map's shape: torch tensors when the inputs
 are torch tensors, NumPy arrays otherwise.
+
+Resharding (contract 11) copies shard to shard through a transfer plan, without the
+full tensor in one place: ``reshard`` returns ``{target rank: shard}`` bit-exact to what
+``extract(target_map, rebuild(source_map, shards), rank)`` would, or raises MapError.
 """
 
 # Imported under private names, so that the module's public names are exactly __all__.
@@ -34,7 +40,7 @@ from typing import Optional as _Optional
 
 import numpy as _numpy
 
-__all__ = ["MapError", "check", "rebuild", "extract", "DTYPES", "KINDS"]
+__all__ = ["MapError", "check", "rebuild", "extract", "plan", "reshard", "DTYPES", "KINDS"]
 # The installed distribution's version: pyproject.toml is its one source (the command
 # line's `shardcheck --version` is checked against it by the tests).
 __version__ = _metadata.version("shardcheck")
@@ -84,6 +90,7 @@ from . import _core  # noqa: E402  (the extension looks MapError up in this modu
 
 DTYPES = tuple(_core.dtype_names())  # the dtypes conversion moves, as the core names them
 KINDS = tuple(_core.kind_names())  # every MapError.kind
+_DEFAULT_MAX_SEGMENTS = _core.default_max_segments()  # the core's ReshardOptions budget
 
 _INT64_MAX = (1 << 63) - 1
 _MAX_INPUT_BYTES_CEILING = (1 << 32) - 1  # the core's kMaxInputBytesCeiling
@@ -262,6 +269,32 @@ def _limit(max_input_bytes: _Any) -> _Optional[int]:
     return limit
 
 
+def _segments(max_segments: _Any) -> int:
+    if isinstance(max_segments, bool) or not hasattr(type(max_segments), "__index__"):
+        raise TypeError(f"max_segments must be an integer, not {type(max_segments).__name__}")
+    budget = max_segments.__index__()
+    if not 1 <= budget <= _INT64_MAX:
+        raise ValueError(f"max_segments must be between 1 and {_INT64_MAX}, got {budget}")
+    return budget
+
+
+def _shard_items(shards: _Any) -> tuple[list, bool]:
+    """The shards as the core takes them, [(rank, array, as_bool)], and whether they are
+    torch tensors (so the result is too)."""
+    if not isinstance(shards, _Mapping):
+        raise TypeError(f"shards must be a mapping of rank to array, not {type(shards).__name__}")
+    items = []
+    kinds = set()
+    for key, value in shards.items():
+        rank = _rank(key, "A shard key")
+        array, is_torch, as_bool = _array(value, f"The shard of rank {rank}")
+        kinds.add(is_torch)
+        items.append((rank, array, as_bool))
+    if len(kinds) > 1:
+        raise TypeError("shards mix torch tensors and other arrays; pass one kind, so the result's kind is clear")
+    return items, kinds == {True}
+
+
 def check(map: _Any, *, max_input_bytes: _Optional[int] = None) -> None:
     """Raises :class:`MapError` unless the map passes every check on the map alone
     (contract 3, conditions 1-6). ``max_input_bytes`` replaces the default input limit."""
@@ -290,22 +323,12 @@ def rebuild(
     map without that record, is refused with kind ``digest``. ``max_input_bytes`` replaces
     the default input limit.
     """
-    if not isinstance(shards, _Mapping):
-        raise TypeError(f"shards must be a mapping of rank to array, not {type(shards).__name__}")
-    items = []
-    kinds = set()
-    for key, value in shards.items():
-        rank = _rank(key, "A shard key")
-        array, is_torch, as_bool = _array(value, f"The shard of rank {rank}")
-        kinds.add(is_torch)
-        items.append((rank, array, as_bool))
-    if len(kinds) > 1:
-        raise TypeError("shards mix torch tensors and other arrays; pass one kind, so the result's kind is clear")
+    items, torch = _shard_items(shards)
     text = _map_text(map)
     if digest_state is not None and not isinstance(digest_state, str):
         raise TypeError(f"digest_state must be a state name such as 'param', not {type(digest_state).__name__}")
     limit = _limit(max_input_bytes)
-    return _core.rebuild(text, items, _power(scale_power), _dtype_name(dtype), kinds == {True}, digest_state, limit)
+    return _core.rebuild(text, items, _power(scale_power), _dtype_name(dtype), torch, digest_state, limit)
 
 
 def extract(map: _Any, full: _Any, rank: int, scale_power: int = 1, *, max_input_bytes: _Optional[int] = None) -> _Any:
@@ -320,3 +343,70 @@ def extract(map: _Any, full: _Any, rank: int, scale_power: int = 1, *, max_input
     text = _map_text(map)
     limit = _limit(max_input_bytes)
     return _core.extract(text, array, as_bool, _rank(rank, "rank"), _power(scale_power), is_torch, limit)
+
+
+def plan(
+    source_map: _Any,
+    target_map: _Any,
+    *,
+    compare_replicas: bool = False,
+    max_segments: int = _DEFAULT_MAX_SEGMENTS,
+    max_input_bytes: _Optional[int] = None,
+) -> dict:
+    """The transfer plan (contract 11) from the source map's shards to the target map's,
+    as ``shardcheck plan --json`` prints it: ``logical_shape``; ``segments``, each
+    ``{"shape": [...], "source": [rank, offset, [strides]], "target": [rank, offset,
+    [strides]]}`` as DeepSpeed's ``TransferSegment.to_dict`` spells it; and
+    ``statistics`` (``segments``, ``elements_moved``, ``elements_read_by_source_rank``
+    keyed by the rank as a string, ``elements_by_rank_pair`` as ``[source, target,
+    elements]`` rows, ``replica_checks``).
+
+    Both maps are checked whole first; an invalid map is refused with its kind (the
+    message says which map), different logical shapes with ``shape``, an element whose
+    source and target scales differ with ``scale``, and a plan that needs more than
+    ``max_segments`` address runs or segments with ``format``: a plan is whole or an
+    error. ``compare_replicas`` also plans comparisons of every holder of a replicated
+    source element (counted in ``replica_checks``), not only a read of the lowest rank's.
+    """
+    source_text = _map_text(source_map)
+    target_text = _map_text(target_map)
+    text = _core.plan(source_text, target_text, bool(compare_replicas), _segments(max_segments), _limit(max_input_bytes))
+    return _json.loads(text)
+
+
+def reshard(
+    source_map: _Any,
+    target_map: _Any,
+    shards: _Mapping[int, _Any],
+    *,
+    dtype: _Any = None,
+    compare_replicas: bool = False,
+    max_segments: int = _DEFAULT_MAX_SEGMENTS,
+    max_input_bytes: _Optional[int] = None,
+) -> dict:
+    """The target map's shards, ``{rank: shard}`` with each of its shard shape, from the
+    source map's ``{rank: shard}``, copied shard to shard through :func:`plan`'s plan:
+    bit-exact what ``extract(target_map, rebuild(source_map, shards), rank)`` gives,
+    without the full tensor in one place.
+
+    Refuses with :class:`MapError` as :func:`plan` does, and for the shards as a
+    conversion does: a shard of the wrong size or dtype, a missing one, one of a rank the
+    source map does not list, or (a plan copies without rescaling) a scaled piece on an
+    integer dtype. A replicated element is read from its lowest holder; with
+    ``compare_replicas`` every holder's copy is compared first and any difference is
+    refused (kind ``different_data``). ``dtype`` is needed only when no shard is given.
+    Torch tensors in give torch tensors out.
+    """
+    items, torch = _shard_items(shards)
+    source_text = _map_text(source_map)
+    target_text = _map_text(target_map)
+    return _core.reshard(
+        source_text,
+        target_text,
+        items,
+        _dtype_name(dtype),
+        torch,
+        bool(compare_replicas),
+        _segments(max_segments),
+        _limit(max_input_bytes),
+    )

@@ -1,4 +1,5 @@
-// shardcheck._core: the core's map codec, checks and strict conversion for Python.
+// shardcheck._core: the core's map codec, checks, strict conversion and transfer plans
+// (contract 11) for Python.
 //
 // The Python layer (shardcheck/__init__.py) turns whatever map it is given into JSON
 // text, so the core codec is the one validator. Arrays arrive through nanobind's
@@ -33,6 +34,7 @@
 #include "shardcheck/map.h"
 #include "shardcheck/oracles/target.h"
 #include "shardcheck/oracles/truth.h"
+#include "shardcheck/reshard.h"
 
 namespace nb = nanobind;
 
@@ -182,6 +184,50 @@ nb::object to_array(Buffer&& result, const Extents& shape, bool torch) {
                   nb::rv_policy::reference);
 }
 
+// One of a plan's two maps, decoded; a decoding error says which map it is in, as plan()
+// words the checks' errors ("in the target map, ...").
+Map decode_side(nb::handle text, std::optional<std::uint64_t> max_input_bytes, const char* side) {
+  try {
+    return decode(text, max_input_bytes);
+  } catch (const MapFailure& failure) {
+    throw MapFailure{reworded(failure.error, fmt::format("in the {} map, {}", side, failure.error.sentence))};
+  }
+}
+
+// The caller's shards, borrowed (one per rank), and the dtype a result takes: `dtype_name`
+// when given, else the shards' (the conversion refuses shards that disagree with it).
+struct BorrowedShards {
+  ShardSet set;
+  DType dtype = DType::float32;
+};
+
+BorrowedShards borrow_shards(const std::vector<std::tuple<Rank, Array, bool>>& shards,
+                             const std::optional<std::string>& dtype_name) {
+  BorrowedShards out;
+  for (const auto& [rank, array, as_bool] : shards) {
+    if (!out.set.emplace(rank, borrow(array, fmt::format("The shard of rank {}", rank), as_bool)).second) {
+      throw nb::value_error(fmt::format("Two shards were supplied for rank {}.", rank).c_str());
+    }
+  }
+  if (dtype_name) {
+    const auto dtype = parse_dtype(*dtype_name);
+    if (!dtype) throw nb::type_error(fmt::format("Unknown dtype {:?}.", *dtype_name).c_str());
+    out.dtype = *dtype;
+  } else if (!out.set.empty()) {
+    out.dtype = out.set.begin()->second.dtype();
+  } else {
+    throw nb::type_error("No shards were supplied, so the result's dtype is unknown; pass dtype=.");
+  }
+  return out;
+}
+
+ReshardOptions reshard_options(bool compare_replicas, Index max_segments) {
+  ReshardOptions options;
+  options.compare_replicas = compare_replicas;
+  options.max_segments = max_segments;
+  return options;
+}
+
 void py_check(nb::handle text, std::optional<std::uint64_t> max_input_bytes) {
   const Map map = decode(text, max_input_bytes);
   Status status;
@@ -196,28 +242,14 @@ nb::object py_rebuild(nb::handle text, const std::vector<std::tuple<Rank, Array,
                       int scale_power, const std::optional<std::string>& dtype_name, bool torch,
                       const std::optional<std::string>& digest_state, std::optional<std::uint64_t> max_input_bytes) {
   const Map map = decode(text, max_input_bytes);
-  ShardSet set;
-  for (const auto& [rank, array, as_bool] : shards) {
-    if (!set.emplace(rank, borrow(array, fmt::format("The shard of rank {}", rank), as_bool)).second) {
-      throw nb::value_error(fmt::format("Two shards were supplied for rank {}.", rank).c_str());
-    }
-  }
-  std::optional<DType> dtype;
-  if (dtype_name) {
-    dtype = parse_dtype(*dtype_name);
-    if (!dtype) throw nb::type_error(fmt::format("Unknown dtype {:?}.", *dtype_name).c_str());
-  } else if (!set.empty()) {
-    dtype = set.begin()->second.dtype();
-  } else {
-    throw nb::type_error("No shards were supplied, so the result's dtype is unknown; pass dtype=.");
-  }
+  const BorrowedShards in = borrow_shards(shards, dtype_name);
   ConvertOptions options;
   options.scale_power = scale_power;
   options.digest_state = digest_state;
   std::optional<Result<Buffer>> full;
   {
     nb::gil_scoped_release release;
-    full.emplace(rebuild(map, set, *dtype, options));
+    full.emplace(rebuild(map, in.set, in.dtype, options));
   }
   if (!*full) throw MapFailure{full->error()};
   return to_array(std::move(*full).value(), map.logical_shape, torch);
@@ -237,6 +269,48 @@ nb::object py_extract(nb::handle text, const Array& full, bool as_bool, Rank ran
   if (!*shard) throw MapFailure{shard->error()};
   // A successful extract means the rank is listed with a shard shape.
   return to_array(std::move(*shard).value(), *map.find_rank(rank)->shard_shape, torch);
+}
+
+// The plan as `shardcheck plan --json` prints it (plan_to_json), as JSON text.
+std::string py_plan(nb::handle source_text, nb::handle target_text, bool compare_replicas, Index max_segments,
+                    std::optional<std::uint64_t> max_input_bytes) {
+  const Map source = decode_side(source_text, max_input_bytes, "source");
+  const Map target = decode_side(target_text, max_input_bytes, "target");
+  std::optional<Result<Plan>> made;
+  {
+    nb::gil_scoped_release release;
+    made.emplace(plan(source, target, reshard_options(compare_replicas, max_segments)));
+  }
+  if (!*made) throw MapFailure{made->error()};
+  return plan_to_json(made->value()).dump();
+}
+
+// The target shards, {rank: array of its shard shape}, one per target rank with a shard
+// shape, through a plan executed on the caller's source shards (read in place).
+nb::dict py_reshard(nb::handle source_text, nb::handle target_text,
+                    const std::vector<std::tuple<Rank, Array, bool>>& shards,
+                    const std::optional<std::string>& dtype_name, bool torch, bool compare_replicas, Index max_segments,
+                    std::optional<std::uint64_t> max_input_bytes) {
+  const Map source = decode_side(source_text, max_input_bytes, "source");
+  const Map target = decode_side(target_text, max_input_bytes, "target");
+  const BorrowedShards in = borrow_shards(shards, dtype_name);
+  std::optional<Result<ShardSet>> out;
+  {
+    nb::gil_scoped_release release;
+    auto made = plan(source, target, reshard_options(compare_replicas, max_segments));
+    if (made) {
+      out.emplace(execute(made.value(), in.set, in.dtype));
+    } else {
+      out.emplace(std::move(made).error());
+    }
+  }
+  if (!*out) throw MapFailure{out->error()};
+  nb::dict result;
+  for (auto& [rank, buffer] : out->value()) {
+    // execute writes the shard of every target rank with a shard shape, and only those.
+    result[nb::cast(rank)] = to_array(std::move(buffer), *target.find_rank(rank)->shard_shape, torch);
+  }
+  return result;
 }
 
 // The address a conversion reads an array at: lets the tests see that it is the
@@ -412,6 +486,12 @@ NB_MODULE(_core, m) {
         nb::arg("max_input_bytes").none() = nb::none());
   m.def("extract", &py_extract, nb::arg("text"), nb::arg("full"), nb::arg("as_bool"), nb::arg("rank"),
         nb::arg("scale_power"), nb::arg("torch"), nb::arg("max_input_bytes").none() = nb::none());
+  m.def("plan", &py_plan, nb::arg("source_text"), nb::arg("target_text"), nb::arg("compare_replicas"),
+        nb::arg("max_segments"), nb::arg("max_input_bytes").none() = nb::none());
+  m.def("reshard", &py_reshard, nb::arg("source_text"), nb::arg("target_text"), nb::arg("shards"),
+        nb::arg("dtype").none(), nb::arg("torch"), nb::arg("compare_replicas"), nb::arg("max_segments"),
+        nb::arg("max_input_bytes").none() = nb::none());
+  m.def("default_max_segments", [] { return ReshardOptions{}.max_segments; });
   m.def("default_max_input_bytes", &default_max_input_bytes);
   m.def("generate_case", &py_generate_case, nb::arg("draw"), nb::arg("max_elements"), nb::arg("max_dims"),
         nb::arg("max_extent"), nb::arg("max_tp"), nb::arg("corrupt_probability"), nb::arg("allow_scale_power"),

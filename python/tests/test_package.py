@@ -119,3 +119,24 @@ def test_the_command_and_the_module_judge_a_map_alike(tmp_path):
     directory = run("check", str(tmp_path))
     assert directory.returncode == 2
     assert "is a directory, not a file" in directory.stderr
+
+
+def test_the_command_and_the_module_plan_alike(tmp_path):
+    def columns(tp):
+        w = 12 // tp
+        return {"logical_shape": [8, 12], "ranks": {str(r): {"shard_shape": [8, w], "pieces": [
+            {"shape": [8, w], "source": [r * w, [12, 1]], "dest": [0, [w, 1]], "locations": [r]}]} for r in range(tp)}}
+
+    source, target = tmp_path / "tp4.json", tmp_path / "tp3.json"
+    source.write_text(json.dumps(columns(4)))
+    target.write_text(json.dumps(columns(3)))
+    planned = run("plan", "--json", "--compare-replicas", str(source), str(target))
+    assert planned.returncode == 0, planned.stderr
+    assert json.loads(planned.stdout) == shardcheck.plan(source, target, compare_replicas=True)
+
+    over = run("plan", "--json", "--max-segments", "1", str(source), str(target))
+    assert over.returncode == 1, over.stderr
+    line = json.loads(over.stdout)
+    with pytest.raises(shardcheck.MapError) as e:
+        shardcheck.plan(source, target, max_segments=1)
+    assert (line["verdict"], line["kind"], line["message"]) == ("refused", e.value.kind, str(e.value))

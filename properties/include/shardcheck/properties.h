@@ -19,6 +19,7 @@
 #include "shardcheck/gen/choice.h"
 #include "shardcheck/json.h"
 #include "shardcheck/oracles/truth.h"
+#include "shardcheck/reshard.h"
 
 namespace shardcheck::props {
 
@@ -96,6 +97,10 @@ struct EvalOptions {
   Policy policy = Policy::strict;
   oracles::OracleKind oracle = oracles::OracleKind::truth;
   PlantedBugs bugs;               // planted bugs (property 5); none in production
+  // Planted planner bugs (contract 11) in the built-in policy's plans, so that a fuzz
+  // canary can prove the reshard judges see a broken planner; none in production. An
+  // implementation under test (`target`) makes its own plans and ignores them.
+  PlannerBugs planner_bugs;
   bool compare_reference = true;  // also run property 3 on the case's map
   bool strict_layout = false;     // a valid-but-different outcome is a finding too
   // An implementation under test other than the policy (oracles::make_target's names:
