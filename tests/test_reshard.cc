@@ -539,6 +539,21 @@ TEST(ReshardDigest, TheTruthOracleJudgesATargetThatIgnoresTheDigest) {
   auto plain = oracles::run_case(c, blind);
   ASSERT_TRUE(plain.ok());
   EXPECT_TRUE(oracles::wrong_on_valid_layout(plain.value())) << plain.value().message;
+  // The true source map, and a target map whose record is damaged: exact shards, yet the
+  // target side's record was asked for too.
+  c.digest_state = "param";
+  c.map = p.source;
+  c.truth.reset();
+  c.target_truth = p.target;
+  c.target_map->content_digests["param"] ^= 1;
+  auto strict_record = oracles::run_case(c);
+  ASSERT_TRUE(strict_record.ok());
+  EXPECT_EQ(strict_record.value().verdict, Outcome::refused) << strict_record.value().message;
+  auto blind_record = oracles::run_case(c, blind);
+  ASSERT_TRUE(blind_record.ok());
+  EXPECT_EQ(blind_record.value().verdict, Outcome::wrong) << blind_record.value().message;
+  EXPECT_NE(blind_record.value().message.find("although the target map records"), std::string::npos)
+      << blind_record.value().message;
 }
 
 // Generated pairs with recorded digests: nothing silently wrong, and the valid-but-different

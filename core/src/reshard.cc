@@ -110,6 +110,10 @@ Status cut_runs(const PieceRef& ref, std::size_t ref_index, Index budget, std::v
   return {};
 }
 
+// Whether `rank` reads (and counts, for a digest) the piece's elements: it is the lowest
+// of the piece's holders (locations are ascending, condition 1).
+bool lowest_holder(Rank rank, const Piece& p) { return p.locations.front() == rank; }
+
 // Every piece of `map` that `keep` selects, as PieceRefs in content order per rank (so
 // that nothing below depends on the order pieces are written in).
 template <class Keep>
@@ -338,7 +342,7 @@ void count(Plan& plan) {
 
 Result<std::vector<TransferSegment>> replica_checks(const Map& source, const std::vector<PieceRef>& holders,
                                                     const std::vector<Run>& tile, const ReshardOptions& options) {
-  const auto others = pieces_of(source, [](Rank rank, const Piece& p) { return p.locations.front() != rank; });
+  const auto others = pieces_of(source, [](Rank rank, const Piece& p) { return !lowest_holder(rank, p); });
   auto runs = runs_of(others, options.max_segments);
   if (!runs) return runs.error();
   std::vector<Row> rows;
@@ -369,7 +373,7 @@ Result<Plan> plan(const Map& source, const Map& target, const ReshardOptions& op
   }
   // Each element is read from its lowest holder: the pieces a rank lists as the first of
   // their locations (condition 6 makes those tile F).
-  const auto holders = pieces_of(source, [](Rank rank, const Piece& p) { return p.locations.front() == rank; });
+  const auto holders = pieces_of(source, lowest_holder);
   auto source_runs = runs_of(holders, options.max_segments);
   if (!source_runs) return source_runs.error();
   const std::vector<Run> tile = tile_of_f(std::move(source_runs).value());
@@ -663,7 +667,7 @@ Status verify_digest(const Map& map, const ShardSet& shards, int scale_power, co
 // copy in the target shards must equal its lowest holder's, which is the copy the target
 // side's digest counted.
 Status verify_target_replicas(const Map& target, const ShardSet& shards, DType dtype, const ReshardOptions& options) {
-  const auto holders = pieces_of(target, [](Rank rank, const Piece& p) { return p.locations.front() == rank; });
+  const auto holders = pieces_of(target, lowest_holder);
   auto runs = runs_of(holders, options.max_segments);
   if (!runs) return runs.error();
   auto checks = replica_checks(target, holders, tile_of_f(std::move(runs).value()), options);

@@ -697,7 +697,18 @@ OpOutcome run_reshard(const Case& c, const Inputs& in, Target& target) {
     if (auto shares = reference_digest_shares(*c.target_map, resharded.shards, c.dtype, c.scale_power)) {
       std::uint64_t actual = 0;
       for (const auto& [rank, share] : *shares) actual += share;
-      if (auto why = digest_not_enforced(c, "reshard returned target shards", actual)) mark_digest_ignored(out, *why);
+      if (auto why = digest_not_enforced(c, "reshard returned target shards", actual)) {
+        mark_digest_ignored(out, *why);
+      } else if (c.digest_state) {
+        // Both maps describe one tensor: a target-side record the shards contradict is
+        // one the reshard ignored as well.
+        const auto it = c.target_map->content_digests.find(*c.digest_state);
+        if (it != c.target_map->content_digests.end() && it->second != actual) {
+          mark_digest_ignored(out, fmt::format("reshard returned target shards with content digest {} although the "
+                                               "target map records {} for state \"{}\"",
+                                               format_digest(actual), format_digest(it->second), *c.digest_state));
+        }
+      }
     }
   }
   note_fallback(out, resharded.fallback);

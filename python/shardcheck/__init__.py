@@ -382,6 +382,8 @@ def reshard(
     dtype: _Any = None,
     compare_replicas: bool = False,
     max_segments: int = _DEFAULT_MAX_SEGMENTS,
+    scale_power: int = 1,
+    digest_state: _Optional[str] = None,
     max_input_bytes: _Optional[int] = None,
 ) -> dict:
     """The target map's shards, ``{rank: shard}`` with each of its shard shape, from the
@@ -396,10 +398,20 @@ def reshard(
     ``compare_replicas`` every holder's copy is compared first and any difference is
     refused (kind ``different_data``). ``dtype`` is needed only when no shard is given.
     Torch tensors in give torch tensors out.
+
+    ``digest_state`` (``"param"``, ...) verifies the content digest the source map records
+    for that state (contract 10) on both sides of the plan: F as the source shards hold it
+    (a source map that is valid but describes another layout is refused here, kind
+    ``digest``), then F as the target shards hold it, each target replica against its
+    lowest holder's copy. A target map that records another value for the state is
+    refused too. ``scale_power`` says which tensor the shards hold (the digest is of F
+    after unscaling); the copy itself never rescales.
     """
     items, torch = _shard_items(shards)
     source_text = _map_text(source_map)
     target_text = _map_text(target_map)
+    if digest_state is not None and not isinstance(digest_state, str):
+        raise TypeError(f"digest_state must be a state name such as 'param', not {type(digest_state).__name__}")
     return _core.reshard(
         source_text,
         target_text,
@@ -408,5 +420,7 @@ def reshard(
         torch,
         bool(compare_replicas),
         _segments(max_segments),
+        _power(scale_power),
+        digest_state,
         _limit(max_input_bytes),
     )

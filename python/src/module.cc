@@ -287,22 +287,23 @@ std::string py_plan(nb::handle source_text, nb::handle target_text, bool compare
 
 // The target shards, {rank: array of its shard shape}, one per target rank with a shard
 // shape, through a plan executed on the caller's source shards (read in place).
+// With `digest_state`, the source map's content digest for it is verified on both sides
+// of the plan (shardcheck::reshard).
 nb::dict py_reshard(nb::handle source_text, nb::handle target_text,
                     const std::vector<std::tuple<Rank, Array, bool>>& shards,
                     const std::optional<std::string>& dtype_name, bool torch, bool compare_replicas, Index max_segments,
+                    int scale_power, const std::optional<std::string>& digest_state,
                     std::optional<std::uint64_t> max_input_bytes) {
   const Map source = decode_side(source_text, max_input_bytes, "source");
   const Map target = decode_side(target_text, max_input_bytes, "target");
   const BorrowedShards in = borrow_shards(shards, dtype_name);
+  ReshardOptions options = reshard_options(compare_replicas, max_segments);
+  options.scale_power = scale_power;
+  options.digest_state = digest_state;
   std::optional<Result<ShardSet>> out;
   {
     nb::gil_scoped_release release;
-    auto made = plan(source, target, reshard_options(compare_replicas, max_segments));
-    if (made) {
-      out.emplace(execute(made.value(), in.set, in.dtype));
-    } else {
-      out.emplace(std::move(made).error());
-    }
+    out.emplace(reshard(source, target, in.set, in.dtype, options));
   }
   if (!*out) throw MapFailure{out->error()};
   nb::dict result;
@@ -490,6 +491,7 @@ NB_MODULE(_core, m) {
         nb::arg("max_segments"), nb::arg("max_input_bytes").none() = nb::none());
   m.def("reshard", &py_reshard, nb::arg("source_text"), nb::arg("target_text"), nb::arg("shards"),
         nb::arg("dtype").none(), nb::arg("torch"), nb::arg("compare_replicas"), nb::arg("max_segments"),
+        nb::arg("scale_power") = 1, nb::arg("digest_state").none() = nb::none(),
         nb::arg("max_input_bytes").none() = nb::none());
   m.def("default_max_segments", [] { return ReshardOptions{}.max_segments; });
   m.def("default_max_input_bytes", &default_max_input_bytes);

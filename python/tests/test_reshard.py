@@ -337,3 +337,58 @@ def test_the_guides_resharding_example_runs_verbatim(monkeypatch, capsys):
     monkeypatch.chdir(ROOT)  # its maps are the repository's examples/
     exec(compile(python_md_example(), "docs/guide/python.md", "exec"), {})
     assert "segments" in capsys.readouterr().out
+
+
+def content_digest(full):
+    """digest(F) of contract 10, written out here as the contract gives it: the sum over i
+    of the splitmix64 finaliser of i * 0x9E3779B97F4A7C15 + bits(F[i]), mod 2^64."""
+    mask = (1 << 64) - 1
+    total = 0
+    raw = np.ascontiguousarray(full).reshape(-1).view(np.dtype(f"u{full.dtype.itemsize}"))
+    for i, bits in enumerate(raw.tolist()):
+        x = (i * 0x9E3779B97F4A7C15 + bits) & mask
+        x ^= x >> 30
+        x = (x * 0xBF58476D1CE4E5B9) & mask
+        x ^= x >> 27
+        x = (x * 0x94D049BB133111EB) & mask
+        x ^= x >> 31
+        total = (total + x) & mask
+    return total
+
+
+def recorded(map, value):
+    return dict(map, content_digests={"param": f"0x{value:016x}"})
+
+
+def test_a_digest_closes_a_source_map_of_another_layout():
+    full = random_bits((8, 12), "float32", seed=11)
+    value = content_digest(full)
+    source, target = recorded(tp_columns(8, 12, 3), value), recorded(tp_rows(8, 12, 2), value)
+    shards = shards_of(source, full)
+    assert_same_shards(shardcheck.reshard(source, target, shards, digest_state="param"), shards_of(target, full))
+    # Ranks 0 and 1 trade pieces: a valid map that says each holds the other's columns.
+    lying = json.loads(json.dumps(source))
+    lying["ranks"]["0"]["pieces"][0]["source"][0], lying["ranks"]["1"]["pieces"][0]["source"][0] = 4, 0
+    shardcheck.check(lying)
+    silent = shardcheck.reshard(lying, target, shards)
+    assert any(not np.array_equal(silent[r], want) for r, want in shards_of(target, full).items())
+    with pytest.raises(MapError) as e:
+        shardcheck.reshard(lying, target, shards, digest_state="param")
+    assert e.value.kind == "digest"
+    assert "F as the source shards hold it" in str(e.value)
+    assert f"0x{value:016x}" in str(e.value)
+
+
+def test_digest_records_must_exist_and_agree():
+    full = random_bits((8, 12), "float32", seed=12)
+    value = content_digest(full)
+    source = recorded(tp_columns(8, 12, 3), value)
+    shards = shards_of(source, full)
+    with pytest.raises(MapError) as e:
+        shardcheck.reshard(source, recorded(tp_rows(8, 12, 2), value ^ 1), shards, digest_state="param")
+    assert e.value.kind == "digest" and "do not describe one tensor" in str(e.value)
+    with pytest.raises(MapError) as e:
+        shardcheck.reshard(source, tp_rows(8, 12, 2), shards, digest_state="exp_avg")
+    assert e.value.kind == "digest" and "the source map records no content digest" in str(e.value)
+    with pytest.raises(TypeError):
+        shardcheck.reshard(source, tp_rows(8, 12, 2), shards, digest_state=1)
