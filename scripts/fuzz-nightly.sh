@@ -5,9 +5,13 @@
 #
 # Builds the clang fuzz build (ASan + UBSan, libraries instrumented with
 # -fsanitize=fuzzer-no-link, coverage feedback without fuzz/coverage-ignorelist.txt's
-# JSON, fmt and standard library functions, as in the ClusterFuzzLite build), splits the time budget evenly across the targets, runs
-# each with -fork on every core, merges and prunes its corpus, replays every crash to
-# read its `SHARDCHECK-FINDING:` signature (or the sanitizer's summary), keeps the
+# JSON, fmt and standard library functions, as in the ClusterFuzzLite build) and the same
+# without sanitizers (several times the executions a second: scripts/fuzz-speed.sh),
+# splits the time budget evenly across the targets, runs each with -fork on every core,
+# first on the plain build for its share of the time, then on the sanitizer build, both
+# growing one corpus, merges and prunes the corpus, replays every crash (the plain
+# build's too) on the sanitizer build to read its `SHARDCHECK-FINDING:` signature (or
+# the sanitizer's summary), so that a plain crash is reported as ASan or UBSan see it, keeps the
 # smallest input per signature, minimises it within a time bound, and turns it into a
 # regression case file. Ends with a summary; exits 1 when any target other than a
 # canary (the `canary` rows of fuzz/targets.txt: conversion_legacy, reshard_merge_bug) has
@@ -19,6 +23,9 @@
 #   FUZZ_JOBS            parallel fuzzing processes per target (default: every core)
 #   FUZZ_TARGETS         space-separated subset (default: every row of fuzz/targets.txt)
 #   FUZZ_BUILD_DIR       fuzz build directory (default: <repo>/build-fuzz)
+#   FUZZ_PLAIN_BUILD_DIR the build without sanitizers (default: FUZZ_BUILD_DIR-plain)
+#   FUZZ_PLAIN_SHARE     percent of each target's fuzzing time on the plain build (default
+#                        50; 0: the sanitizer build alone, and no plain build is made)
 #   FUZZ_SKIP_BUILD=1    use the existing build as it is
 #   FUZZ_STATE           persistent corpora, one directory per target (default: <repo>/out/fuzz-corpus)
 #   FUZZ_WORK            this run's logs, artifacts and findings (default: <repo>/out/fuzz-nightly/<time>)
@@ -29,6 +36,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 source "$repo/fuzz/targets.sh"
+source "$repo/scripts/fuzz-builds.sh"
 budget=${1:-${FUZZ_BUDGET:-3600}}
 jobs=${FUZZ_JOBS:-$(nproc)}
 read -r -a targets <<<"${FUZZ_TARGETS:-$(fuzz_targets | tr '\n' ' ')}"
@@ -36,6 +44,9 @@ for target in "${targets[@]}"; do
   fuzz_column "$target" role >/dev/null || exit 2
 done
 build=${FUZZ_BUILD_DIR:-$repo/build-fuzz}
+plain_build=${FUZZ_PLAIN_BUILD_DIR:-$build-plain}
+plain_share=${FUZZ_PLAIN_SHARE:-50}
+[[ $plain_share =~ ^[0-9]+$ && $plain_share -le 100 ]] || { echo "FUZZ_PLAIN_SHARE must be 0 to 100" >&2; exit 2; }
 state=${FUZZ_STATE:-$repo/out/fuzz-corpus}
 work=${FUZZ_WORK:-$repo/out/fuzz-nightly/$(date +%Y%m%d-%H%M%S)}
 max_artifacts=${FUZZ_MAX_ARTIFACTS:-50}
@@ -48,12 +59,11 @@ echo "fuzz-nightly: ${#targets[@]} targets, ${budget}s total, $jobs jobs, work d
 
 if [[ ${FUZZ_SKIP_BUILD:-0} != 1 ]]; then
   echo "fuzz-nightly: building $build"
-  CC=clang CXX=clang++ cmake -G Ninja -S "$repo" -B "$build" -DSHARDCHECK_FUZZ=ON -DSHARDCHECK_SANITIZE=ON \
-    -DSHARDCHECK_CUDA=OFF -DSHARDCHECK_TESTS=OFF -DSHARDCHECK_BENCH=OFF \
-    -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link -fsanitize-coverage-ignorelist=$repo/fuzz/coverage-ignorelist.txt" \
-    >"$work/build.log" 2>&1 ||
-    { tail -30 "$work/build.log"; exit 2; }
-  ninja -C "$build" "${targets[@]}" >>"$work/build.log" 2>&1 || { tail -30 "$work/build.log"; exit 2; }
+  fuzz_build_libfuzzer "$build" asan "$work/build.log" "${targets[@]}" || exit 2
+  if ((plain_share > 0)); then
+    echo "fuzz-nightly: building $plain_build (no sanitizer)"
+    fuzz_build_libfuzzer "$plain_build" plain "$work/build-plain.log" "${targets[@]}" || exit 2
+  fi
 fi
 
 share=$((budget / ${#targets[@]}))
@@ -115,7 +125,7 @@ PY
   echo "$dir/$name"
 }
 
-declare -A execs_per_s corpus_before corpus_after found_count
+declare -A execs_per_s plain_execs_per_s corpus_before corpus_after found_count
 declare -a finding_lines=()
 strict_findings=0
 
@@ -128,8 +138,21 @@ for target in "${targets[@]}"; do
   corpus_before[$target]=$(find "$corpus" -type f | wc -l)
   mapfile -t extra < <(fuzz_flags "$target" "$repo/fuzz")  # its options file, as ClusterFuzzLite runs it
   read -r -a seeds <<<"$(fuzz_seed_dirs "$target")"
-  echo "fuzz-nightly: $target for ${fuzz_seconds}s"
-  "$bin" -fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 -max_total_time="$fuzz_seconds" \
+  plain_seconds=$((fuzz_seconds * plain_share / 100))
+  sanitized_seconds=$((fuzz_seconds - plain_seconds > 0 ? fuzz_seconds - plain_seconds : 1))
+  plain_execs_per_s[$target]=-
+  if ((plain_seconds > 0)); then
+    plain_bin="$plain_build/fuzz/$target"
+    [[ -x $plain_bin ]] || { echo "fuzz-nightly: missing $plain_bin" >&2; exit 2; }
+    echo "fuzz-nightly: $target for ${plain_seconds}s without sanitizers"
+    # Its artifacts are replayed on the sanitizer build below, like the others.
+    "$plain_bin" -fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 -max_total_time="$plain_seconds" \
+      -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$tdir/artifacts/plain-" "${extra[@]}" \
+      "$corpus" "${seeds[@]}" >"$tdir/fuzz-plain.log" 2>&1 || true
+    plain_execs_per_s[$target]=$(grep -oE 'exec/s:? [0-9]+' "$tdir/fuzz-plain.log" | tail -1 | grep -oE '[0-9]+' || echo "?")
+  fi
+  echo "fuzz-nightly: $target for ${sanitized_seconds}s with ASan and UBSan"
+  "$bin" -fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 -max_total_time="$sanitized_seconds" \
     -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$tdir/artifacts/" "${extra[@]}" \
     "$corpus" "${seeds[@]}" >"$tdir/fuzz.log" 2>&1 || true
   execs_per_s[$target]=$(grep -oE 'exec/s:? [0-9]+' "$tdir/fuzz.log" | tail -1 | grep -oE '[0-9]+' || echo "?")
@@ -151,7 +174,7 @@ for target in "${targets[@]}"; do
     sig=$(signature_of "$bin" "$target" "$artifact" "$tdir/replay.log")
     occurrences[$sig]=$((${occurrences[$sig]:-0} + 1))
     [[ -n ${kept[$sig]:-} ]] || kept[$sig]=$artifact
-  done < <(find "$tdir/artifacts" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) \
+  done < <(find "$tdir/artifacts" -type f \( -name '*crash-*' -o -name '*leak-*' -o -name '*timeout-*' -o -name '*oom-*' \) \
              -printf '%s %p\n' | sort -n | head -n "$max_artifacts" | cut -d' ' -f2-)
   found_count[$target]=${#kept[@]}
   n=0
@@ -184,10 +207,10 @@ done
 
 echo
 echo "== fuzz-nightly summary ($(date -u +%FT%TZ), ${budget}s budget, $jobs jobs) =="
-printf '%-18s %8s %10s %16s %9s\n' target seconds exec/s corpus findings
+printf '%-18s %8s %10s %12s %16s %9s\n' target seconds exec/s plain-exec/s corpus findings
 for target in "${targets[@]}"; do
-  printf '%-18s %8s %10s %16s %9s\n' "$target" "$fuzz_seconds" "${execs_per_s[$target]}" \
-    "${corpus_before[$target]} -> ${corpus_after[$target]}" "${found_count[$target]}"
+  printf '%-18s %8s %10s %12s %16s %9s\n' "$target" "$fuzz_seconds" "${execs_per_s[$target]}" \
+    "${plain_execs_per_s[$target]}" "${corpus_before[$target]} -> ${corpus_after[$target]}" "${found_count[$target]}"
 done
 if ((${#finding_lines[@]})); then
   echo
