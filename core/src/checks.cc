@@ -397,11 +397,11 @@ struct TrimScratch {
   Scratch& s;
   ~TrimScratch() {
     constexpr std::size_t kKeep = std::size_t{1} << 16;
-    if (s.runs.capacity() > kKeep) std::vector<Run>().swap(s.runs);
-    if (s.pieces.capacity() > kKeep) std::vector<PieceInfo>().swap(s.pieces);
-    if (s.layouts.capacity() > kKeep) std::vector<PieceLayouts>().swap(s.layouts);
-    if (s.keyed.capacity() > kKeep) std::vector<std::pair<Rank, std::int32_t>>().swap(s.keyed);
-    if (s.faults.capacity() > kKeep) std::vector<std::uint8_t>().swap(s.faults);
+    if (s.runs.capacity() > kKeep) ScratchVector<Run>().swap(s.runs);
+    if (s.pieces.capacity() > kKeep) ScratchVector<PieceInfo>().swap(s.pieces);
+    if (s.layouts.capacity() > kKeep) ScratchVector<PieceLayouts>().swap(s.layouts);
+    if (s.keyed.capacity() > kKeep) ScratchVector<std::pair<Rank, std::int32_t>>().swap(s.keyed);
+    if (s.faults.capacity() > kKeep) ScratchVector<std::uint8_t>().swap(s.faults);
     if (s.heap.capacity() > kKeep) std::vector<std::pair<Index, std::int32_t>>().swap(s.heap);
     BoxScratch& b = box_scratch();
     // The boxes are 4 values per piece and axis: kept up to a few MiB, so that a map of

@@ -11,7 +11,7 @@ namespace shardcheck::check_parts {
 
 namespace {
 
-void emit_runs(const Layout& layout, const Axis* axes, Index offset, std::int32_t piece, std::vector<Run>& out) {
+void emit_runs(const Layout& layout, const Axis* axes, Index offset, std::int32_t piece, ScratchVector<Run>& out) {
   std::array<Index, 64> idx;
   std::fill_n(idx.begin(), layout.axes_count, Index{0});
   Index address = offset;
@@ -33,12 +33,12 @@ void emit_runs(const Layout& layout, const Axis* axes, Index offset, std::int32_
   }
 }
 
-void emit_source_runs(const Scratch& s, std::int32_t g, std::vector<Run>& out) {
+void emit_source_runs(const Scratch& s, std::int32_t g, ScratchVector<Run>& out) {
   const Layout& layout = s.layouts[static_cast<std::size_t>(g)].src;
   emit_runs(layout, s.axes.data() + layout.axes_begin, s.pieces[g].piece->source.offset, g, out);
 }
 
-void emit_dest_runs(const Scratch& s, std::int32_t g, std::vector<Run>& out) {
+void emit_dest_runs(const Scratch& s, std::int32_t g, ScratchVector<Run>& out) {
   const Layout& layout = s.layouts[static_cast<std::size_t>(g)].dst;
   emit_runs(layout, s.axes.data() + layout.axes_begin, s.pieces[g].piece->dest.offset, g, out);
 }
