@@ -8,7 +8,6 @@
 #include <sys/mman.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <new>
 #include <optional>
@@ -34,11 +33,12 @@ struct LargePages {
   template <class U>
   LargePages(const LargePages<U>&) noexcept {}  // NOLINT: rebinding, as allocators do
   static std::size_t rounded(std::size_t n) { return (n * sizeof(T) + kHuge - 1) / kHuge * kHuge; }
+  // Through operator new either way, so that whoever counts the heap (bench/heap_counter.cc)
+  // still sees the scratch.
   T* allocate(std::size_t n) {
     if (n > std::numeric_limits<std::size_t>::max() / sizeof(T)) throw std::bad_array_new_length();
-    if (n * sizeof(T) < kFrom) return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{alignof(T)}));
-    void* p = std::aligned_alloc(kHuge, rounded(n));
-    if (p == nullptr) throw std::bad_alloc();
+    if (n * sizeof(T) < kFrom) return static_cast<T*>(::operator new(n * sizeof(T)));
+    void* p = ::operator new(rounded(n), std::align_val_t{kHuge});
 #ifdef MADV_HUGEPAGE
     ::madvise(p, rounded(n), MADV_HUGEPAGE);  // advice only: refused, the pages are small
 #endif
@@ -46,9 +46,9 @@ struct LargePages {
   }
   void deallocate(T* p, std::size_t n) noexcept {
     if (n * sizeof(T) < kFrom) {
-      ::operator delete(p, std::align_val_t{alignof(T)});
+      ::operator delete(p);
     } else {
-      std::free(p);
+      ::operator delete(p, std::align_val_t{kHuge});
     }
   }
   template <class U>
