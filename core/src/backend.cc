@@ -2,7 +2,13 @@
 // A backend that runs batches (runs_batches()) overrides all four.
 #include "shardcheck/backend.h"
 
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "element_types.h"
 #include "shardcheck/digest.h"
+#include "two_view_walk.h"
 
 namespace shardcheck {
 
@@ -25,5 +31,65 @@ std::optional<BlockMismatch> Backend::compare_blocks(DType dtype, std::span<cons
 }
 
 std::uint64_t Backend::digest(const Buffer& full, const Threading&) { return shardcheck::digest(full); }
+
+namespace {
+
+// The lowest destination address of an element of `b` that faults, with its source address.
+template <class Format>
+std::optional<ScaleFaultAt> scale_fault_in(const BlockCopy& b, std::size_t index) {
+  using Bits = typename Format::Bits;
+  typename Format::Math factor{};
+  scaling::arithmetic_factor(b.scale, factor);
+  const auto* from = reinterpret_cast<const Bits*>(b.from);
+  std::optional<ScaleFaultAt> lowest;
+  detail::walk(*b.shape, *b.from_view, *b.to_view, [&](Index, Index from_at, Index to_at) {
+    if (lowest && to_at >= lowest->to) return false;
+    if (scaling::scale_element<Format>(from[from_at], factor, b.multiply).fault != ScaleFault::none) {
+      lowest = ScaleFaultAt{index, from_at, to_at};
+    }
+    return false;
+  });
+  return lowest;
+}
+
+void expect_reached(const Backend& backend, const Buffer& buffer) {
+  if (backend.reaches(buffer.memory())) return;
+  throw std::invalid_argument(
+      fmt::format("the {} backend does not reach {} memory", backend.name(), memory_name(buffer.memory())));
+}
+
+}  // namespace
+
+std::optional<ScaleFaultAt> Backend::first_scale_fault(DType dtype, std::span<const BlockCopy> blocks,
+                                                       const Threading&) {
+  if (!is_floating(dtype)) return std::nullopt;
+  return detail::with_float_format(dtype, [&]<class Format>() -> std::optional<ScaleFaultAt> {
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      if (blocks[i].scale == 1.0 || blocks[i].numel == 0) continue;
+      if (auto fault = scale_fault_in<Format>(blocks[i], i)) return fault;
+    }
+    return std::nullopt;
+  });
+}
+
+Buffer Backend::allocate(DType dtype, Index numel, Memory memory, bool zeroed) {
+  if (!reaches(memory) || memory != Memory::host) {
+    throw std::invalid_argument(fmt::format("the {} backend does not allocate {} memory", name(), memory_name(memory)));
+  }
+  return zeroed ? Buffer(dtype, numel) : Buffer::uninitialized(dtype, numel);
+}
+
+Buffer Backend::copy_to(const Buffer& buffer, Memory memory) {
+  expect_reached(*this, buffer);
+  if (memory != Memory::host) {
+    throw std::invalid_argument(fmt::format("the {} backend does not allocate {} memory", name(), memory_name(memory)));
+  }
+  return buffer;
+}
+
+std::uint64_t Backend::element_bits(const Buffer& buffer, Index i) {
+  expect_reached(*this, buffer);
+  return buffer.bits(i);
+}
 
 }  // namespace shardcheck

@@ -6,6 +6,9 @@
 #include <functional>
 #include <limits>
 #include <span>
+#include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "element_types.h"
 #include "proven.h"
@@ -72,28 +75,7 @@ bool visit_less(const Visit& a, const Visit& b) {
 
 PieceAt at(const Visit& v) { return PieceAt{v.rank, v.written, v.piece}; }
 
-// Calls fn(k, a, b) for every element k of the block in row-major order with its
-// addresses in views a and b; stops early (returning true) when fn returns true.
-template <class Fn>
-bool walk(const Extents& shape, const StridedView& a, const StridedView& b, Fn&& fn) {
-  if (detail::has_zero_extent(shape)) return false;
-  const std::size_t d = shape.size();
-  if (d == 0) return fn(Index{0}, a.offset, b.offset);
-  std::array<detail::WalkAxis, 64> axes;
-  const int outer = detail::outer_axes(shape, a, b, d - 1, axes);
-  const Index inner = shape[d - 1];
-  const Index a_step = a.strides[d - 1];
-  const Index b_step = b.strides[d - 1];
-  detail::TwoViewWalk rows(axes.data(), outer, a.offset, b.offset);
-  for (Index k = 0;;) {
-    Index ia = rows.from();
-    Index ib = rows.to();
-    for (Index j = 0; j < inner; ++j, ++k, ia += a_step, ib += b_step) {
-      if (fn(k, ia, ib)) return true;
-    }
-    if (!rows.next()) return false;
-  }
-}
+using detail::walk;
 
 // The map checks of a conversion, on its threads unless they name their own.
 CheckOptions checks_of(const ConvertOptions& options) {
@@ -173,47 +155,54 @@ Status check_scales(std::span<const Visit> visits, DType dtype, int scale_power)
   return {};
 }
 
+// A proven visit's block (wide path): the visit already knows its count and scale, and
+// strict conversion scales with power 1 in contract arithmetic (check_scales).
+BlockCopy visit_block(const Visit& v, const std::byte* from, const StridedView& from_view, std::byte* to,
+                      const StridedView& to_view, bool multiply) {
+  BlockCopy b;
+  b.shape = &v.piece->shape;
+  b.from = from;
+  b.from_view = &from_view;
+  b.to = to;
+  b.to_view = &to_view;
+  b.scale = v.scale;
+  b.multiply = multiply;
+  b.numel = v.numel;
+  return b;
+}
+
 // Contract 1.2: no element may overflow or flush when it is scaled, since the value could
 // not come back and no later error would say so. Judged before any data moves, after
 // check_scales, in the strict visiting order and within a piece at the lowest address
 // of the result (F for rebuild, the shard for extract), so that the error depends on
-// neither the order the map was written in nor a copy's schedule. `full`: the F an
-// extract reads; nullptr for a rebuild, which reads each visit's shard.
-template <class Format>
-Status check_scaled_elements_as(std::span<const Visit> visits, const Buffer* full, DType dtype) {
-  using Bits = typename Format::Bits;
+// neither the order the map was written in nor a copy's schedule. The backend looks
+// (Backend::first_scale_fault), where the data is. `full`: the F an extract reads;
+// nullptr for a rebuild, which reads each visit's shard.
+Status check_scaled_elements(std::span<const Visit> visits, const Buffer* full, DType dtype, Backend& backend,
+                             const Threading& threading) {
+  if (!is_floating(dtype)) return {};
   const bool multiply = full != nullptr;
+  std::vector<BlockCopy> blocks;
+  std::vector<const Visit*> scaled;
   for (const Visit& v : visits) {
     if (v.scale == 1.0 || v.numel == 0) continue;
+    blocks.push_back(multiply ? visit_block(v, full->data(), v.piece->source, nullptr, v.piece->dest, true)
+                              : visit_block(v, v.shard->data(), v.piece->dest, nullptr, v.piece->source, false));
+    scaled.push_back(&v);
+  }
+  if (blocks.empty()) return {};
+  const std::optional<ScaleFaultAt> fault = backend.first_scale_fault(dtype, blocks, threading);
+  if (!fault) return {};
+  const Visit& v = *scaled[fault->block];
+  const std::uint64_t input = backend.element_bits(multiply ? *full : *v.shard, fault->from);
+  const std::uint64_t result = detail::with_float_format(dtype, [&]<class Format>() -> std::uint64_t {
     typename Format::Math factor{};
     scaling::arithmetic_factor(v.scale, factor);
-    const auto* from = reinterpret_cast<const Bits*>(multiply ? full->data() : v.shard->data());
-    std::optional<Index> lowest;
-    Index element_at = 0, shard_at = 0;
-    walk(v.piece->shape, v.piece->source, v.piece->dest, [&](Index, Index element, Index shard_address) {
-      const Bits input = from[multiply ? element : shard_address];
-      if (scaling::scale_element<Format>(input, factor, multiply).fault == ScaleFault::none) return false;
-      const Index result_at = multiply ? shard_address : element;
-      if (!lowest || result_at < *lowest) {
-        lowest = result_at;
-        element_at = element;
-        shard_at = shard_address;
-      }
-      return false;
-    });
-    if (lowest) {
-      const Bits input = from[multiply ? element_at : shard_at];
-      return fault::scaled_out_of_range(at(v), multiply, element_at, shard_at, dtype, input,
-                                        scaling::scale_element<Format>(input, factor, multiply).bits);
-    }
-  }
-  return {};
-}
-
-Status check_scaled_elements(std::span<const Visit> visits, const Buffer* full, DType dtype) {
-  if (!is_floating(dtype)) return {};
-  return detail::with_float_format(
-      dtype, [&]<class Format>() { return check_scaled_elements_as<Format>(visits, full, dtype); });
+    return scaling::scale_element<Format>(static_cast<typename Format::Bits>(input), factor, multiply).bits;
+  });
+  const Index element = multiply ? fault->from : fault->to;
+  const Index shard_address = multiply ? fault->to : fault->from;
+  return fault::scaled_out_of_range(at(v), multiply, element, shard_address, dtype, input, result);
 }
 
 // Puts the visits (grouped by rank) in the strict visiting order, guards them and
@@ -261,26 +250,12 @@ BlockCopy single_element(const BlockCopy& block, ElementViews& views, Index from
   return one;
 }
 
-// A proven visit's block (wide path): the visit already knows its count and scale, and
-// strict conversion scales with power 1 in contract arithmetic (check_scales).
-BlockCopy visit_block(const Visit& v, const std::byte* from, const StridedView& from_view, std::byte* to,
-                      const StridedView& to_view, bool multiply) {
-  BlockCopy b;
-  b.shape = &v.piece->shape;
-  b.from = from;
-  b.from_view = &from_view;
-  b.to = to;
-  b.to_view = &to_view;
-  b.scale = v.scale;
-  b.multiply = multiply;
-  b.numel = v.numel;
-  return b;
-}
-
 Error replica_mismatch(const Visit& first, const Visit& v, const Buffer& full, DType dtype, Index element,
-                       Index shard_address, int scale_power) {
-  const std::uint64_t held = full.bits(element);
-  const std::uint64_t theirs = apply_scale(dtype, v.shard->bits(shard_address), v.scale, scale_power, false);
+                       Index shard_address, const ConvertOptions& options) {
+  Backend& backend = backend_of(options);
+  const std::uint64_t held = backend.element_bits(full, element);
+  const std::uint64_t theirs =
+      apply_scale(dtype, backend.element_bits(*v.shard, shard_address), v.scale, options.scale_power, false);
   const PieceAt earlier = at(first);
   return fault::replicas_differ(at(v), element, shard_address, dtype, theirs, held, &earlier);
 }
@@ -337,7 +312,7 @@ Status move_piece(Scratch& s, std::size_t vi, Index fresh, Buffer& full, DType d
     const Index element = address_at(v.piece->shape, v.piece->source, *k);
     const Index shard_address = address_at(v.piece->shape, v.piece->dest, *k);
     const Visit& first = s.visits[s.writer[element] - 1];
-    return replica_mismatch(first, v, full, dtype, element, shard_address, options.scale_power);
+    return replica_mismatch(first, v, full, dtype, element, shard_address, options);
   }
   // Replicas cut at different boundaries: part of this piece is new, part is a copy
   // of what another piece wrote. Rare, so element by element.
@@ -351,8 +326,7 @@ Status move_piece(Scratch& s, std::size_t vi, Index fresh, Buffer& full, DType d
       return false;
     }
     if (!compare || !backend.compare_block(dtype, one)) return false;
-    result =
-        replica_mismatch(s.visits[s.writer[element] - 1], v, full, dtype, element, shard_address, options.scale_power);
+    result = replica_mismatch(s.visits[s.writer[element] - 1], v, full, dtype, element, shard_address, options);
     return true;
   });
   return result;
@@ -528,11 +502,11 @@ Status wide_rebuild(Scratch& s, Buffer& full, DType dtype, const ConvertOptions&
       break;
     }
   }
-  return replica_mismatch(*first, v, full, dtype, element, shard_address, options.scale_power);
+  return replica_mismatch(*first, v, full, dtype, element, shard_address, options);
 }
 
 Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtype, const ConvertOptions& options,
-                              std::optional<std::uint64_t>& fused_digest) {
+                              Memory where, std::optional<std::uint64_t>& fused_digest) {
   Scratch& s = scratch();
   Checked checked;
   if (Status e = check_for_conversion(map, options, &shards, std::nullopt, s.visits, checked); !e.ok()) {
@@ -570,16 +544,19 @@ Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtyp
   }
   if (Status e = allocation_guard(*numel_f, read_total, options.checks.limits, "F"); !e.ok()) return e.error();
   if (s.visits.size() >= std::numeric_limits<std::uint32_t>::max()) return fault::too_many_pieces();
-  if (Status e = check_scaled_elements(s.visits, nullptr, dtype); !e.ok()) return e.error();
+  if (Status e = check_scaled_elements(s.visits, nullptr, dtype, backend_of(options), threading_of(options)); !e.ok()) {
+    return e.error();
+  }
 
+  Backend& backend = backend_of(options);
   if (wide) {
-    Buffer full = Buffer::uninitialized(dtype, *numel_f);
+    Buffer full = backend.allocate(dtype, *numel_f, where);
     if (Status e = wide_rebuild(s, full, dtype, options, fused_digest); !e.ok()) return e.error();
     return full;
   }
-  Buffer full(dtype, *numel_f);
+  Buffer full = backend.allocate(dtype, *numel_f, where, /*zeroed=*/true);
   if (options.checks.bugs.skip_writer_record) {
-    for (const Visit& v : s.visits) backend_of(options).copy_block(dtype, rebuild_copy(v, full, options.scale_power));
+    for (const Visit& v : s.visits) backend.copy_block(dtype, rebuild_copy(v, full, options.scale_power));
     return full;
   }
   s.writer.assign(static_cast<std::size_t>(*numel_f), 0);
@@ -611,7 +588,8 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
   if (entry == nullptr || (!entry->shard_shape && !entry->pieces.empty())) return fault::no_shard_to_extract(rank);
   if (full.numel() != numel_f) return fault::full_numel(full.numel(), numel_f);
   // A rank with no pieces may omit its shard shape: its shard is empty (contract 2, 9).
-  if (!entry->shard_shape) return Buffer(full.dtype(), 0);
+  Backend& backend = backend_of(options);
+  if (!entry->shard_shape) return backend.allocate(full.dtype(), 0, full.memory());
   auto shard_numel = shard_numel_of(*entry);
   if (!shard_numel) return fault::bad_shard_shape(rank, *entry->shard_shape);
   const DType dtype = full.dtype();
@@ -636,23 +614,24 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
       checked_mul(numel_f, static_cast<Index>(piece_count)).value_or(std::numeric_limits<Index>::max());
   if (Status e = allocation_guard(*shard_numel, backed, options.checks.limits, "a shard"); !e.ok()) return e.error();
   const std::span<const Visit> visits = proven != nullptr ? proven->visits : std::span<const Visit>(s.visits);
-  if (Status e = check_scaled_elements(visits, &full, dtype); !e.ok()) return e.error();
+  if (Status e = check_scaled_elements(visits, &full, dtype, backend_of(options), threading_of(options)); !e.ok()) {
+    return e.error();
+  }
 
   if (proven != nullptr) {
     // Condition 4, proven by check_map: the pieces write every shard address once.
-    Buffer shard = Buffer::uninitialized(dtype, *shard_numel);
+    Buffer shard = backend.allocate(dtype, *shard_numel, full.memory());
     std::vector<BlockCopy>& blocks = deferred != nullptr ? *deferred : s.blocks;
     if (deferred == nullptr) s.blocks.clear();
     for (const Visit& v : proven->visits) {
       if (v.numel == 0) continue;
       blocks.push_back(visit_block(v, full.data(), v.piece->source, shard.data(), v.piece->dest, true));
     }
-    if (deferred == nullptr) backend_of(options).copy_blocks(dtype, s.blocks, threading_of(options));
+    if (deferred == nullptr) backend.copy_blocks(dtype, s.blocks, threading_of(options));
     return shard;
   }
-  Buffer shard(dtype, *shard_numel);
+  Buffer shard = backend.allocate(dtype, *shard_numel, full.memory(), /*zeroed=*/true);
   s.seen.assign(static_cast<std::size_t>(*shard_numel), 0);
-  Backend& backend = backend_of(options);
   for (const Visit& v : s.visits) {
     if (v.numel == 0) continue;
     Status twice;
@@ -697,6 +676,37 @@ Status check_digest(const Map& map, const Buffer& full, const ConvertOptions& op
   return {};
 }
 
+// Conversion runs where its inputs are, on a backend that reaches that memory, and leaves
+// its result there; the legacy model is host code. A caller's mistake, not the map's:
+// std::invalid_argument.
+void expect_reached(const Buffer& buffer, std::string_view what, const ConvertOptions& options) {
+  const Backend& backend = backend_of(options);
+  if (buffer.memory() != Memory::host && options.policy == Policy::legacy) {
+    throw std::invalid_argument(fmt::format("{} is in {} memory, and the legacy model converts host memory only", what,
+                                            memory_name(buffer.memory())));
+  }
+  if (!backend.reaches(buffer.memory())) {
+    throw std::invalid_argument(fmt::format("{} is in {} memory, which the {} backend does not reach", what,
+                                            memory_name(buffer.memory()), backend.name()));
+  }
+}
+
+Memory memory_of(const ShardSet& shards, const ConvertOptions& options) {
+  std::optional<std::pair<Rank, Memory>> first;
+  for (const auto& [rank, shard] : shards) {
+    expect_reached(shard, fmt::format("rank {}'s shard", rank), options);
+    if (!first) {
+      first = {rank, shard.memory()};
+    } else if (shard.memory() != first->second) {
+      throw std::invalid_argument(
+          fmt::format("rank {}'s shard is in {} memory and rank {}'s in {}: a rebuild reads "
+                      "shards in one memory",
+                      first->first, memory_name(first->second), rank, memory_name(shard.memory())));
+    }
+  }
+  return first ? first->second : Memory::host;
+}
+
 }  // namespace
 
 Status allocation_guard(Index wanted, Index backed, const CheckLimits& limits, std::string_view what) {
@@ -713,15 +723,17 @@ std::optional<Policy> parse_policy(std::string_view name) {
 }
 
 Result<Buffer> rebuild(const Map& map, const ShardSet& shards, DType dtype, const ConvertOptions& options) {
+  const Memory where = memory_of(shards, options);
   if (options.policy == Policy::legacy) return legacy_rebuild(map, shards, dtype, options.scale_power);
   std::optional<std::uint64_t> fused;
-  auto full = strict_rebuild(map, shards, dtype, options, fused);
+  auto full = strict_rebuild(map, shards, dtype, options, where, fused);
   if (!full) return full;
   if (Status e = check_digest(map, full.value(), options, fused); !e.ok()) return e.error();
   return full;
 }
 
 Result<Buffer> extract(const Map& map, const Buffer& full, Rank rank, const ConvertOptions& options) {
+  expect_reached(full, "F", options);
   if (options.policy == Policy::legacy) return legacy_extract(map, full, rank, options.scale_power);
   Scratch& s = scratch();
   Checked checked;
@@ -734,6 +746,7 @@ Result<Buffer> extract(const Map& map, const Buffer& full, Rank rank, const Conv
 }
 
 Result<ShardSet> extract_all(const Map& map, const Buffer& full, const ConvertOptions& options) {
+  expect_reached(full, "F", options);
   const bool strict = options.policy == Policy::strict;
   Scratch& s = scratch();
   Checked checked;

@@ -338,8 +338,34 @@ Buffer Buffer::borrow(DType dtype, Index numel, const std::byte* data) {
   return out;
 }
 
-Buffer::Buffer(const Buffer& other)
-    : dtype_(other.dtype_), numel_(other.numel_), bytes_(other.data(), other.data() + other.size_bytes()) {}
+Buffer Buffer::in_device_memory(DType dtype, Index numel, std::byte* data, std::shared_ptr<void> owner) {
+  auto bytes = checked_mul(numel, static_cast<Index>(element_size(dtype)));
+  if (numel < 0 || !bytes) throw std::length_error("shardcheck::Buffer: invalid element count");
+  if (numel > 0 && (data == nullptr || reinterpret_cast<std::uintptr_t>(data) % element_size(dtype) != 0)) {
+    throw std::invalid_argument("shardcheck::Buffer: device memory is null or not aligned to its element size");
+  }
+  Buffer out;
+  out.dtype_ = dtype;
+  out.numel_ = numel;
+  static const std::byte kNothing{};
+  out.borrowed_ = numel > 0 ? data : &kNothing;
+  out.owner_ = std::move(owner);
+  out.memory_ = Memory::device;
+  return out;
+}
+
+std::string_view memory_name(Memory memory) { return memory == Memory::device ? "device" : "host"; }
+
+void Buffer::expect_host(const char* what) const {
+  if (memory_ == Memory::host) return;
+  throw std::logic_error(std::string("shardcheck::Buffer: ") + what +
+                         " of a buffer in device memory on the host; a backend that reaches it reads it");
+}
+
+Buffer::Buffer(const Buffer& other) : dtype_(other.dtype_), numel_(other.numel_) {
+  other.expect_host("a copy");
+  bytes_.assign(other.data(), other.data() + other.size_bytes());
+}
 
 Buffer& Buffer::operator=(const Buffer& other) {
   if (this != &other) *this = Buffer(other);
@@ -351,7 +377,9 @@ Buffer::Buffer(Buffer&& other) noexcept
     : dtype_(other.dtype_),
       numel_(std::exchange(other.numel_, 0)),
       bytes_(std::move(other.bytes_)),
-      borrowed_(std::exchange(other.borrowed_, nullptr)) {
+      borrowed_(std::exchange(other.borrowed_, nullptr)),
+      owner_(std::move(other.owner_)),
+      memory_(std::exchange(other.memory_, Memory::host)) {
   other.bytes_.clear();
 }
 
@@ -362,13 +390,16 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     bytes_ = std::move(other.bytes_);
     other.bytes_.clear();
     borrowed_ = std::exchange(other.borrowed_, nullptr);
+    owner_ = std::move(other.owner_);
+    memory_ = std::exchange(other.memory_, Memory::host);
   }
   return *this;
 }
 
 std::byte* Buffer::data() {
-  if (borrowed_ != nullptr) throw std::logic_error("shardcheck::Buffer: a borrowed buffer is read-only");
-  return bytes_.data();
+  if (borrowed_ == nullptr) return bytes_.data();
+  if (!owner_) throw std::logic_error("shardcheck::Buffer: a borrowed buffer is read-only");
+  return const_cast<std::byte*>(borrowed_);
 }
 
 std::size_t Buffer::size_bytes() const {
@@ -376,6 +407,8 @@ std::size_t Buffer::size_bytes() const {
 }
 
 bool operator==(const Buffer& a, const Buffer& b) {
+  a.expect_host("a comparison");
+  b.expect_host("a comparison");
   if (a.dtype_ != b.dtype_ || a.numel_ != b.numel_) return false;
   const std::size_t n = a.size_bytes();
   return n == 0 || std::memcmp(a.data(), b.data(), n) == 0;
@@ -399,6 +432,7 @@ void store_word(std::byte* p, std::uint64_t bits) {
 }  // namespace
 
 std::uint64_t Buffer::bits(Index i) const {
+  expect_host("reading an element");
   const std::size_t size = element_size(dtype_);
   const std::byte* p = data() + static_cast<std::size_t>(i) * size;
   if constexpr (std::endian::native == std::endian::little) {
@@ -416,6 +450,7 @@ std::uint64_t Buffer::bits(Index i) const {
 }
 
 void Buffer::set_bits(Index i, std::uint64_t bits) {
+  expect_host("writing an element");
   const std::size_t size = element_size(dtype_);
   std::byte* p = data() + static_cast<std::size_t>(i) * size;
   if constexpr (std::endian::native == std::endian::little) {

@@ -82,4 +82,27 @@ class TwoViewWalk {
   std::array<Index, 64> counter_;
 };
 
+// Calls fn(k, a, b) for every element k of `shape` in row-major order with its addresses
+// in views a and b; stops early (returning true) when fn returns true.
+template <class Fn>
+bool walk(const Extents& shape, const StridedView& a, const StridedView& b, Fn&& fn) {
+  if (has_zero_extent(shape)) return false;
+  const std::size_t d = shape.size();
+  if (d == 0) return fn(Index{0}, a.offset, b.offset);
+  std::array<WalkAxis, 64> axes;
+  const int outer = outer_axes(shape, a, b, d - 1, axes);
+  const Index inner = shape[d - 1];
+  const Index a_step = a.strides[d - 1];
+  const Index b_step = b.strides[d - 1];
+  TwoViewWalk rows(axes.data(), outer, a.offset, b.offset);
+  for (Index k = 0;;) {
+    Index ia = rows.from();
+    Index ib = rows.to();
+    for (Index j = 0; j < inner; ++j, ++k, ia += a_step, ib += b_step) {
+      if (fn(k, ia, ib)) return true;
+    }
+    if (!rows.next()) return false;
+  }
+}
+
 }  // namespace shardcheck::detail

@@ -52,8 +52,18 @@ struct Run {
   std::vector<Result<Buffer>> results;
 };
 
+// A backend that reaches a device's memory converts there: inputs copied over first,
+// results copied back, so that the differential judges conversion where the data lives.
+Memory memory_for(const Backend& backend) { return backend.reaches(Memory::device) ? Memory::device : Memory::host; }
+
+Result<Buffer> brought_back(Backend& backend, Result<Buffer> result) {
+  if (!result || result.value().memory() == Memory::host) return result;
+  return backend.copy_to(result.value(), Memory::host);
+}
+
 Run run_on(const Case& c, Backend& backend, const LaunchShape& shape) {
   Run run;
+  const Memory where = memory_for(backend);
   ConvertOptions options;
   options.backend = &backend;
   // Every size goes through the threads: a race shows where the data is small too.
@@ -63,18 +73,30 @@ Run run_on(const Case& c, Backend& backend, const LaunchShape& shape) {
   options.scale_power = c.scale_power;
   const Map& truth = c.truth_map();
   const Index numel = checked_numel(truth.logical_shape).value_or(0);
-  const Buffer full = marker_buffer(c.dtype, numel);
+  const Buffer host_full = marker_buffer(c.dtype, numel);
   if (c.ops.has(Op::rebuild)) {
     ConvertOptions cpu_truth;  // shards come from the truth map on the default backend
     cpu_truth.scale_power = c.scale_power;
-    auto shards = extract_all(truth, full, cpu_truth);
+    auto shards = extract_all(truth, host_full, cpu_truth);
     run.labels.push_back("rebuild");
-    run.results.push_back(shards ? rebuild(c.map, shards.value(), c.dtype, options) : Result<Buffer>(shards.error()));
+    if (!shards) {
+      run.results.push_back(Result<Buffer>(shards.error()));
+    } else {
+      ShardSet placed;
+      if (where == Memory::host) {
+        placed = std::move(shards).value();
+      } else {
+        for (const auto& [rank, shard] : shards.value()) placed.emplace(rank, backend.copy_to(shard, where));
+      }
+      run.results.push_back(brought_back(backend, rebuild(c.map, placed, c.dtype, options)));
+    }
   }
   if (c.ops.has(Op::extract)) {
+    const Buffer placed_full = where == Memory::host ? Buffer() : backend.copy_to(host_full, where);
+    const Buffer& full = where == Memory::host ? host_full : placed_full;
     for (const auto& entry : c.map.ranks) {
       run.labels.push_back(fmt::format("extract r{}", entry.rank));
-      run.results.push_back(extract(c.map, full, entry.rank, options));
+      run.results.push_back(brought_back(backend, extract(c.map, full, entry.rank, options)));
     }
   }
   return run;

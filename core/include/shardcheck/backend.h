@@ -59,6 +59,15 @@ struct BlockMismatch {
   Index k = 0;
 };
 
+// An element whose scaling overflows or flushes (contract 1.2): the first block with one,
+// in span order, and in it the one with the lowest destination address (`to`, in the
+// result: F for rebuild, the shard for extract), with its source address `from`.
+struct ScaleFaultAt {
+  std::size_t block = 0;
+  Index from = 0;
+  Index to = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -92,6 +101,22 @@ class Backend {
                                                       const Threading& threading);
   // digest(F) of a whole buffer (contract 10).
   virtual std::uint64_t digest(const Buffer& full, const Threading& threading);
+  // Contract 1.2 over blocks about to be scaled (contract arithmetic, power 1): where the
+  // first overflow or flush is, or nullopt. Judged before any data moves.
+  virtual std::optional<ScaleFaultAt> first_scale_fault(DType dtype, std::span<const BlockCopy> blocks,
+                                                        const Threading& threading);
+
+  // Memory. A backend reaches host memory, a device's, or both; the blocks it is handed
+  // point into memory it reaches (conversion checks the buffers first).
+  virtual bool reaches(Memory memory) const { return memory == Memory::host; }
+  // `numel` elements in `memory`, contents unspecified (zeroed with `zeroed`): where a
+  // conversion puts its result.
+  virtual Buffer allocate(DType dtype, Index numel, Memory memory, bool zeroed = false);
+  // A copy of `buffer` (in memory this backend reaches) in `memory`: how data gets to a
+  // device and back.
+  virtual Buffer copy_to(const Buffer& buffer, Memory memory);
+  // The raw bits of element i (an error message's values).
+  virtual std::uint64_t element_bits(const Buffer& buffer, Index i);
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -59,6 +59,13 @@ struct DefaultInitAllocator : std::allocator<T> {
 };
 }  // namespace detail
 
+// Where a buffer's bytes live. The host reads and writes only host memory; a buffer in a
+// device's memory is reached through a backend that reaches it (Backend::reaches), and
+// conversion leaves its result where its inputs are. The device code on OpenMP treats
+// host memory as its device's, so tests see any host access to "device" memory.
+enum class Memory : std::uint8_t { host, device };
+std::string_view memory_name(Memory memory);
+
 // A flat buffer of `numel` elements of `dtype`, stored as raw little-endian bytes.
 //
 // A buffer either owns its bytes or borrows read-only memory the caller owns (an array
@@ -75,6 +82,13 @@ class Buffer {
   // outlive the buffer. Copies of a borrowed buffer own a copy of the bytes.
   static Buffer borrow(DType dtype, Index numel, const std::byte* data);
 
+  // Device memory at `data` (aligned to the element size), which the host never
+  // dereferences: only a backend that reaches it (Backend::allocate, Backend::copy_to and
+  // the caller's device tensors come here). `owner` keeps the memory alive and makes the
+  // buffer writable; without one the buffer borrows it read-only. Host access (bits,
+  // set_bits, ==, copies) throws std::logic_error.
+  static Buffer in_device_memory(DType dtype, Index numel, std::byte* data, std::shared_ptr<void> owner);
+
   Buffer(const Buffer& other);
   Buffer& operator=(const Buffer& other);
   Buffer(Buffer&& other) noexcept;
@@ -82,7 +96,9 @@ class Buffer {
 
   DType dtype() const { return dtype_; }
   Index numel() const { return numel_; }
-  bool borrowed() const { return borrowed_ != nullptr; }
+  bool borrowed() const { return borrowed_ != nullptr && !owner_; }
+  Memory memory() const { return memory_; }
+  // The first element's address, in the buffer's memory.
   std::byte* data();
   const std::byte* data() const { return borrowed_ != nullptr ? borrowed_ : bytes_.data(); }
   std::size_t size_bytes() const;
@@ -95,10 +111,14 @@ class Buffer {
   friend bool operator==(const Buffer& a, const Buffer& b);
 
  private:
+  void expect_host(const char* what) const;
+
   DType dtype_ = DType::float32;
   Index numel_ = 0;
   std::vector<std::byte, detail::DefaultInitAllocator<std::byte>> bytes_;
-  const std::byte* borrowed_ = nullptr;
+  const std::byte* borrowed_ = nullptr;  // memory the buffer does not hold in bytes_
+  std::shared_ptr<void> owner_;          // device memory the buffer owns (shared by moves only)
+  Memory memory_ = Memory::host;
 };
 
 // Converts a JSON-style number to the dtype's bit pattern (rounding to nearest for

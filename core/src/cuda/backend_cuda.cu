@@ -1,14 +1,17 @@
 // The device backend on CUDA: the same device code as the OpenMP build
 // (core/src/device/device_kernels.h, device_backend.h), compiled by nvcc for sm_90 plus
-// PTX. The Backend interface hands host buffers, so a launch stages each buffer a batch
-// touches once (not once per block), runs every work item of the batch in a few kernel
-// launches, and copies the destinations back.
+// PTX. Conversion runs where the tensors are: buffers in device memory (Backend::allocate,
+// Backend::copy_to, or a caller's CUDA tensors through Python's DLPack), a few kernel
+// launches per batch whatever the piece count, nothing staged through the host. Host
+// buffers are refused (Backend::reaches); a caller with host data copies it over first.
 //
 // Not yet executed on a GPU: no machine of this project's CI has one. scripts/gpu-check.sh
 // runs the backend differential and the CUDA benchmark where one exists.
 #include <cuda_runtime.h>
 
-#include <map>
+#include <memory>
+#include <string>
+#include <utility>
 #include <stdexcept>
 
 #include <thrust/device_vector.h>
@@ -24,42 +27,6 @@ void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(status));
 }
 
-// Device copies of host buffers, by host address; each spans what the batch reaches.
-class Staging {
- public:
-  ~Staging() {
-    for (auto& [host, copy] : copies_) cudaFree(copy.device);
-  }
-
-  unsigned char* stage(const unsigned char* host, device::Index elements, std::uint32_t size, bool written) {
-    Copy& copy = copies_[host];
-    const auto bytes = static_cast<std::size_t>(elements) * size;
-    copy.written |= written;
-    if (copy.device != nullptr && copy.bytes >= bytes) return copy.device;
-    if (copy.device != nullptr) cudaFree(copy.device);
-    copy.bytes = bytes;
-    check(cudaMalloc(&copy.device, bytes == 0 ? 1 : bytes), "cudaMalloc");
-    check(cudaMemcpy(copy.device, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
-    return copy.device;
-  }
-
-  void copy_back() {
-    for (auto& [host, copy] : copies_) {
-      if (!copy.written) continue;
-      check(cudaMemcpy(const_cast<unsigned char*>(host), copy.device, copy.bytes, cudaMemcpyDeviceToHost),
-            "cudaMemcpy to the host");
-    }
-  }
-
- private:
-  struct Copy {
-    unsigned char* device = nullptr;
-    std::size_t bytes = 0;
-    bool written = false;
-  };
-  std::map<const unsigned char*, Copy> copies_;
-};
-
 struct CudaSystem {
   static constexpr const char* kName = "cuda";
   // One thread per item: short items keep a warp's threads on neighbouring elements.
@@ -74,47 +41,41 @@ struct CudaSystem {
     return thrust::raw_pointer_cast(v.data());
   }
 
-  // Every buffer is staged at its largest reach first, then the runs are pointed at the
-  // copies (a buffer read by one run and written by another is one copy).
+  static constexpr bool kHostMemory = false;
+
+  // The runs point into device memory already: only the batch's own tables go over.
   template <class Fn>
   static void launch(const device::HostBatch& batch, int, Fn&& fn) {
-    Staging staging;
-    std::map<const unsigned char*, std::pair<device::Index, bool>> reach;
-    for (std::size_t i = 0; i < batch.runs.size(); ++i) {
-      auto& from = reach[batch.runs[i].from];
-      from.first = std::max(from.first, batch.from_reach[i]);
-      auto& to = reach[batch.runs[i].to];
-      to.first = std::max(to.first, batch.to_reach[i]);
-      to.second = true;
-    }
-    std::map<const unsigned char*, unsigned char*> on_device;
-    for (const auto& [host, r] : reach) on_device[host] = staging.stage(host, r.first, batch.element_size, r.second);
-    std::vector<device::Run> runs = batch.runs;
-    for (device::Run& run : runs) {
-      run.from = on_device[run.from];
-      run.to = on_device[run.to];
-    }
-    thrust::device_vector<device::Run> device_runs(runs.begin(), runs.end());
+    thrust::device_vector<device::Run> device_runs(batch.runs.begin(), batch.runs.end());
     thrust::device_vector<device::Axis> device_axes(batch.axes.begin(), batch.axes.end());
     device::Batch view = batch.view();
     view.runs = thrust::raw_pointer_cast(device_runs.data());
     view.axes = thrust::raw_pointer_cast(device_axes.data());
     fn(thrust::cuda::par, view);
     check(cudaDeviceSynchronize(), "a conversion kernel");
-    staging.copy_back();
   }
 
   static std::uint64_t digest(const Buffer& full, device::Index tile, int) {
-    Staging staging;
-    const auto size = static_cast<std::uint32_t>(element_size(full.dtype()));
-    const unsigned char* data =
-        staging.stage(reinterpret_cast<const unsigned char*>(full.data()), full.numel(), size, false);
-    const device::DigestTile kernel{data, full.numel(), tile, size};
+    const device::DigestTile kernel{reinterpret_cast<const unsigned char*>(full.data()), full.numel(), tile,
+                                    static_cast<std::uint32_t>(element_size(full.dtype()))};
     const device::Index items = (full.numel() + tile - 1) / tile;
     return thrust::transform_reduce(thrust::cuda::par, thrust::counting_iterator<device::Index>(0),
                                     thrust::counting_iterator<device::Index>(items), kernel, std::uint64_t{0},
                                     device::SumTerms{});
   }
+
+  static std::pair<std::byte*, std::shared_ptr<void>> allocate(std::size_t bytes) {
+    void* data = nullptr;
+    check(cudaMalloc(&data, bytes == 0 ? 1 : bytes), "cudaMalloc");
+    return {static_cast<std::byte*>(data), std::shared_ptr<void>(data, [](void* p) { cudaFree(p); })};
+  }
+
+  // Unified addressing tells host from device memory.
+  static void copy(void* to, const void* from, std::size_t bytes) {
+    check(cudaMemcpy(to, from, bytes, cudaMemcpyDefault), "cudaMemcpy");
+  }
+
+  static void zero(void* at, std::size_t bytes) { check(cudaMemset(at, 0, bytes), "cudaMemset"); }
 };
 
 }  // namespace

@@ -3,6 +3,11 @@
 // toolkit's CCCL, or Debian's libthrust-dev), so every CI run executes the device code.
 #include <omp.h>
 
+#include <cstring>
+#include <memory>
+#include <new>
+#include <utility>
+
 #include <thrust/system/omp/execution_policy.h>
 
 #include "device_backend.h"
@@ -46,6 +51,17 @@ struct OmpSystem {
     ThreadsFor scope(threads);
     fn(thrust::omp::par, batch.view());
   }
+
+  // "Device" memory is host memory here, allocated apart and marked as a device's, so that
+  // the tests of device-resident conversion see any access the host makes to it.
+  static constexpr bool kHostMemory = true;
+  static std::pair<std::byte*, std::shared_ptr<void>> allocate(std::size_t bytes) {
+    constexpr std::align_val_t kAlign{64};
+    auto* data = static_cast<std::byte*>(::operator new(bytes == 0 ? 1 : bytes, kAlign));
+    return {data, std::shared_ptr<void>(data, [](void* p) { ::operator delete (p, std::align_val_t{64}); })};
+  }
+  static void copy(void* to, const void* from, std::size_t bytes) { std::memcpy(to, from, bytes); }
+  static void zero(void* at, std::size_t bytes) { std::memset(at, 0, bytes); }
 
   static std::uint64_t digest(const Buffer& full, device::Index tile, int threads) {
     ThreadsFor scope(threads);

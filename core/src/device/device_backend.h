@@ -12,6 +12,11 @@
 //       calls fn(policy, batch) with a Batch whose pointers the policy can reach, and
 //       makes what the runs wrote visible in the caller's buffers when it returns.
 //   static std::uint64_t digest(const Buffer&, Index tile, int threads);
+//   static constexpr bool kHostMemory;              // its batches also reach host memory
+//   static std::pair<std::byte*, std::shared_ptr<void>> allocate(std::size_t bytes);
+//       device memory and what frees it;
+//   static void copy(void* to, const void* from, std::size_t bytes);  // any memory to any
+//   static void zero(void* at, std::size_t bytes);  // device memory
 #pragma once
 
 #include <algorithm>
@@ -20,6 +25,9 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <thrust/fill.h>
@@ -35,20 +43,16 @@
 
 namespace shardcheck::device {
 
-// A batch as the host builds it: runs and axes in host memory, and each buffer the runs
-// touch with the number of elements they may reach (for staging).
+// A batch as the host builds it: runs and axes in host memory; the runs point into memory
+// the system reaches.
 struct HostBatch {
   std::vector<Run> runs;
   std::vector<Axis> axes;
   Index tile = 1;
   std::uint32_t element_size = 1;
   Index items = 0;
-  Index bytes = 0;      // moved: what decides the thread count
-  Index to_extent = 0;  // 1 + the highest destination address any run writes
-  // Per run, 1 + the highest address it reads and writes: what a system that stages
-  // buffers copies.
-  std::vector<Index> from_reach;
-  std::vector<Index> to_reach;
+  Index bytes = 0;           // moved: what decides the thread count
+  Index to_extent = 0;       // 1 + the highest destination address any run writes
   bool round_robin = false;  // see Batch::round_robin
   Index deal = 1;            // see Batch::round_robin
 
@@ -90,13 +94,12 @@ inline std::optional<Run> run_scaling(DType dtype, const BlockCopy& b) {
   return run;
 }
 
-// The highest address a view reaches over `shape` (checked views: no overflow).
-inline Index view_max(const detail::RowPlan& p, const std::vector<detail::WalkAxis>& axes, bool to_side) {
-  Index at = to_side ? p.to_offset : p.from_offset;
-  at += (p.len - 1) * std::max<Index>(0, to_side ? p.to_step : p.from_step);
+// The highest destination address a block's rows reach (checked views: no overflow).
+inline Index view_max(const detail::RowPlan& p, const std::vector<detail::WalkAxis>& axes) {
+  Index at = p.to_offset + (p.len - 1) * std::max<Index>(0, p.to_step);
   for (std::int32_t a = 0; a < p.axes_count; ++a) {
     const detail::WalkAxis& axis = axes[static_cast<std::size_t>(p.axes_begin + a)];
-    at += (axis.extent - 1) * std::max<Index>(0, to_side ? axis.to_stride : axis.from_stride);
+    at += (axis.extent - 1) * std::max<Index>(0, axis.to_stride);
   }
   return at;
 }
@@ -132,9 +135,7 @@ inline bool make_batch(DType dtype, std::span<const BlockCopy> blocks, Index til
     run->block = static_cast<std::uint32_t>(i);
     out.items += p.rows * run->segments;
     out.bytes += b.numel * static_cast<Index>(out.element_size);
-    out.from_reach.push_back(view_max(p, walk_axes, false) + 1);
-    out.to_reach.push_back(view_max(p, walk_axes, true) + 1);
-    out.to_extent = std::max(out.to_extent, out.to_reach.back());
+    out.to_extent = std::max(out.to_extent, view_max(p, walk_axes) + 1);
     out.runs.push_back(*run);
   }
   out.round_robin = disjoint && out.runs.size() > 1 && std::all_of(out.runs.begin(), out.runs.end(), [&](const Run& r) {
@@ -170,13 +171,13 @@ class DeviceBackend final : public Backend {
   // does not promise, so such a block (and one it does not run) goes to the CPU backend.
   void copy_block(DType dtype, const BlockCopy& copy) override {
     if (!is_unique(*copy.shape, copy.to_view->strides) || !run_copies(dtype, {&copy, 1}, Threading{}, nullptr)) {
-      cpu_->copy_block(dtype, copy);
+      host_fallback().copy_block(dtype, copy);
     }
   }
 
   std::optional<Index> compare_block(DType dtype, const BlockCopy& copy) override {
     HostBatch batch;
-    if (!make_batch(dtype, {&copy, 1}, tile_of(Threading{}), batch)) return cpu_->compare_block(dtype, copy);
+    if (!make_batch(dtype, {&copy, 1}, tile_of(Threading{}), batch)) return host_fallback().compare_block(dtype, copy);
     const Position first = compare(batch, Threading{});
     if (first.block == kNoPosition.block) return std::nullopt;
     return first.k;
@@ -225,7 +226,70 @@ class DeviceBackend final : public Backend {
     return System::digest(full, tile_of(threading), threads_for(threading, static_cast<Index>(full.size_bytes())));
   }
 
+  std::optional<ScaleFaultAt> first_scale_fault(DType dtype, std::span<const BlockCopy> blocks,
+                                                const Threading& threading) override {
+    HostBatch batch;
+    if (!is_floating(dtype)) return std::nullopt;
+    if (!make_batch(dtype, blocks, tile_of(threading), batch)) {
+      return host_fallback().first_scale_fault(dtype, blocks, threading);
+    }
+    if (batch.items == 0) return std::nullopt;
+    FaultPosition first = kNoFault;
+    System::launch(batch, threads_for(threading, batch.bytes), [&](auto policy, const Batch& on_device) {
+      first = thrust::transform_reduce(policy, thrust::counting_iterator<Index>(0),
+                                       thrust::counting_iterator<Index>(on_device.items), ScaleFaultSegment{on_device},
+                                       kNoFault, FirstFault{});
+    });
+    if (first.block == kNoFault.block) return std::nullopt;
+    return ScaleFaultAt{first.block, first.from, first.to};
+  }
+
+  bool reaches(Memory memory) const override { return memory == Memory::device || System::kHostMemory; }
+
+  Buffer allocate(DType dtype, Index numel, Memory memory, bool zeroed) override {
+    // Host memory is where copy_to brings results back, whether or not batches reach it.
+    if (memory == Memory::host) return zeroed ? Buffer(dtype, numel) : Buffer::uninitialized(dtype, numel);
+    const std::size_t bytes = byte_count(dtype, numel);
+    auto [data, owner] = System::allocate(bytes);
+    if (zeroed) System::zero(data, bytes);
+    return Buffer::in_device_memory(dtype, numel, data, std::move(owner));
+  }
+
+  Buffer copy_to(const Buffer& buffer, Memory memory) override {
+    if (!reaches(buffer.memory())) return Backend::copy_to(buffer, memory);  // says why not
+    Buffer out = allocate(buffer.dtype(), buffer.numel(), memory, false);
+    if (buffer.numel() > 0) System::copy(out.data(), buffer.data(), buffer.size_bytes());
+    return out;
+  }
+
+  std::uint64_t element_bits(const Buffer& buffer, Index i) override {
+    if (buffer.memory() == Memory::host) return Backend::element_bits(buffer, i);
+    if (i < 0 || i >= buffer.numel()) throw std::out_of_range("shardcheck: element_bits outside the buffer");
+    Buffer one = Buffer::uninitialized(buffer.dtype(), 1);
+    const std::size_t size = element_size(buffer.dtype());
+    System::copy(one.data(), buffer.data() + static_cast<std::size_t>(i) * size, size);
+    return one.bits(0);
+  }
+
  private:
+  static std::size_t byte_count(DType dtype, Index numel) {
+    if (numel < 0 || numel > std::numeric_limits<Index>::max() / static_cast<Index>(element_size(dtype))) {
+      throw std::length_error("shardcheck: invalid element count");
+    }
+    return static_cast<std::size_t>(numel) * element_size(dtype);
+  }
+
+  // Blocks the device does not run (a destination that overlaps itself, which only a
+  // planted bug lets through; a scale outside the device's arithmetic) go to the CPU
+  // backend where the memory is the host's; elsewhere that is a caller's bug.
+  Backend& host_fallback() {
+    if (!System::kHostMemory) {
+      throw std::logic_error(std::string("shardcheck: the ") + System::kName +
+                             " backend was handed a block it does not run, in memory the CPU backend does not reach");
+    }
+    return *cpu_;
+  }
+
   // False, copying nothing, for blocks the device does not run.
   bool run_copies(DType dtype, std::span<const BlockCopy> blocks, const Threading& threading,
                   std::uint64_t* digest_of_written) {

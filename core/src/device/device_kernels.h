@@ -323,6 +323,58 @@ struct CompareSegment {
   }
 };
 
+// Whether scaling `bits` as the run does overflows or flushes (contract 1.2).
+SHARDCHECK_HD inline bool scale_faults(const Run& r, std::uint64_t bits) {
+  using namespace scaling;
+  const auto factor32 = static_cast<float>(r.factor);
+  switch (r.format) {
+    case Format::plain:
+      return false;
+    case Format::float16:
+      return scale_element<Float16>(static_cast<std::uint16_t>(bits), factor32, r.up).fault != ScaleFault::none;
+    case Format::bfloat16:
+      return scale_element<BFloat16>(static_cast<std::uint16_t>(bits), factor32, r.up).fault != ScaleFault::none;
+    case Format::float32:
+      return scale_element<Float32>(static_cast<std::uint32_t>(bits), factor32, r.up).fault != ScaleFault::none;
+    case Format::float64:
+      return scale_element<Float64>(bits, r.factor, r.up).fault != ScaleFault::none;
+  }
+  return false;
+}
+
+// An element whose scaling faults: its block, its destination address and its source
+// address, ordered by block, then destination; `kNoFault` is after all.
+struct FaultPosition {
+  std::uint32_t block;
+  Index to;
+  Index from;
+};
+
+inline constexpr FaultPosition kNoFault{0xffffffffu, 0x7fffffffffffffffll, 0};
+
+struct FirstFault {
+  SHARDCHECK_HD FaultPosition operator()(const FaultPosition& a, const FaultPosition& b) const {
+    if (a.block != b.block) return a.block < b.block ? a : b;
+    return a.to <= b.to ? a : b;
+  }
+};
+
+// The segment's faulting element with the lowest destination address.
+struct ScaleFaultSegment {
+  Batch batch;
+  SHARDCHECK_HD FaultPosition operator()(Index item) const {
+    const Segment s = segment_at(batch, item);
+    const Run& r = *s.run;
+    FaultPosition lowest = kNoFault;
+    for (Index j = 0; j < s.count; ++j) {
+      const Index from = s.from + j * r.from_step;
+      const Index to = s.to + j * r.to_step;
+      if (to < lowest.to && scale_faults(r, load(r.from, from, batch.element_size))) lowest = {r.block, to, from};
+    }
+    return lowest;
+  }
+};
+
 struct SumTerms {
   SHARDCHECK_HD std::uint64_t operator()(std::uint64_t a, std::uint64_t b) const { return a + b; }
 };
