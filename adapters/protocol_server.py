@@ -37,8 +37,9 @@ class Requests:
         self._served = 0
 
     def renew(self):
-        """Makes the request being answered this child's last: a fresh child reads on."""
-        self._renew = True
+        """Makes the request being answered this child's last: a fresh child reads on.
+        Outside a fork server (no `handback`) there is no fresh child, and it does nothing."""
+        self._renew = self._handback is not None
 
     def answer_fresh(self):
         """Hands the request being answered to a fresh child and ends this one, unless this

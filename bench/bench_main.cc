@@ -439,6 +439,10 @@ Map wide_layout(const std::string& name) {
   const std::vector<Index> even(kTp, kSide / kTp);
   if (name == "column") return contiguous_split_map({kSide, kSide}, even, 1).value();
   if (name == "row") return contiguous_split_map({kSide, kSide}, even, 0).value();
+  // 16384 x 16384: 1 GiB of float32, the GPU's bandwidth row (issue 27).
+  const std::vector<Index> even_large(kTp, 16384 / kTp);
+  if (name == "column_large") return contiguous_split_map({16384, 16384}, even_large, 1).value();
+  if (name == "row_large") return contiguous_split_map({16384, 16384}, even_large, 0).value();
   if (name == "fused_qkv") {
     const std::vector<Index> q(kTp, 2048 / kTp), kv(kTp, 1024 / kTp);
     return sub_param_map({kSide, kSide}, {2048, 1024, 1024}, {q, kv, kv}, 1).value();
@@ -573,10 +577,8 @@ Best memcpy_best_threads(const Buffer& full, int threads) {
 // the rebuild verifies an expected content digest (summed during the copy where it can be).
 void BM_WideConvert(benchmark::State& state, std::string layout, DType dtype, bool rebuild_side,
                     std::string backend_name, bool with_digest) {
-  const WideInputs& in = wide_inputs(layout, dtype);
   ConvertOptions options;
   options.threads = static_cast<int>(state.range(0));
-  if (with_digest) options.expected_digest = digest(in.full);
   std::unique_ptr<Backend> backend;
   if (!backend_name.empty()) {
     backend = backend_name == "device-omp" ? make_device_omp_backend() : make_cuda_backend();
@@ -588,18 +590,46 @@ void BM_WideConvert(benchmark::State& state, std::string layout, DType dtype, bo
     }
     options.backend = backend.get();
   }
+  const WideInputs& in = wide_inputs(layout, dtype);
+  if (with_digest) options.expected_digest = digest(in.full);
+  // A backend that reaches a device's memory converts there, its inputs copied over once;
+  // one that does not reach host memory (CUDA) is compared with a device-to-device copy
+  // of the same bytes instead of memcpy.
+  const bool on_device = backend && backend->reaches(Memory::device);
+  const bool device_only = backend && !backend->reaches(Memory::host);
+  Buffer device_full;
+  ShardSet device_shards;
+  if (on_device) {
+    device_full = backend->copy_to(in.full, Memory::device);
+    for (const auto& [rank, shard] : in.shards) device_shards.emplace(rank, backend->copy_to(shard, Memory::device));
+  }
+  const Buffer& full = on_device ? device_full : in.full;
+  const ShardSet& shards = on_device ? device_shards : in.shards;
   auto once = [&] {
     if (rebuild_side) {
-      auto out = rebuild(in.map, in.shards, dtype, options);
+      auto out = rebuild(in.map, shards, dtype, options);
       if (!out) state.SkipWithError("rebuild refused");
       benchmark::DoNotOptimize(out);
     } else {
-      auto out = extract_all(in.map, in.full, options);
+      auto out = extract_all(in.map, full, options);
       if (!out) state.SkipWithError("extract refused");
       benchmark::DoNotOptimize(out);
     }
   };
   once();  // warm: scratch and the allocator's pages
+  if (device_only) {
+    Best copy;
+    for (int i = 0; i < 5; ++i) {
+      time_once(copy, [&] { benchmark::DoNotOptimize(backend->copy_to(full, Memory::device)); });
+    }
+    Best best;
+    for (auto _ : state) time_once(best, once);
+    state.counters["vs_device_copy"] = best.wall / copy.wall;
+    state.counters["best_ms"] = best.wall * 1e3;
+    state.counters["device_copy_ms"] = copy.wall * 1e3;
+    state.SetBytesProcessed(state.iterations() * static_cast<Index>(in.full.size_bytes()));
+    return;
+  }
   const Best baseline = memcpy_best(in.full);
   Best best;
   for (auto _ : state) time_once(best, once);
@@ -642,6 +672,10 @@ void register_wide() {
                       {"block_gather", DType::float32, "4096x4096"},
                       {"block_gather_4096_pieces", DType::float32, "32768x512"},
                       {"fallback_interleaved_rows", DType::float32, "4096x4096"}};
+  const Row large_rows[] = {{"column", DType::float32, "4096x4096"},
+                            {"row", DType::float32, "4096x4096"},
+                            {"column_large", DType::float32, "16384x16384"},
+                            {"row_large", DType::float32, "16384x16384"}};
   // The CPU path on every layout; a rebuild that verifies a content digest (issue 29: at
   // most 1.3x memcpy, as vs_memcpy with one thread and vs_memcpy_same_threads with all);
   // the device code (core/src/device/) on OpenMP threads and, where a GPU is, on CUDA.
@@ -657,7 +691,8 @@ void register_wide() {
   const Variant variants[] = {{"wide", "", false, all, true},
                               {"wide-digest", "", true, two_dtypes, false},
                               {"device-omp", "device-omp", false, all.first(3), true},
-                              {"cuda", "cuda", false, all.first(3), true}};
+                              {"cuda", "cuda", false, large_rows, true},
+                              {"cuda-digest", "cuda", true, large_rows, false}};
   for (const Variant& v : variants) {
     for (const Row& row : v.rows) {
       for (bool rebuild_side : {true, false}) {

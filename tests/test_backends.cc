@@ -115,10 +115,9 @@ TEST(Backends, DeviceCodeAnswersDoNotDependOnTheLaunchShape) {
 }
 
 // Every case of corpus/regressions (the reported corruptions and their relatives).
-TEST(Backends, DeviceCodeOnOpenMpAgreesWithCpuOnTheRegressionCorpus) {
-  if (!device_omp_compiled()) GTEST_SKIP() << "built without Thrust's headers: no device code on OpenMP";
+void expect_agreement_on_the_regression_corpus(std::unique_ptr<Backend> backend) {
   namespace fs = std::filesystem;
-  auto backends = cpu_and(make_device_omp_backend());
+  auto backends = cpu_and(std::move(backend));
   int replayed = 0;
   for (const auto& entry : fs::directory_iterator(fs::path(SHARDCHECK_SOURCE_DIR) / "corpus" / "regressions")) {
     if (entry.path().extension() != ".json") continue;
@@ -132,6 +131,18 @@ TEST(Backends, DeviceCodeOnOpenMpAgreesWithCpuOnTheRegressionCorpus) {
     ++replayed;
   }
   EXPECT_GE(replayed, 10);
+}
+
+TEST(Backends, DeviceCodeOnOpenMpAgreesWithCpuOnTheRegressionCorpus) {
+  if (!device_omp_compiled()) GTEST_SKIP() << "built without Thrust's headers: no device code on OpenMP";
+  expect_agreement_on_the_regression_corpus(make_device_omp_backend());
+}
+
+TEST(Backends, CudaAgreesWithCpuOnTheRegressionCorpus) {
+  if (!cuda_compiled()) GTEST_SKIP() << "built without the CUDA toolkit";
+  auto cuda = make_cuda_backend();
+  if (!cuda) GTEST_SKIP() << "CUDA backend compiled, but no CUDA device is present";
+  expect_agreement_on_the_regression_corpus(std::move(cuda));
 }
 
 // Replicas claim F through the writer record with an atomic minimum. Two ranks hold one

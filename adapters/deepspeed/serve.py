@@ -22,6 +22,12 @@ The adapter is a fork server (adapters/protocol_server.py, docs/protocol.md "For
 servers"): torch and the module load once, in a parent that answers nothing, and a child
 that crashes (some corrupted maps make torch read or write memory no tensor owns) is
 replaced by a fork of that parent, not by a new interpreter.
+
+$SHARDCHECK_DEEPSPEED_DEVICE chooses where DeepSpeed's code runs: `cpu` (the default),
+`cuda`, or `auto` (cuda when torch sees a device). On cuda every tensor the module gets is
+a CUDA tensor and its results are read back; a process that has used CUDA cannot fork a
+working child, so the adapter then serves in one process and the harness starts a new
+one after a crash. Where torch sees no CUDA device it says so on stderr and runs on CPU.
 """
 
 import base64
@@ -219,16 +225,33 @@ def load_affine():
          '(bash scripts/deepspeed-target.sh makes out/deepspeed/current)')
 
 
+DEVICE = 'cpu'  # where tensors handed to the module live (device_choice)
+
+
+def device_choice():
+    """The device $SHARDCHECK_DEEPSPEED_DEVICE asks for, as far as torch can give it."""
+    wanted = os.environ.get('SHARDCHECK_DEEPSPEED_DEVICE', 'cpu')
+    if wanted not in ('cpu', 'cuda', 'auto'):
+        fail(f'SHARDCHECK_DEEPSPEED_DEVICE must be cpu, cuda or auto, not {wanted!r}')
+    if wanted == 'cpu':
+        return 'cpu'
+    if torch.cuda.is_available():
+        return 'cuda'
+    print(f'deepspeed adapter: SHARDCHECK_DEEPSPEED_DEVICE={wanted}, but torch {torch.__version__} sees no CUDA '
+          'device: DeepSpeed runs on CPU', file=sys.stderr, flush=True)
+    return 'cpu'
+
+
 def tensor_in(doc):
     name = doc['dtype']
     raw = np.frombuffer(base64.b64decode(doc['data']), dtype=BIT_VIEWS[name]).copy()
     tensor = torch.from_numpy(raw).view(torch_dtype(name))
-    return tensor.reshape([int(extent) for extent in doc['shape']])
+    return tensor.reshape([int(extent) for extent in doc['shape']]).to(DEVICE)
 
 
 def tensor_out(tensor):
     name = dtype_name(tensor.dtype)
-    flat = tensor.detach().contiguous().reshape(-1)
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
     view = BIT_VIEWS.get(name)
     data = flat.view(getattr(torch, view)).numpy().tobytes() if view else b''
     return {'dtype': name, 'shape': list(tensor.shape), 'data': base64.b64encode(data).decode('ascii')}
@@ -317,7 +340,7 @@ def execute_plan(plan, source_shards, shard_shapes, dtype, poisoned):
     """Runs a TransferPlan as a caller would: each segment one strided copy, from a view of
     its source rank's flat shard into a view of its target rank's flat shard. Target shards
     start poisoned, so an address no segment writes shows as wrong, never as luck."""
-    targets = {rank: poisoned.empty(math.prod(shape), dtype=dtype) for rank, shape in shard_shapes.items()}
+    targets = {rank: poisoned.empty(math.prod(shape), dtype=dtype, device=DEVICE) for rank, shape in shard_shapes.items()}
     for segment in plan.segments:
         source = poisoned.watch(source_shards[segment.source_rank].as_strided(segment.shape, segment.source_strides,
                                                                               segment.source_offset))
@@ -393,6 +416,8 @@ def main():
     sys.stdout = sys.stderr
     torch.set_num_threads(1)
     skip_cpp_backtraces()
+    global DEVICE
+    DEVICE = device_choice()
     server = Server(*load_affine())
 
     def serve(requests):
@@ -412,6 +437,10 @@ def main():
             if server.torch.escaped:
                 requests.renew()
 
+    if DEVICE == 'cuda':
+        # CUDA, once used, does not survive a fork: one process, restarted after a crash.
+        serve(protocol_server.Requests())
+        return
     # torch and the module are imported once, in the parent; a crash costs a fork.
     protocol_server.fork_server(serve, protocol.fileno())
 

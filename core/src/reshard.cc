@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <stdexcept>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -577,9 +578,21 @@ Status compare_replicas(const std::vector<TransferSegment>& checks, const ShardS
   return {};
 }
 
+// Plans execute on host memory: shards in a device's memory are the caller's mistake.
+void expect_host(const ShardSet& shards, const char* side) {
+  for (const auto& [rank, shard] : shards) {
+    if (shard.memory() == Memory::host) continue;
+    throw std::invalid_argument(fmt::format("{} rank {}'s shard is in {} memory; transfer plans execute on host memory "
+                                            "(copy the shards to the host first)",
+                                            side, rank, memory_name(shard.memory())));
+  }
+}
+
 }  // namespace
 
 Status execute_into(const Plan& plan, const ShardSet& source_shards, ShardSet& target_shards) {
+  expect_host(source_shards, "source");
+  expect_host(target_shards, "target");
   DType dtype = DType::float32;
   if (!source_shards.empty())
     dtype = source_shards.begin()->second.dtype();

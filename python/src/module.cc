@@ -8,6 +8,7 @@
 // result is the core's own buffer handed over without a copy.
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -103,8 +104,10 @@ std::string dtype_text(nb::dlpack::dtype t) {
 // copied behind the caller's back. `as_bool`: the array is a uint8 view of a bool
 // tensor (torch cannot export bool through DLPack).
 Buffer borrow(const Array& a, const std::string& what, bool as_bool = false) {
-  if (a.device_type() != nb::device::cpu::value) {
-    throw nb::type_error(fmt::format("{} is not in CPU memory; move it to the CPU first (tensor.cpu()).", what).c_str());
+  const bool on_cuda = a.device_type() == nb::device::cuda::value;
+  if (a.device_type() != nb::device::cpu::value && !on_cuda) {
+    throw nb::type_error(
+        fmt::format("{} is neither in CPU memory nor on a CUDA device; move it to one (tensor.cpu()).", what).c_str());
   }
   auto dtype = dtype_of(a.dtype());
   if (as_bool && dtype == DType::uint8) dtype = DType::boolean;
@@ -134,7 +137,34 @@ Buffer borrow(const Array& a, const std::string& what, bool as_bool = false) {
     throw nb::type_error(
         fmt::format("{} is not aligned to its element size; pass an aligned copy (a.copy()).", what).c_str());
   }
+  if (on_cuda) {
+    // Converted where it is, by the CUDA backend (cuda_backend_for), and never read here.
+    return Buffer::in_device_memory(*dtype, static_cast<Index>(a.size()), const_cast<std::byte*>(data), nullptr);
+  }
   return Buffer::borrow(*dtype, static_cast<Index>(a.size()), empty ? nullptr : data);
+}
+
+// The backend a conversion of these buffers runs on: the CPU's for host memory, CUDA for
+// tensors on a CUDA device (one backend per process; the CUDA runtime's current device,
+// which torch sets, is the one it launches on). A wheel built without the toolkit, or a
+// machine without a device, says so.
+Backend* backend_for(std::initializer_list<const Buffer*> buffers) {
+  bool device = false;
+  for (const Buffer* b : buffers) device = device || b->memory() == Memory::device;
+  if (!device) return nullptr;
+  static const std::unique_ptr<Backend> cuda = make_cuda_backend();
+  if (cuda) return cuda.get();
+  throw nb::type_error(cuda_compiled() ? "CUDA tensors were given, but the CUDA backend finds no device."
+                                       : "CUDA tensors were given, but this build of shardcheck has no CUDA backend "
+                                         "(build it with the CUDA toolkit: pip install . -C "
+                                         "cmake.define.SHARDCHECK_CUDA=ON).");
+}
+
+Backend* backend_for(const ShardSet& shards) {
+  for (const auto& [rank, shard] : shards) {
+    if (shard.memory() == Memory::device) return backend_for({&shard});
+  }
+  return nullptr;
 }
 
 // The map's text where Python holds it, without a copy: a str's UTF-8 (an ASCII str is
@@ -162,7 +192,9 @@ Map decode(nb::handle text, std::optional<std::uint64_t> max_input_bytes) {
 
 // Hands the core's result buffer to Python: the array owns it through a capsule.
 // A torch bool result goes out as uint8 and is viewed as bool again.
-nb::object to_array(Buffer&& result, const Extents& shape, bool torch) {
+nb::object to_array(Buffer&& result, const Extents& shape, bool torch, int device_id = -1) {
+  const bool on_cuda = result.memory() == Memory::device;
+  if (on_cuda && !torch) throw nb::type_error("A result on a CUDA device can only be returned as a torch tensor.");
   auto owned = std::make_unique<Buffer>(std::move(result));
   std::vector<std::size_t> extents(shape.begin(), shape.end());
   const DType dtype = owned->dtype();
@@ -174,9 +206,10 @@ nb::object to_array(Buffer&& result, const Extents& shape, bool torch) {
   nb::capsule owner(owned.get(), [](void* p) noexcept { delete static_cast<Buffer*>(p); });
   owned.release();
   if (torch) {
-    nb::object out = nb::cast(
-        nb::ndarray<nb::pytorch>(data, extents.size(), extents.data(), owner, nullptr, dlpack_of(exported)),
-        nb::rv_policy::reference);
+    const int device_type = on_cuda ? nb::device::cuda::value : nb::device::cpu::value;
+    nb::object out = nb::cast(nb::ndarray<nb::pytorch>(data, extents.size(), extents.data(), owner, nullptr,
+                                                       dlpack_of(exported), device_type, on_cuda ? device_id : 0),
+                              nb::rv_policy::reference);
     if (exported != dtype) out = out.attr("view")(nb::module_::import_("torch").attr("bool"));
     return out;
   }
@@ -199,6 +232,7 @@ Map decode_side(nb::handle text, std::optional<std::uint64_t> max_input_bytes, c
 struct BorrowedShards {
   ShardSet set;
   DType dtype = DType::float32;
+  int device_id = -1;  // the CUDA device of shards there
 };
 
 BorrowedShards borrow_shards(const std::vector<std::tuple<Rank, Array, bool>>& shards,
@@ -208,6 +242,14 @@ BorrowedShards borrow_shards(const std::vector<std::tuple<Rank, Array, bool>>& s
     if (!out.set.emplace(rank, borrow(array, fmt::format("The shard of rank {}", rank), as_bool)).second) {
       throw nb::value_error(fmt::format("Two shards were supplied for rank {}.", rank).c_str());
     }
+    if (array.device_type() != nb::device::cuda::value) continue;
+    if (out.device_id >= 0 && array.device_id() != out.device_id) {
+      throw nb::value_error(
+          fmt::format("The shards are on CUDA devices {} and {}; a rebuild reads them on one.", out.device_id,
+                      array.device_id())
+              .c_str());
+    }
+    out.device_id = array.device_id();
   }
   if (dtype_name) {
     const auto dtype = parse_dtype(*dtype_name);
@@ -246,13 +288,14 @@ nb::object py_rebuild(nb::handle text, const std::vector<std::tuple<Rank, Array,
   ConvertOptions options;
   options.scale_power = scale_power;
   options.digest_state = digest_state;
+  options.backend = backend_for(in.set);
   std::optional<Result<Buffer>> full;
   {
     nb::gil_scoped_release release;
     full.emplace(rebuild(map, in.set, in.dtype, options));
   }
   if (!*full) throw MapFailure{full->error()};
-  return to_array(std::move(*full).value(), map.logical_shape, torch);
+  return to_array(std::move(*full).value(), map.logical_shape, torch, in.device_id);
 }
 
 nb::object py_extract(nb::handle text, const Array& full, bool as_bool, Rank rank, int scale_power,
@@ -261,6 +304,7 @@ nb::object py_extract(nb::handle text, const Array& full, bool as_bool, Rank ran
   const Buffer in = borrow(full, "The full tensor", as_bool);
   ConvertOptions options;
   options.scale_power = scale_power;
+  options.backend = backend_for({&in});
   std::optional<Result<Buffer>> shard;
   {
     nb::gil_scoped_release release;
@@ -268,7 +312,7 @@ nb::object py_extract(nb::handle text, const Array& full, bool as_bool, Rank ran
   }
   if (!*shard) throw MapFailure{shard->error()};
   // A successful extract means the rank is listed with a shard shape.
-  return to_array(std::move(*shard).value(), *map.find_rank(rank)->shard_shape, torch);
+  return to_array(std::move(*shard).value(), *map.find_rank(rank)->shard_shape, torch, full.device_id());
 }
 
 // The plan as `shardcheck plan --json` prints it (plan_to_json), as JSON text.

@@ -5,7 +5,6 @@
 
 #include <cstring>
 #include <memory>
-#include <new>
 #include <utility>
 
 #include <thrust/system/omp/execution_policy.h>
@@ -55,10 +54,12 @@ struct OmpSystem {
   // "Device" memory is host memory here, allocated apart and marked as a device's, so that
   // the tests of device-resident conversion see any access the host makes to it.
   static constexpr bool kHostMemory = true;
+  // A host buffer's own storage (the tensor allocator, which keeps a few freed tensors'
+  // pages for the next), held by the owner.
   static std::pair<std::byte*, std::shared_ptr<void>> allocate(std::size_t bytes) {
-    constexpr std::align_val_t kAlign{64};
-    auto* data = static_cast<std::byte*>(::operator new(bytes == 0 ? 1 : bytes, kAlign));
-    return {data, std::shared_ptr<void>(data, [](void* p) { ::operator delete (p, std::align_val_t{64}); })};
+    auto storage = std::make_shared<Buffer>(Buffer::uninitialized(DType::uint8, static_cast<device::Index>(bytes)));
+    std::byte* data = storage->data();
+    return {data, std::move(storage)};
   }
   static void copy(void* to, const void* from, std::size_t bytes) { std::memcpy(to, from, bytes); }
   static void zero(void* at, std::size_t bytes) { std::memset(at, 0, bytes); }
