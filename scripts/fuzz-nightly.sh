@@ -70,8 +70,7 @@ share=$((budget / ${#targets[@]}))
 min_bound=${FUZZ_MINIMIZE_SECONDS:-$((share / 4 < 60 ? (share / 4 > 2 ? share / 4 : 2) : 60))}
 # Merging and minimising come out of each target's share too.
 fuzz_seconds=$((share - share / 5 > 1 ? share - share / 5 : 1))
-export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+fuzz_run_env abort_on_error=1:
 
 slug() {  # a file name for a signature: readable prefix, hash for uniqueness
   local clean hash

@@ -47,8 +47,8 @@ if [[ ${FUZZ_SKIP_BUILD:-0} != 1 ]]; then
   fuzz_build_libfuzzer "$plain_dir" plain "$out/build-plain.log" "${targets[@]}"
   fuzz_build_replay "$release_dir" "$out/build-release.log" "${targets[@]}"
 fi
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# The nightly's environment (scripts/fuzz-builds.sh), the same for all three builds.
+fuzz_run_env
 
 # Seconds one process takes to run every input once (the command and the input list).
 seconds_for() {
