@@ -29,11 +29,16 @@ summary=$out/summary.txt
 : >"$summary"
 say() { echo "gpu-check: $*" | tee -a "$summary"; }
 status=0
-step() {  # step NAME COMMAND...: runs it, notes pass or fail
-  local name=$1
-  shift
+step() {  # step NAME LOG COMMAND...: runs it into LOG, notes pass or fail
+  local name=$1 log=$2
+  shift 2
   local start=$SECONDS
-  if "$@"; then say "$name: ok ($((SECONDS - start)) s)"; else say "$name: FAILED ($((SECONDS - start)) s)"; status=1; fi
+  if "$@" >"$log" 2>&1; then
+    say "$name: ok ($((SECONDS - start)) s)"
+  else
+    say "$name: FAILED ($((SECONDS - start)) s, see $log)"
+    status=1
+  fi
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt" ||
@@ -41,16 +46,16 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 jobs=$(nproc)
 build_all() {
   cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSHARDCHECK_CUDA=ON -DSHARDCHECK_BENCH=ON \
-    -DSHARDCHECK_SANITIZE=OFF -DSHARDCHECK_PYTHON=OFF -DSHARDCHECK_FUZZ=OFF &&
+    -DSHARDCHECK_TESTS=ON -DSHARDCHECK_SANITIZE=OFF -DSHARDCHECK_PYTHON=OFF -DSHARDCHECK_FUZZ=OFF &&
     cmake --build "$build" -j "$jobs" --target shardcheck test_backends test_device_memory shardcheck_bench
 }
-step build build_all >"$out/build.log" 2>&1
+step build "$out/build.log" build_all
 [[ $status == 0 ]] || { tail -30 "$out/build.log"; exit 1; }
 
 run_tests() {
   "$build/test_backends" && "$build/test_device_memory"
 }
-step "device tests" run_tests >"$out/tests.log" 2>&1
+step "device tests" "$out/tests.log" run_tests
 # A skipped CUDA test means the backend found no device: that is a failure here.
 if grep -q "SKIPPED.*[Cc]uda" "$out/tests.log"; then
   say "the CUDA backend found no device (tests skipped):"
@@ -59,7 +64,7 @@ if grep -q "SKIPPED.*[Cc]uda" "$out/tests.log"; then
 fi
 grep -E "^\[  (PASSED|FAILED)" "$out/tests.log" | tee -a "$summary"
 
-step "campaign --backend cuda (${seconds} s)" \
+step "campaign --backend cuda (${seconds} s)" "$out/campaign.log" \
   "$build/shardcheck" campaign --time "$seconds" --backend cuda --out "$out/campaign" --quiet
 
 ds_path=${SHARDCHECK_DEEPSPEED_PATH:-}
@@ -86,8 +91,8 @@ else
   say "deepspeed: skipped (no sdist at hand and none could be fetched; see $out/deepspeed-fetch.log)"
 fi
 
-step benchmarks "$build/shardcheck_bench" --benchmark_filter='^cuda(-digest)?/' --benchmark_out="$out/bench.json" \
-  --benchmark_out_format=json >"$out/bench.log" 2>&1
+step benchmarks "$out/bench.log" "$build/shardcheck_bench" --benchmark_filter='^cuda(-digest)?/' \
+  --benchmark_out="$out/bench.json" --benchmark_out_format=json
 python3 - "$out" <<'PY' | tee -a "$summary"
 import json, sys
 out = sys.argv[1]

@@ -338,17 +338,9 @@ Buffer Buffer::borrow(DType dtype, Index numel, const std::byte* data) {
   return out;
 }
 
+// Memory the buffer does not hold itself, checked as borrowed memory is.
 Buffer Buffer::in_device_memory(DType dtype, Index numel, std::byte* data, std::shared_ptr<void> owner) {
-  auto bytes = checked_mul(numel, static_cast<Index>(element_size(dtype)));
-  if (numel < 0 || !bytes) throw std::length_error("shardcheck::Buffer: invalid element count");
-  if (numel > 0 && (data == nullptr || reinterpret_cast<std::uintptr_t>(data) % element_size(dtype) != 0)) {
-    throw std::invalid_argument("shardcheck::Buffer: device memory is null or not aligned to its element size");
-  }
-  Buffer out;
-  out.dtype_ = dtype;
-  out.numel_ = numel;
-  static const std::byte kNothing{};
-  out.borrowed_ = numel > 0 ? data : &kNothing;
+  Buffer out = borrow(dtype, numel, data);
   out.owner_ = std::move(owner);
   out.memory_ = Memory::device;
   return out;

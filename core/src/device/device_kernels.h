@@ -142,24 +142,38 @@ SHARDCHECK_HD inline void store(unsigned char* base, Index at, std::uint32_t siz
   }
 }
 
-// The bits a run writes for source bits `bits`: contract 1.2's arithmetic, NaN bits kept.
-SHARDCHECK_HD inline std::uint64_t moved(const Run& r, std::uint64_t bits) {
+// Contract 1.2's arithmetic on source bits `bits` as a run scales them: the bits it
+// writes (NaN bits kept) and whether the value overflowed or flushed.
+struct RunScaled {
+  std::uint64_t bits;
+  scaling::ScaleFault fault;
+};
+
+template <class Format>
+SHARDCHECK_HD inline RunScaled widened(scaling::Scaled<Format> scaled) {
+  return RunScaled{scaled.bits, scaled.fault};
+}
+
+SHARDCHECK_HD inline RunScaled scale_as_run(const Run& r, std::uint64_t bits) {
   using namespace scaling;
   const auto factor32 = static_cast<float>(r.factor);
   switch (r.format) {
     case Format::plain:
-      return bits;
+      return {bits, ScaleFault::none};
     case Format::float16:
-      return scale_element<Float16>(static_cast<std::uint16_t>(bits), factor32, r.up).bits;
+      return widened(scale_element<Float16>(static_cast<std::uint16_t>(bits), factor32, r.up));
     case Format::bfloat16:
-      return scale_element<BFloat16>(static_cast<std::uint16_t>(bits), factor32, r.up).bits;
+      return widened(scale_element<BFloat16>(static_cast<std::uint16_t>(bits), factor32, r.up));
     case Format::float32:
-      return scale_element<Float32>(static_cast<std::uint32_t>(bits), factor32, r.up).bits;
+      return widened(scale_element<Float32>(static_cast<std::uint32_t>(bits), factor32, r.up));
     case Format::float64:
-      return scale_element<Float64>(bits, r.factor, r.up).bits;
+      return widened(scale_element<Float64>(bits, r.factor, r.up));
   }
-  return bits;
+  return {bits, ScaleFault::none};
 }
+
+// The bits a run writes for source bits `bits`.
+SHARDCHECK_HD inline std::uint64_t moved(const Run& r, std::uint64_t bits) { return scale_as_run(r, bits).bits; }
 
 // Contract 10's term of one element, the element's index being its address in F
 // (digest_term is constexpr: nvcc compiles it for the device with --expt-relaxed-constexpr).
@@ -325,21 +339,7 @@ struct CompareSegment {
 
 // Whether scaling `bits` as the run does overflows or flushes (contract 1.2).
 SHARDCHECK_HD inline bool scale_faults(const Run& r, std::uint64_t bits) {
-  using namespace scaling;
-  const auto factor32 = static_cast<float>(r.factor);
-  switch (r.format) {
-    case Format::plain:
-      return false;
-    case Format::float16:
-      return scale_element<Float16>(static_cast<std::uint16_t>(bits), factor32, r.up).fault != ScaleFault::none;
-    case Format::bfloat16:
-      return scale_element<BFloat16>(static_cast<std::uint16_t>(bits), factor32, r.up).fault != ScaleFault::none;
-    case Format::float32:
-      return scale_element<Float32>(static_cast<std::uint32_t>(bits), factor32, r.up).fault != ScaleFault::none;
-    case Format::float64:
-      return scale_element<Float64>(bits, r.factor, r.up).fault != ScaleFault::none;
-  }
-  return false;
+  return scale_as_run(r, bits).fault != scaling::ScaleFault::none;
 }
 
 // An element whose scaling faults: its block, its destination address and its source
