@@ -96,6 +96,20 @@ TEST(Backends, DeviceCodeOnOpenMpAgreesWithCpuOnGeneratedCases) {
   }
 }
 
+// The device code reaching device memory only, as CUDA does: the differential copies each
+// case's data over and back, the path every CUDA case takes.
+TEST(Backends, DeviceOnlyMemoryAgreesWithCpuOnGeneratedCases) {
+  if (!device_omp_compiled()) GTEST_SKIP() << "built without Thrust's headers: no device code on OpenMP";
+  auto backends = cpu_and(make_device_only_omp_backend());
+  campaign::Options options;
+  options.seed = 14;
+  for (Index i = 0; i < 500; ++i) {
+    const Case c = campaign::generate_indexed_case(options, i);
+    auto difference = oracles::compare_backends(c, backends);
+    ASSERT_FALSE(difference) << difference->signature << "\n" << difference->message << "\n" << encode_case_text(c);
+  }
+}
+
 // The launch shape changes nothing: one case under every tile and thread count.
 TEST(Backends, DeviceCodeAnswersDoNotDependOnTheLaunchShape) {
   if (!device_omp_compiled()) GTEST_SKIP() << "built without Thrust's headers: no device code on OpenMP";

@@ -5,6 +5,7 @@
 // reason, elsewhere.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -23,9 +24,9 @@ namespace {
 class DeviceMemory : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (GetParam() == "device-omp") {
+    if (GetParam() == "device-omp" || GetParam() == "device-omp-device-only") {
       if (!device_omp_compiled()) GTEST_SKIP() << "built without Thrust's headers: no device code on OpenMP";
-      backend_ = make_device_omp_backend();
+      backend_ = GetParam() == "device-omp" ? make_device_omp_backend() : make_device_only_omp_backend();
     } else {
       if (!cuda_compiled()) GTEST_SKIP() << "built without the CUDA toolkit";
       backend_ = make_cuda_backend();
@@ -38,8 +39,14 @@ class DeviceMemory : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<Backend> backend_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Backends, DeviceMemory, ::testing::Values("device-omp", "cuda"),
-                         [](const auto& info) { return info.param == "cuda" ? "cuda" : "device_omp"; });
+// device-omp-device-only reaches its device memory only, as CUDA does: the CUDA backend's
+// control flow on every build.
+INSTANTIATE_TEST_SUITE_P(Backends, DeviceMemory, ::testing::Values("device-omp", "device-omp-device-only", "cuda"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 ShardSet to_memory(Backend& backend, const ShardSet& shards, Memory memory) {
   ShardSet out;
@@ -48,9 +55,9 @@ ShardSet to_memory(Backend& backend, const ShardSet& shards, Memory memory) {
 }
 
 TEST_P(DeviceMemory, TheHostNeverReadsDeviceMemory) {
-  Backend* omp = &backend();
+  Backend* b = &backend();
   const Buffer host = marker_buffer(DType::float32, 100);
-  Buffer device = omp->copy_to(host, Memory::device);
+  Buffer device = b->copy_to(host, Memory::device);
   EXPECT_EQ(device.memory(), Memory::device);
   EXPECT_EQ(device.numel(), 100);
   EXPECT_NE(device.data(), nullptr);
@@ -59,12 +66,12 @@ TEST_P(DeviceMemory, TheHostNeverReadsDeviceMemory) {
   EXPECT_THROW((void)(device == host), std::logic_error);
   EXPECT_THROW(Buffer{device}, std::logic_error);
   // Through the backend, the same bits.
-  for (Index i : {0, 37, 99}) EXPECT_EQ(omp->element_bits(device, i), host.bits(i));
-  EXPECT_THROW((void)omp->element_bits(device, 100), std::out_of_range);
+  for (Index i : {0, 37, 99}) EXPECT_EQ(b->element_bits(device, i), host.bits(i));
+  EXPECT_THROW((void)b->element_bits(device, 100), std::out_of_range);
   Buffer moved = std::move(device);
   EXPECT_EQ(moved.memory(), Memory::device);
   EXPECT_EQ(device.memory(), Memory::host);  // NOLINT(bugprone-use-after-move): moved-from is empty host memory
-  EXPECT_TRUE(omp->copy_to(moved, Memory::host) == host);
+  EXPECT_TRUE(b->copy_to(moved, Memory::host) == host);
   // Borrowed device memory (a caller's tensor) is read-only; owned memory is writable.
   const Buffer borrowed = Buffer::in_device_memory(DType::float32, 100, moved.data(), nullptr);
   EXPECT_TRUE(borrowed.borrowed());
@@ -73,28 +80,35 @@ TEST_P(DeviceMemory, TheHostNeverReadsDeviceMemory) {
 }
 
 TEST_P(DeviceMemory, ABackendThatDoesNotReachTheMemoryIsAnError) {
-  Backend* omp = &backend();
+  Backend* b = &backend();
   auto cpu = make_cpu_backend();
   const Map map = contiguous_split_map({8, 6}, {3, 3}, 1).value();
   const Buffer full = marker_buffer(DType::float32, 48);
   const ShardSet shards = extract_all(map, full).value();
-  const ShardSet on_device = to_memory(*omp, shards, Memory::device);
-  const Buffer full_on_device = omp->copy_to(full, Memory::device);
+  const ShardSet on_device = to_memory(*b, shards, Memory::device);
+  const Buffer full_on_device = b->copy_to(full, Memory::device);
   ConvertOptions on_cpu;
   on_cpu.backend = cpu.get();
   EXPECT_THROW((void)rebuild(map, on_device, DType::float32, on_cpu), std::invalid_argument);
   EXPECT_THROW((void)extract(map, full_on_device, 0, on_cpu), std::invalid_argument);
   EXPECT_THROW((void)extract_all(map, full_on_device, on_cpu), std::invalid_argument);
   EXPECT_THROW((void)cpu->copy_to(full, Memory::device), std::invalid_argument);
+  // A backend that reaches device memory only (CUDA's kind) refuses host inputs.
+  if (!b->reaches(Memory::host)) {
+    ConvertOptions on_device_only;
+    on_device_only.backend = b;
+    EXPECT_THROW((void)rebuild(map, shards, DType::float32, on_device_only), std::invalid_argument);
+    EXPECT_THROW((void)extract(map, full, 0, on_device_only), std::invalid_argument);
+  }
   // Shards in two memories, and the legacy model (host code) on device memory.
   ShardSet mixed = shards;
-  mixed.insert_or_assign(1, omp->copy_to(shards.at(1), Memory::device));
-  ConvertOptions on_omp;
-  on_omp.backend = omp;
-  EXPECT_THROW((void)rebuild(map, mixed, DType::float32, on_omp), std::invalid_argument);
-  on_omp.policy = Policy::legacy;
-  EXPECT_THROW((void)rebuild(map, on_device, DType::float32, on_omp), std::invalid_argument);
-  EXPECT_THROW((void)extract(map, full_on_device, 0, on_omp), std::invalid_argument);
+  mixed.insert_or_assign(1, b->copy_to(shards.at(1), Memory::device));
+  ConvertOptions on_b;
+  on_b.backend = b;
+  EXPECT_THROW((void)rebuild(map, mixed, DType::float32, on_b), std::invalid_argument);
+  on_b.policy = Policy::legacy;
+  EXPECT_THROW((void)rebuild(map, on_device, DType::float32, on_b), std::invalid_argument);
+  EXPECT_THROW((void)extract(map, full_on_device, 0, on_b), std::invalid_argument);
 }
 
 // Rebuild, extract, extract_all and a digest on device memory: results stay there and

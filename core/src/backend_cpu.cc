@@ -320,6 +320,7 @@ bool cuda_compiled() { return false; }
 bool device_omp_compiled() { return true; }
 #else
 std::unique_ptr<Backend> make_device_omp_backend() { return nullptr; }
+std::unique_ptr<Backend> make_device_only_omp_backend() { return nullptr; }
 bool device_omp_compiled() { return false; }
 #endif
 

@@ -112,8 +112,8 @@ class Backend {
   // `numel` elements in `memory`, contents unspecified (zeroed with `zeroed`): where a
   // conversion puts its result.
   virtual Buffer allocate(DType dtype, Index numel, Memory memory, bool zeroed = false);
-  // A copy of `buffer` (in memory this backend reaches) in `memory`: how data gets to a
-  // device and back.
+  // A copy of `buffer` (host memory, or memory this backend reaches) in `memory`: how
+  // data gets to a device and back.
   virtual Buffer copy_to(const Buffer& buffer, Memory memory);
   // The raw bits of element i (an error message's values).
   virtual std::uint64_t element_bits(const Buffer& buffer, Index i);
@@ -123,6 +123,9 @@ std::unique_ptr<Backend> make_cpu_backend();
 // The device code (core/src/device/) on Thrust's OpenMP system: host memory, real
 // threads. nullptr when built without Thrust's headers (device_omp_compiled() says so).
 std::unique_ptr<Backend> make_device_omp_backend();
+// The same, reaching its "device" memory only, as CUDA does (tests/test_device_memory.cc
+// runs the CUDA backend's control flow with it on every build). nullptr without Thrust.
+std::unique_ptr<Backend> make_device_only_omp_backend();
 bool device_omp_compiled();
 // The same device code on CUDA; nullptr when CUDA support was not built or no device is
 // present.

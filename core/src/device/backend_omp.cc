@@ -29,8 +29,12 @@ class ThreadsFor {
   int saved_;
 };
 
+// `kReachesHost`: false makes a system that reaches its "device" memory only, as CUDA's
+// does, so that CPU tests run the CUDA backend's control flow (host inputs refused, data
+// copied over and back) on the same device code.
+template <bool kReachesHost>
 struct OmpSystem {
-  static constexpr const char* kName = "device-omp";
+  static constexpr const char* kName = kReachesHost ? "device-omp" : "device-omp-device-only";
   // Long enough that an item's bookkeeping (a binary search and a row decode) is small
   // beside its copy, short enough that a shard's rows spread over the threads.
   static constexpr device::Index kDefaultTile = 1 << 13;
@@ -53,7 +57,7 @@ struct OmpSystem {
 
   // "Device" memory is host memory here, allocated apart and marked as a device's, so that
   // the tests of device-resident conversion see any access the host makes to it.
-  static constexpr bool kHostMemory = true;
+  static constexpr bool kHostMemory = kReachesHost;
   // A host buffer's own storage (the tensor allocator, which keeps a few freed tensors'
   // pages for the next), held by the owner.
   static std::pair<std::byte*, std::shared_ptr<void>> allocate(std::size_t bytes) {
@@ -77,6 +81,12 @@ struct OmpSystem {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_device_omp_backend() { return std::make_unique<device::DeviceBackend<OmpSystem>>(); }
+std::unique_ptr<Backend> make_device_omp_backend() {
+  return std::make_unique<device::DeviceBackend<OmpSystem<true>>>();
+}
+
+std::unique_ptr<Backend> make_device_only_omp_backend() {
+  return std::make_unique<device::DeviceBackend<OmpSystem<false>>>();
+}
 
 }  // namespace shardcheck

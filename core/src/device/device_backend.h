@@ -255,15 +255,15 @@ class DeviceBackend final : public Backend {
     return Buffer::in_device_memory(dtype, numel, data, std::move(owner));
   }
 
+  // From and to either memory: a host buffer is where data for the device comes from.
   Buffer copy_to(const Buffer& buffer, Memory memory) override {
-    if (!reaches(buffer.memory())) return Backend::copy_to(buffer, memory);  // says why not
     Buffer out = allocate(buffer.dtype(), buffer.numel(), memory, false);
     if (buffer.numel() > 0) System::copy(out.data(), buffer.data(), buffer.size_bytes());
     return out;
   }
 
   std::uint64_t element_bits(const Buffer& buffer, Index i) override {
-    if (buffer.memory() == Memory::host) return Backend::element_bits(buffer, i);
+    if (buffer.memory() == Memory::host) return buffer.bits(i);
     if (i < 0 || i >= buffer.numel()) throw std::out_of_range("shardcheck: element_bits outside the buffer");
     Buffer one = Buffer::uninitialized(buffer.dtype(), 1);
     const std::size_t size = element_size(buffer.dtype());
