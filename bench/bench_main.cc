@@ -601,7 +601,7 @@ void BM_WideConvert(benchmark::State& state, std::string layout, DType dtype, bo
   ShardSet device_shards;
   if (on_device) {
     device_full = backend->copy_to(in.full, Memory::device);
-    for (const auto& [rank, shard] : in.shards) device_shards.emplace(rank, backend->copy_to(shard, Memory::device));
+    device_shards = copy_shards_to(*backend, in.shards, Memory::device);
   }
   const Buffer& full = on_device ? device_full : in.full;
   const ShardSet& shards = on_device ? device_shards : in.shards;

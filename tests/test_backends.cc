@@ -81,6 +81,16 @@ TEST(Backends, DeviceCodeOnOpenMpIsListedWhenBuilt) {
 
 // Generated cases, valid and corrupted, each on 2-4 threads with a tile its own bytes
 // choose: verdict, whole error and output bits as the CPU backend's.
+// The first `cases` cases of a campaign on `options`: the backends agree on each.
+void expect_agreement_on_generated_cases(const std::vector<std::unique_ptr<Backend>>& backends,
+                                         const campaign::Options& options, Index cases) {
+  for (Index i = 0; i < cases; ++i) {
+    const Case c = campaign::generate_indexed_case(options, i);
+    auto difference = oracles::compare_backends(c, backends);
+    ASSERT_FALSE(difference) << difference->signature << "\n" << difference->message << "\n" << encode_case_text(c);
+  }
+}
+
 TEST(Backends, DeviceCodeOnOpenMpAgreesWithCpuOnGeneratedCases) {
   if (!device_omp_compiled()) GTEST_SKIP() << "built without Thrust's headers: no device code on OpenMP";
   auto backends = cpu_and(make_device_omp_backend());
@@ -88,11 +98,7 @@ TEST(Backends, DeviceCodeOnOpenMpAgreesWithCpuOnGeneratedCases) {
     campaign::Options options;
     options.seed = seed;
     if (seed == 13) options.generate.layout.max_elements = 1 << 14;  // rows longer than a tile
-    for (Index i = 0; i < 700; ++i) {
-      const Case c = campaign::generate_indexed_case(options, i);
-      auto difference = oracles::compare_backends(c, backends);
-      ASSERT_FALSE(difference) << difference->signature << "\n" << difference->message << "\n" << encode_case_text(c);
-    }
+    expect_agreement_on_generated_cases(backends, options, 700);
   }
 }
 
@@ -100,14 +106,9 @@ TEST(Backends, DeviceCodeOnOpenMpAgreesWithCpuOnGeneratedCases) {
 // case's data over and back, the path every CUDA case takes.
 TEST(Backends, DeviceOnlyMemoryAgreesWithCpuOnGeneratedCases) {
   if (!device_omp_compiled()) GTEST_SKIP() << "built without Thrust's headers: no device code on OpenMP";
-  auto backends = cpu_and(make_device_only_omp_backend());
   campaign::Options options;
   options.seed = 14;
-  for (Index i = 0; i < 500; ++i) {
-    const Case c = campaign::generate_indexed_case(options, i);
-    auto difference = oracles::compare_backends(c, backends);
-    ASSERT_FALSE(difference) << difference->signature << "\n" << difference->message << "\n" << encode_case_text(c);
-  }
+  expect_agreement_on_generated_cases(cpu_and(make_device_only_omp_backend()), options, 500);
 }
 
 // The launch shape changes nothing: one case under every tile and thread count.
@@ -246,14 +247,9 @@ TEST(Backends, CudaAgreesWithCpuOnGeneratedCases) {
   if (!cuda_compiled()) GTEST_SKIP() << "built without the CUDA toolkit";
   auto cuda = make_cuda_backend();
   if (!cuda) GTEST_SKIP() << "CUDA backend compiled, but no CUDA device is present";
-  auto backends = cpu_and(std::move(cuda));
   campaign::Options options;
   options.seed = 11;
-  for (Index i = 0; i < 3000; ++i) {
-    const Case c = campaign::generate_indexed_case(options, i);
-    auto difference = oracles::compare_backends(c, backends);
-    ASSERT_FALSE(difference) << difference->signature << "\n" << difference->message << "\n" << encode_case_text(c);
-  }
+  expect_agreement_on_generated_cases(cpu_and(std::move(cuda)), options, 3000);
 }
 
 }  // namespace

@@ -48,12 +48,6 @@ INSTANTIATE_TEST_SUITE_P(Backends, DeviceMemory, ::testing::Values("device-omp",
                            return name;
                          });
 
-ShardSet to_memory(Backend& backend, const ShardSet& shards, Memory memory) {
-  ShardSet out;
-  for (const auto& [rank, shard] : shards) out.emplace(rank, backend.copy_to(shard, memory));
-  return out;
-}
-
 TEST_P(DeviceMemory, TheHostNeverReadsDeviceMemory) {
   Backend* b = &backend();
   const Buffer host = marker_buffer(DType::float32, 100);
@@ -85,7 +79,7 @@ TEST_P(DeviceMemory, ABackendThatDoesNotReachTheMemoryIsAnError) {
   const Map map = contiguous_split_map({8, 6}, {3, 3}, 1).value();
   const Buffer full = marker_buffer(DType::float32, 48);
   const ShardSet shards = extract_all(map, full).value();
-  const ShardSet on_device = to_memory(*b, shards, Memory::device);
+  const ShardSet on_device = copy_shards_to(*b, shards, Memory::device);
   const Buffer full_on_device = b->copy_to(full, Memory::device);
   ConvertOptions on_cpu;
   on_cpu.backend = cpu.get();
@@ -132,7 +126,7 @@ TEST_P(DeviceMemory, ConversionStaysOnTheDeviceAndAgreesWithTheCpu) {
       options.parallel_min_bytes = 0;
       options.expected_digest = digest(full);
       const Buffer full_on_device = backend.copy_to(full, Memory::device);
-      const auto rebuilt = rebuild(maps[m], to_memory(backend, shards, Memory::device), dtype, options);
+      const auto rebuilt = rebuild(maps[m], copy_shards_to(backend, shards, Memory::device), dtype, options);
       ASSERT_TRUE(rebuilt.ok()) << context << ": " << rebuilt.error().to_string();
       EXPECT_EQ(rebuilt.value().memory(), Memory::device) << context;
       EXPECT_TRUE(backend.copy_to(rebuilt.value(), Memory::host) == full) << context;
@@ -152,7 +146,7 @@ TEST_P(DeviceMemory, ConversionStaysOnTheDeviceAndAgreesWithTheCpu) {
         bad.at(2).set_bits(5, bad.at(2).bits(5) ^ 1);
         ConvertOptions on_cpu;
         const auto want = rebuild(maps[m], bad, dtype, on_cpu);
-        const auto got = rebuild(maps[m], to_memory(backend, bad, Memory::device), dtype, options);
+        const auto got = rebuild(maps[m], copy_shards_to(backend, bad, Memory::device), dtype, options);
         ASSERT_FALSE(want.ok());
         ASSERT_FALSE(got.ok()) << context;
         EXPECT_EQ(got.error(), want.error()) << context;
@@ -203,7 +197,7 @@ TEST_P(DeviceMemory, ScaleFaultsAreFoundAtTheLowestAddressOnTheDevice) {
     options.tile = tile;
     options.parallel_min_bytes = 0;
     const auto got_extract = extract(map, device.copy_to(full, Memory::device), 0, options);
-    const auto got_rebuild = rebuild(map, to_memory(device, shards, Memory::device), DType::float32, options);
+    const auto got_rebuild = rebuild(map, copy_shards_to(device, shards, Memory::device), DType::float32, options);
     ASSERT_FALSE(got_extract.ok());
     ASSERT_FALSE(got_rebuild.ok());
     EXPECT_EQ(got_extract.error(), want_extract.error()) << "tile " << tile;

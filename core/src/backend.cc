@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <stdexcept>
 
 #include "element_types.h"
@@ -52,13 +53,13 @@ std::optional<ScaleFaultAt> scale_fault_in(const BlockCopy& b, std::size_t index
   return lowest;
 }
 
-void expect_reached(const Backend& backend, const Buffer& buffer) {
-  if (backend.reaches(buffer.memory())) return;
-  throw std::invalid_argument(
-      fmt::format("the {} backend does not reach {} memory", backend.name(), memory_name(buffer.memory())));
-}
-
 }  // namespace
+
+void expect_reaches(const Backend& backend, const Buffer& buffer, std::string_view what) {
+  if (backend.reaches(buffer.memory())) return;
+  throw std::invalid_argument(fmt::format("{} is in {} memory, which the {} backend does not reach", what,
+                                          memory_name(buffer.memory()), backend.name()));
+}
 
 std::optional<ScaleFaultAt> Backend::first_scale_fault(DType dtype, std::span<const BlockCopy> blocks,
                                                        const Threading&) {
@@ -73,22 +74,21 @@ std::optional<ScaleFaultAt> Backend::first_scale_fault(DType dtype, std::span<co
 }
 
 Buffer Backend::allocate(DType dtype, Index numel, Memory memory, bool zeroed) {
-  if (!reaches(memory) || memory != Memory::host) {
+  if (memory != Memory::host) {
     throw std::invalid_argument(fmt::format("the {} backend does not allocate {} memory", name(), memory_name(memory)));
   }
   return zeroed ? Buffer(dtype, numel) : Buffer::uninitialized(dtype, numel);
 }
 
 Buffer Backend::copy_to(const Buffer& buffer, Memory memory) {
-  expect_reached(*this, buffer);
-  if (memory != Memory::host) {
-    throw std::invalid_argument(fmt::format("the {} backend does not allocate {} memory", name(), memory_name(memory)));
-  }
-  return buffer;
+  expect_reaches(*this, buffer, "the buffer to copy");
+  Buffer out = allocate(buffer.dtype(), buffer.numel(), memory);
+  if (buffer.numel() > 0) std::memcpy(out.data(), buffer.data(), buffer.size_bytes());
+  return out;
 }
 
 std::uint64_t Backend::element_bits(const Buffer& buffer, Index i) {
-  expect_reached(*this, buffer);
+  expect_reaches(*this, buffer, "the buffer read");
   return buffer.bits(i);
 }
 

@@ -544,11 +544,11 @@ Result<Buffer> strict_rebuild(const Map& map, const ShardSet& shards, DType dtyp
   }
   if (Status e = allocation_guard(*numel_f, read_total, options.checks.limits, "F"); !e.ok()) return e.error();
   if (s.visits.size() >= std::numeric_limits<std::uint32_t>::max()) return fault::too_many_pieces();
-  if (Status e = check_scaled_elements(s.visits, nullptr, dtype, backend_of(options), threading_of(options)); !e.ok()) {
+  Backend& backend = backend_of(options);
+  if (Status e = check_scaled_elements(s.visits, nullptr, dtype, backend, threading_of(options)); !e.ok()) {
     return e.error();
   }
 
-  Backend& backend = backend_of(options);
   if (wide) {
     Buffer full = backend.allocate(dtype, *numel_f, where);
     if (Status e = wide_rebuild(s, full, dtype, options, fused_digest); !e.ok()) return e.error();
@@ -614,7 +614,7 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
       checked_mul(numel_f, static_cast<Index>(piece_count)).value_or(std::numeric_limits<Index>::max());
   if (Status e = allocation_guard(*shard_numel, backed, options.checks.limits, "a shard"); !e.ok()) return e.error();
   const std::span<const Visit> visits = proven != nullptr ? proven->visits : std::span<const Visit>(s.visits);
-  if (Status e = check_scaled_elements(visits, &full, dtype, backend_of(options), threading_of(options)); !e.ok()) {
+  if (Status e = check_scaled_elements(visits, &full, dtype, backend, threading_of(options)); !e.ok()) {
     return e.error();
   }
 
@@ -680,15 +680,11 @@ Status check_digest(const Map& map, const Buffer& full, const ConvertOptions& op
 // its result there; the legacy model is host code. A caller's mistake, not the map's:
 // std::invalid_argument.
 void expect_reached(const Buffer& buffer, std::string_view what, const ConvertOptions& options) {
-  const Backend& backend = backend_of(options);
   if (buffer.memory() != Memory::host && options.policy == Policy::legacy) {
     throw std::invalid_argument(fmt::format("{} is in {} memory, and the legacy model converts host memory only", what,
                                             memory_name(buffer.memory())));
   }
-  if (!backend.reaches(buffer.memory())) {
-    throw std::invalid_argument(fmt::format("{} is in {} memory, which the {} backend does not reach", what,
-                                            memory_name(buffer.memory()), backend.name()));
-  }
+  expect_reaches(backend_of(options), buffer, what);
 }
 
 Memory memory_of(const ShardSet& shards, const ConvertOptions& options) {
@@ -720,6 +716,12 @@ std::optional<Policy> parse_policy(std::string_view name) {
   if (name == "strict") return Policy::strict;
   if (name == "legacy") return Policy::legacy;
   return std::nullopt;
+}
+
+ShardSet copy_shards_to(Backend& backend, const ShardSet& shards, Memory memory) {
+  ShardSet out;
+  for (const auto& [rank, shard] : shards) out.emplace(rank, backend.copy_to(shard, memory));
+  return out;
 }
 
 Result<Buffer> rebuild(const Map& map, const ShardSet& shards, DType dtype, const ConvertOptions& options) {

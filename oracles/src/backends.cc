@@ -82,12 +82,8 @@ Run run_on(const Case& c, Backend& backend, const LaunchShape& shape) {
     if (!shards) {
       run.results.push_back(Result<Buffer>(shards.error()));
     } else {
-      ShardSet placed;
-      if (where == Memory::host) {
-        placed = std::move(shards).value();
-      } else {
-        for (const auto& [rank, shard] : shards.value()) placed.emplace(rank, backend.copy_to(shard, where));
-      }
+      const ShardSet placed =
+          where == Memory::host ? std::move(shards).value() : copy_shards_to(backend, shards.value(), where);
       run.results.push_back(brought_back(backend, rebuild(c.map, placed, c.dtype, options)));
     }
   }

@@ -138,7 +138,7 @@ Buffer borrow(const Array& a, const std::string& what, bool as_bool = false) {
         fmt::format("{} is not aligned to its element size; pass an aligned copy (a.copy()).", what).c_str());
   }
   if (on_cuda) {
-    // Converted where it is, by the CUDA backend (cuda_backend_for), and never read here.
+    // Converted where it is, by the CUDA backend (backend_for), and never read here.
     return Buffer::in_device_memory(*dtype, static_cast<Index>(a.size()), const_cast<std::byte*>(data), nullptr);
   }
   return Buffer::borrow(*dtype, static_cast<Index>(a.size()), empty ? nullptr : data);

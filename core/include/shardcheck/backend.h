@@ -110,7 +110,7 @@ class Backend {
   // point into memory it reaches (conversion checks the buffers first).
   virtual bool reaches(Memory memory) const { return memory == Memory::host; }
   // `numel` elements in `memory`, contents unspecified (zeroed with `zeroed`): where a
-  // conversion puts its result.
+  // conversion puts its result. Host memory is always given (copy_to brings results there).
   virtual Buffer allocate(DType dtype, Index numel, Memory memory, bool zeroed = false);
   // A copy of `buffer` (host memory, or memory this backend reaches) in `memory`: how
   // data gets to a device and back.
@@ -118,6 +118,10 @@ class Backend {
   // The raw bits of element i (an error message's values).
   virtual std::uint64_t element_bits(const Buffer& buffer, Index i);
 };
+
+// Throws std::invalid_argument, naming `what`, unless `backend` reaches the buffer's memory:
+// a caller's mistake, not a map's.
+void expect_reaches(const Backend& backend, const Buffer& buffer, std::string_view what);
 
 std::unique_ptr<Backend> make_cpu_backend();
 // The device code (core/src/device/) on Thrust's OpenMP system: host memory, real

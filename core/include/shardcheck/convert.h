@@ -27,6 +27,10 @@ std::optional<Policy> parse_policy(std::string_view name);
 
 using ShardSet = std::map<Rank, Buffer>;
 
+// Every shard copied into `memory` through `backend` (Backend::copy_to): how shards get to
+// a device for a conversion there, and back.
+ShardSet copy_shards_to(Backend& backend, const ShardSet& shards, Memory memory);
+
 struct ConvertOptions {
   Policy policy = Policy::strict;
   int scale_power = 1;         // p: 1 parameter, -1 exp_avg, -2 exp_avg_sq

@@ -228,8 +228,8 @@ class DeviceBackend final : public Backend {
 
   std::optional<ScaleFaultAt> first_scale_fault(DType dtype, std::span<const BlockCopy> blocks,
                                                 const Threading& threading) override {
-    HostBatch batch;
     if (!is_floating(dtype)) return std::nullopt;
+    HostBatch batch;
     if (!make_batch(dtype, blocks, tile_of(threading), batch)) {
       return host_fallback().first_scale_fault(dtype, blocks, threading);
     }
@@ -247,11 +247,11 @@ class DeviceBackend final : public Backend {
   bool reaches(Memory memory) const override { return memory == Memory::device || System::kHostMemory; }
 
   Buffer allocate(DType dtype, Index numel, Memory memory, bool zeroed) override {
-    // Host memory is where copy_to brings results back, whether or not batches reach it.
-    if (memory == Memory::host) return zeroed ? Buffer(dtype, numel) : Buffer::uninitialized(dtype, numel);
-    const std::size_t bytes = byte_count(dtype, numel);
-    auto [data, owner] = System::allocate(bytes);
-    if (zeroed) System::zero(data, bytes);
+    if (memory == Memory::host) return Backend::allocate(dtype, numel, memory, zeroed);
+    const auto bytes = checked_mul(numel, static_cast<Index>(element_size(dtype)));
+    if (numel < 0 || !bytes) throw std::length_error("shardcheck: invalid element count");
+    auto [data, owner] = System::allocate(static_cast<std::size_t>(*bytes));
+    if (zeroed) System::zero(data, static_cast<std::size_t>(*bytes));
     return Buffer::in_device_memory(dtype, numel, data, std::move(owner));
   }
 
@@ -272,13 +272,6 @@ class DeviceBackend final : public Backend {
   }
 
  private:
-  static std::size_t byte_count(DType dtype, Index numel) {
-    if (numel < 0 || numel > std::numeric_limits<Index>::max() / static_cast<Index>(element_size(dtype))) {
-      throw std::length_error("shardcheck: invalid element count");
-    }
-    return static_cast<std::size_t>(numel) * element_size(dtype);
-  }
-
   // Blocks the device does not run (a destination that overlaps itself, which only a
   // planted bug lets through; a scale outside the device's arithmetic) go to the CPU
   // backend where the memory is the host's; elsewhere that is a caller's bug.
