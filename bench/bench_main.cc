@@ -302,6 +302,15 @@ void BM_DigestOfF(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * in.full.numel() * 4);
 }
 
+// digest(F) of 4096 x 4096 bfloat16 (half F32's bytes, as many elements): a digest costs
+// per element, so this is the row where it is furthest from a memcpy; it caught the
+// AVX-512 kernel widening 16-bit elements one lane at a time.
+void BM_DigestOfBf16(benchmark::State& state) {
+  static const Buffer full = marker_buffer(DType::bfloat16, kDigestSide * kDigestSide);
+  timed_loop(state, memcpy_seconds(full), "vs_memcpy", [&] { benchmark::DoNotOptimize(digest(full)); });
+  state.SetBytesProcessed(state.iterations() * full.numel() * 2);
+}
+
 void BM_DigestSharesTp8(benchmark::State& state) {
   const DigestInputs& in = digest_inputs();
   timed_loop(state, memcpy_seconds(in.full), "vs_memcpy",
@@ -758,6 +767,7 @@ BENCHMARK(BM_DigestMemcpyBaseline)->Name("digest/memcpy_baseline_4096x4096_f32")
 BENCHMARK(BM_DigestRebuildTp8)->Name("digest/rebuild_4096x4096_f32_tp8_column")->ArgName("with_digest")->Arg(0)->Arg(1)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DigestOfF)->Name("digest/digest_of_f_4096x4096_f32")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DigestOfBf16)->Name("digest/digest_of_f_4096x4096_bf16")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DigestSharesTp8)->Name("digest/shares_4096x4096_f32_tp8_column")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ReshardTp8ColumnToTp4Row)
     ->Name("reshard/execute_4096x4096_f32_tp8_column_to_tp4_row")
