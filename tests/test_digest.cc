@@ -7,6 +7,7 @@
 
 #include <numeric>
 #include <random>
+#include <fmt/format.h>
 
 #include "shardcheck/constructors.h"
 #include "shardcheck/json.h"
@@ -82,6 +83,50 @@ TEST(Digest, KernelsAgreeWithTheDefinitionForEveryDtypeAndLength) {
       }
     }
   }
+}
+
+// The copying kernels: the terms of the elements they copy, the copy exact, nothing
+// written outside it, whatever the destination's alignment (streamed stores start at the
+// first 16-byte boundary) and whether the stores are streamed.
+TEST(Digest, CopyingKernelsCopyExactlyAndSumAsTheDefinition) {
+  std::mt19937_64 rng(11);
+  constexpr std::byte kGuard{0xa5};
+  for (DType dtype : kAllDTypes) {
+    const auto size = static_cast<Index>(element_size(dtype));
+    const std::uint64_t mask = size == 8 ? ~std::uint64_t{0} : (std::uint64_t{1} << (8 * size)) - 1;
+    for (Index n : {0, 1, 7, 8, 15, 16, 17, 33, 64, 131, 1000}) {
+      Buffer b(dtype, n);
+      for (Index i = 0; i < n; ++i) b.set_bits(i, rng() & mask);
+      const std::uint64_t expected = naive(b, 5);
+      for (Index shift = 0; shift < 64; shift += size) {
+        for (bool streaming : {false, true}) {
+          std::vector<std::string> kernels = detail::digest_kernels_here();
+          kernels.emplace_back("");  // the chosen one, through copy_digesting
+          for (const std::string& kernel : kernels) {
+            // 64-byte aligned storage, the destination `shift` bytes in, guards around it.
+            std::vector<std::uint64_t> storage(static_cast<std::size_t>((n * size + 2 * 64) / 8 + 1));
+            auto* base = reinterpret_cast<std::byte*>(storage.data());
+            base += (64 - reinterpret_cast<std::uintptr_t>(base) % 64) % 64;
+            const std::size_t region = storage.size() * 8 - static_cast<std::size_t>(base - reinterpret_cast<std::byte*>(storage.data()));
+            std::fill(base, base + region, kGuard);
+            std::byte* to = base + shift;
+            const std::optional<std::uint64_t> terms =
+                kernel.empty() ? std::optional(detail::copy_digesting(dtype, b.data(), to, n, 5, streaming))
+                               : detail::copy_digesting_with(kernel, dtype, b.data(), to, n, 5, streaming);
+            const std::string what = fmt::format("{} {} n={} shift={} streaming={}", kernel.empty() ? "chosen" : kernel,
+                                                 dtype_name(dtype), n, shift, streaming);
+            ASSERT_EQ(terms, expected) << what;
+            ASSERT_EQ(std::memcmp(to, b.data(), static_cast<std::size_t>(n * size)), 0) << what;
+            for (std::byte* q = base; q < to; ++q) ASSERT_EQ(*q, kGuard) << what;
+            for (std::byte* q = to + n * size; q < base + region; ++q) ASSERT_EQ(*q, kGuard) << what;
+          }
+        }
+      }
+    }
+  }
+  const Buffer f = marker_buffer(DType::float32, 3);
+  std::vector<std::byte> to(12);
+  EXPECT_EQ(detail::copy_digesting_with("no-such-kernel", f.dtype(), f.data(), to.data(), 3, 0, false), std::nullopt);
 }
 
 TEST(Digest, EveryCpuRunsTheBaselineKernelAndTheChoiceIsOneThatRunsHere) {

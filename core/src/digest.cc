@@ -8,6 +8,10 @@
 
 #include <fmt/format.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "shardcheck/backend.h"
 #include "shardcheck/checks.h"
 #include "two_view_walk.h"
@@ -98,14 +102,38 @@ template <int kLanes, class U, bool kContiguous>
   }
 }
 
+// What a kernel does with the elements it sums besides summing them: nothing, or copy
+// them to a destination (contiguous), through the caches or around them.
+enum class Store { none, cached, streaming };
+
+// Writes kBytes (a multiple of 16) from `from` to `to` (16-byte aligned) with
+// non-temporal stores, as detail::copy_streaming does; the caller fences.
+template <std::size_t kBytes>
+[[gnu::always_inline]] inline void stream_out(void* to, const void* from) {
+  static_assert(kBytes % 16 == 0);
+#if defined(__SSE2__)
+  for (std::size_t b = 0; b < kBytes; b += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(static_cast<std::byte*>(to) + b),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::byte*>(from) + b)));
+  }
+#else
+  std::memcpy(to, from, kBytes);
+#endif
+}
+
 // Sum of the terms of n elements p[0], p[stride], p[2 * stride], ..., element j taken
 // at the key (index * gamma) key + j * key_step. Keys rather than indices: index * gamma
 // for consecutive positions is one addition apart, which keeps the multiplies for the
-// finaliser. Two accumulators hide the multiply latency.
-template <int kLanes, class U, bool kContiguous>
+// finaliser. Two accumulators hide the multiply latency. With a store (contiguous
+// only), also copies the elements to `to` as they are summed: one pass whose loads from
+// memory overlap the arithmetic, where a copy and then a digest of the row take the sum
+// of the two (kStore streaming: `to` + 0 is 16-byte aligned).
+template <int kLanes, class U, bool kContiguous, Store kStore = Store::none>
 [[gnu::always_inline]] inline std::uint64_t sum_terms(const U* p, Index stride, Index n, std::uint64_t key,
-                                                      std::uint64_t key_step) {
+                                                      std::uint64_t key_step, U* to = nullptr) {
+  static_assert(kStore == Store::none || kContiguous);
   using L = Lanes<kLanes>;
+  constexpr std::size_t kStepBytes = 2 * kLanes * sizeof(U);
   const Index s = kContiguous ? 1 : stride;
   L acc0{};
   L acc1{};
@@ -116,6 +144,11 @@ template <int kLanes, class U, bool kContiguous>
   Index j = 0;
   for (; j + 2 * kLanes <= n; j += 2 * kLanes) {
     const U* q = p + j * s;
+    if constexpr (kStore == Store::streaming) {
+      stream_out<kStepBytes>(to + j, q);
+    } else if constexpr (kStore == Store::cached) {
+      std::memcpy(to + j, q, kStepBytes);
+    }
     L x0 = k0;
     L x1 = k1;
     add_lanes<kLanes, U, kContiguous>(x0, q, s);
@@ -132,6 +165,7 @@ template <int kLanes, class U, bool kContiguous>
   for (int i = 0; i < kLanes; ++i) sum += acc[i];
   std::uint64_t k = key + static_cast<std::uint64_t>(j) * key_step;
   for (; j < n; ++j, k += key_step) {
+    if constexpr (kStore != Store::none) to[j] = p[j];
     sum += splitmix64_mix(k + p[j * s]);
   }
   return sum;
@@ -148,9 +182,38 @@ template <int kLanes, class U>
                      : sum_terms<kLanes, U, false>(p, stride, n, key, step);
 }
 
+using CopyFn = std::uint64_t (*)(const std::byte*, std::byte*, Index, std::uint64_t, std::uint64_t);
+
+// A copying kernel's body: the elements before the first 16-byte aligned destination
+// one by one, then whole vectors streamed where a step of the loop is a multiple of 16
+// bytes (cached otherwise, and for a destination that is not aligned to its element).
+template <int kLanes, class U, bool kStream>
+[[gnu::always_inline]] inline std::uint64_t copy_elements(const std::byte* from, std::byte* to_bytes, Index n,
+                                                          std::uint64_t key, std::uint64_t step) {
+  const auto* p = reinterpret_cast<const U*>(from);
+  auto* to = reinterpret_cast<U*>(to_bytes);
+  constexpr bool kCanStream = (2 * kLanes * sizeof(U)) % 16 == 0;
+  if constexpr (kStream && kCanStream) {
+    if (reinterpret_cast<std::uintptr_t>(to) % sizeof(U) == 0) {
+      std::uint64_t sum = 0;
+      Index j = 0;
+      for (; j < n && reinterpret_cast<std::uintptr_t>(to + j) % 16 != 0; ++j, key += step) {
+        to[j] = p[j];
+        sum += splitmix64_mix(key + p[j]);
+      }
+      return sum + sum_terms<kLanes, U, true, Store::streaming>(p + j, 1, n - j, key, step, to + j);
+    }
+  }
+  return sum_terms<kLanes, U, true, Store::cached>(p, 1, n, key, step, to);
+}
+
 template <class U>
 std::uint64_t sum_generic(const std::byte* data, Index stride, Index n, std::uint64_t key, std::uint64_t step) {
   return sum_elements<4, U>(data, stride, n, key, step);
+}
+template <class U, bool kStream>
+std::uint64_t copy_generic(const std::byte* from, std::byte* to, Index n, std::uint64_t key, std::uint64_t step) {
+  return copy_elements<4, U, kStream>(from, to, n, key, step);
 }
 
 // One kernel set per instruction set: the same loop compiled for each. The 64-bit lane
@@ -161,6 +224,7 @@ struct KernelSet {
   const char* name;
   bool (*runs_here)();
   SumFn by_width[4];  // 1, 2, 4, 8 bytes
+  CopyFn copying[2][4];  // [streaming][width], as by_width
 };
 
 #define SHARDCHECK_DIGEST_KERNELS(name, isa, lanes)                                                  \
@@ -168,6 +232,11 @@ struct KernelSet {
   [[gnu::target(isa)]] std::uint64_t sum_##name(const std::byte* data, Index stride, Index n,         \
                                                 std::uint64_t key, std::uint64_t step) {               \
     return sum_elements<lanes, U>(data, stride, n, key, step);                                         \
+  }                                                                                                    \
+  template <class U, bool kStream>                                                                     \
+  [[gnu::target(isa)]] std::uint64_t copy_##name(const std::byte* from, std::byte* to, Index n,        \
+                                                 std::uint64_t key, std::uint64_t step) {              \
+    return copy_elements<lanes, U, kStream>(from, to, n, key, step);                                   \
   }
 
 bool always() { return true; }
@@ -183,17 +252,26 @@ bool has_avx512() {
 #endif
 #undef SHARDCHECK_DIGEST_KERNELS
 
+// One row per instruction set: its summing kernels and its copying ones, by width.
+#define SHARDCHECK_KERNEL_SET(label, runs, fn)                                                            \
+  {                                                                                                       \
+    label, runs, {sum_##fn<std::uint8_t>, sum_##fn<std::uint16_t>, sum_##fn<std::uint32_t>,               \
+                  sum_##fn<std::uint64_t>},                                                               \
+        {{copy_##fn<std::uint8_t, false>, copy_##fn<std::uint16_t, false>, copy_##fn<std::uint32_t, false>, \
+          copy_##fn<std::uint64_t, false>},                                                               \
+         {copy_##fn<std::uint8_t, true>, copy_##fn<std::uint16_t, true>, copy_##fn<std::uint32_t, true>,    \
+          copy_##fn<std::uint64_t, true>}}                                                                \
+  }
+
 // Best first; the last runs everywhere.
 constexpr KernelSet kKernelSets[] = {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    {"avx512", has_avx512, {sum_avx512<std::uint8_t>, sum_avx512<std::uint16_t>, sum_avx512<std::uint32_t>,
-                            sum_avx512<std::uint64_t>}},
-    {"avx2", has_avx2, {sum_avx2<std::uint8_t>, sum_avx2<std::uint16_t>, sum_avx2<std::uint32_t>,
-                        sum_avx2<std::uint64_t>}},
+    SHARDCHECK_KERNEL_SET("avx512", has_avx512, avx512),
+    SHARDCHECK_KERNEL_SET("avx2", has_avx2, avx2),
 #endif
-    {"baseline", always, {sum_generic<std::uint8_t>, sum_generic<std::uint16_t>, sum_generic<std::uint32_t>,
-                          sum_generic<std::uint64_t>}},
+    SHARDCHECK_KERNEL_SET("baseline", always, generic),
 };
+#undef SHARDCHECK_KERNEL_SET
 
 const KernelSet& best_kernels() {
   static const KernelSet& best = *std::find_if(std::begin(kKernelSets), std::end(kKernelSets),
@@ -201,20 +279,27 @@ const KernelSet& best_kernels() {
   return best;
 }
 
-SumFn width_kernel(const KernelSet& set, DType dtype) {
+// A kernel set's slot for an element width: 1, 2, 4, 8 bytes.
+std::size_t width_slot(DType dtype) {
   switch (element_size(dtype)) {
     case 1:
-      return set.by_width[0];
+      return 0;
     case 2:
-      return set.by_width[1];
+      return 1;
     case 4:
-      return set.by_width[2];
+      return 2;
     default:
-      return set.by_width[3];
+      return 3;
   }
 }
 
+SumFn width_kernel(const KernelSet& set, DType dtype) { return set.by_width[width_slot(dtype)]; }
+
 SumFn kernel_for(DType dtype) { return width_kernel(best_kernels(), dtype); }
+
+CopyFn copying_kernel(const KernelSet& set, DType dtype, bool streaming) {
+  return set.copying[streaming ? 1 : 0][width_slot(dtype)];
+}
 
 std::uint64_t key_of(Index index) { return static_cast<std::uint64_t>(index) * kDigestGamma; }
 
@@ -328,6 +413,12 @@ std::uint64_t digest_elements(DType dtype, const std::byte* data, Index count, I
   return kernel_for(dtype)(data, 1, count, key_of(first_index), kDigestGamma);
 }
 
+std::uint64_t detail::copy_digesting(DType dtype, const std::byte* from, std::byte* to, Index count,
+                                     Index first_index, bool streaming) {
+  if (count <= 0) return 0;
+  return copying_kernel(best_kernels(), dtype, streaming)(from, to, count, key_of(first_index), kDigestGamma);
+}
+
 std::vector<std::string> detail::digest_kernels_here() {
   std::vector<std::string> names;
   for (const KernelSet& set : kKernelSets) {
@@ -343,6 +434,16 @@ std::optional<std::uint64_t> detail::digest_elements_with(std::string_view kerne
   for (const KernelSet& set : kKernelSets) {
     if (kernel != set.name || !set.runs_here()) continue;
     return count <= 0 ? 0 : width_kernel(set, dtype)(data, 1, count, key_of(first_index), kDigestGamma);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::uint64_t> detail::copy_digesting_with(std::string_view kernel, DType dtype, const std::byte* from,
+                                                         std::byte* to, Index count, Index first_index,
+                                                         bool streaming) {
+  for (const KernelSet& set : kKernelSets) {
+    if (kernel != set.name || !set.runs_here()) continue;
+    return count <= 0 ? 0 : copying_kernel(set, dtype, streaming)(from, to, count, key_of(first_index), kDigestGamma);
   }
   return std::nullopt;
 }

@@ -294,6 +294,20 @@ PlanCopy plan_copy(DType dtype, const Block& b, const Plan& p, const Scratch& s,
   return out;
 }
 
+// Copies one row of a plan to `row`, element `to` of the destination; with `digest`,
+// returns the digest terms of what it wrote. An unscaled row read and written
+// contiguously is copied and summed in one pass (detail::copy_digesting).
+std::uint64_t copy_digest_row(const PlanCopy& copy, const std::byte* from, const Plan& p, std::byte* row, Index to,
+                              bool digest) {
+  const RowOp& op = copy.op;
+  if (digest && copy.digest_source && p.to_step == 1) {
+    const bool stream = op.streaming && static_cast<std::size_t>(p.len) * op.size >= detail::kStreamRowBytes;
+    return detail::copy_digesting(op.dtype, from, row, p.len, to, stream);
+  }
+  copy_row(op, from, p.from_step, row, p.to_step, p.len);
+  return digest ? digest_elements(op.dtype, copy.digest_source ? from : row, p.len, to) : 0;
+}
+
 // Copies one chunk; with `digest`, returns the digest terms of what it wrote.
 std::uint64_t copy_chunk(DType dtype, std::span<const BlockCopy> blocks, const Scratch& s, const Chunk& c, bool digest) {
   const Plan& p = s.plans[static_cast<std::size_t>(c.plan)];
@@ -301,7 +315,6 @@ std::uint64_t copy_chunk(DType dtype, std::span<const BlockCopy> blocks, const S
   // Not a structured binding: clang 14 does not let the row lambda below capture one.
   const PlanCopy copy = plan_copy(dtype, b, p, s, digest);
   const RowOp& op = copy.op;
-  const bool digest_source = copy.digest_source;
   const auto size = static_cast<Index>(op.size);
   std::uint64_t terms = 0;
   // Rows of up to a page far apart (a gather of narrow blocks, an extract of every
@@ -316,9 +329,7 @@ std::uint64_t copy_chunk(DType dtype, std::span<const BlockCopy> blocks, const S
       const std::byte* next = b.from + from * size + ahead;
       for (Index line = 0; line < row_bytes; line += 64) __builtin_prefetch(next + line);
     }
-    std::byte* row = b.to + to * size;
-    copy_row(op, b.from + from * size, p.from_step, row, p.to_step, p.len);
-    if (digest) terms += digest_elements(dtype, digest_source ? b.from + from * size : row, p.len, to);
+    terms += copy_digest_row(copy, b.from + from * size, p, b.to + to * size, to, digest);
   });
   if (op.streaming) detail::stream_fence();
   return terms;
@@ -418,9 +429,7 @@ std::uint64_t copy_side_by_side(DType dtype, std::span<const BlockCopy> blocks, 
       for (Index r = stretch; r < stretch_end; ++r) {
         const std::byte* from = b.from + (p.from_offset + r * rows.from_stride) * size;
         const Index to = p.to_offset + r * rows.to_stride;
-        std::byte* row = b.to + to * size;
-        copy_row(ops[k].op, from, p.from_step, row, p.to_step, p.len);
-        if (digest) terms += digest_elements(dtype, ops[k].digest_source ? from : row, p.len, to);
+        terms += copy_digest_row(ops[k], from, p, b.to + to * size, to, digest);
       }
     }
   }

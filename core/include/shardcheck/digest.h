@@ -49,6 +49,16 @@ std::string digest_kernel_chosen();
 // digest_elements through the named kernel; std::nullopt when it does not run here.
 std::optional<std::uint64_t> digest_elements_with(std::string_view kernel, DType dtype, const std::byte* data,
                                                   Index count, Index first_index);
+// Copies `count` packed elements from `from` to `to` (not overlapping, each aligned to its
+// element) and returns their terms, as digest_elements(dtype, from, count, first_index):
+// the copy and the digest in one pass over the data (a rebuild that verifies a digest).
+// With `streaming`, the stores go around the caches and the caller fences
+// (detail::stream_fence) before the data is read by another thread.
+std::uint64_t copy_digesting(DType dtype, const std::byte* from, std::byte* to, Index count, Index first_index,
+                             bool streaming);
+// copy_digesting through the named kernel; std::nullopt when it does not run here.
+std::optional<std::uint64_t> copy_digesting_with(std::string_view kernel, DType dtype, const std::byte* from,
+                                                 std::byte* to, Index count, Index first_index, bool streaming);
 }  // namespace detail
 
 // Each rank's share of digest(F), computed from its own shard alone: the elements of its
