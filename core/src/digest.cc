@@ -151,7 +151,10 @@ template <int kLanes, class U, bool kContiguous, Store kStore = Store::none>
   Index j = 0;
   for (; j + 2 * kLanes <= n; j += 2 * kLanes) {
     const U* q = p + j * s;
-    if constexpr (kStore != Store::none) __builtin_prefetch(reinterpret_cast<const char*>(q) + kAheadBytes);
+    if constexpr (kStore != Store::none) {
+      // An address, not a pointer past the row: a prefetch never faults.
+      __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(q) + kAheadBytes));
+    }
     if constexpr (kStore == Store::streaming) {
       stream_out<kStepBytes>(to + j, q);
     } else if constexpr (kStore == Store::cached) {
