@@ -8,12 +8,9 @@
 
 #include <fmt/format.h>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "shardcheck/backend.h"
 #include "shardcheck/checks.h"
+#include "streaming.h"
 #include "two_view_walk.h"
 
 namespace shardcheck {
@@ -106,21 +103,6 @@ template <int kLanes, class U, bool kContiguous>
 // them to a destination (contiguous), through the caches or around them.
 enum class Store { none, cached, streaming };
 
-// Writes kBytes (a multiple of 16) from `from` to `to` (16-byte aligned) with
-// non-temporal stores, as detail::copy_streaming does; the caller fences.
-template <std::size_t kBytes>
-[[gnu::always_inline]] inline void stream_out(void* to, const void* from) {
-  static_assert(kBytes % 16 == 0);
-#if defined(__SSE2__)
-  for (std::size_t b = 0; b < kBytes; b += 16) {
-    _mm_stream_si128(reinterpret_cast<__m128i*>(static_cast<std::byte*>(to) + b),
-                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::byte*>(from) + b)));
-  }
-#else
-  std::memcpy(to, from, kBytes);
-#endif
-}
-
 // Sum of the terms of n elements p[0], p[stride], p[2 * stride], ..., element j taken
 // at the key (index * gamma) key + j * key_step. Keys rather than indices: index * gamma
 // for consecutive positions is one addition apart, which keeps the multiplies for the
@@ -156,7 +138,7 @@ template <int kLanes, class U, bool kContiguous, Store kStore = Store::none>
       __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(q) + kAheadBytes));
     }
     if constexpr (kStore == Store::streaming) {
-      stream_out<kStepBytes>(to + j, q);
+      detail::stream_block<kStepBytes>(reinterpret_cast<std::byte*>(to + j), reinterpret_cast<const std::byte*>(q));
     } else if constexpr (kStore == Store::cached) {
       std::memcpy(to + j, q, kStepBytes);
     }

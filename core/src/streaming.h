@@ -27,6 +27,20 @@ inline constexpr std::size_t kStreamRowBytes = 256;
 // Batches smaller than this stay in the caches, where cached stores are the faster.
 inline constexpr std::int64_t kStreamTotalBytes = std::int64_t{8} << 20;
 
+// Writes kBytes (a multiple of 16) from `from` (any alignment) to `to` (16-byte aligned)
+// with non-temporal stores (plain stores without SSE2); the caller fences.
+template <std::size_t kBytes>
+inline void stream_block(std::byte* to, const std::byte* from) {
+  static_assert(kBytes % 16 == 0);
+#if defined(__SSE2__)
+  for (std::size_t k = 0; k < kBytes; k += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(to + k), _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + k)));
+  }
+#else
+  std::memcpy(to, from, kBytes);
+#endif
+}
+
 inline void copy_streaming(std::byte* to, const std::byte* from, std::size_t bytes) {
 #if defined(__SSE2__)
   const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(to) % 16) % 16;
@@ -36,29 +50,22 @@ inline void copy_streaming(std::byte* to, const std::byte* from, std::size_t byt
   }
   std::memcpy(to, from, head);
   std::size_t k = head;
-  for (; k + 64 <= bytes; k += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + k));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + k + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + k + 32));
-    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + k + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(to + k), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(to + k + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(to + k + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(to + k + 48), d);
-  }
-  for (; k + 16 <= bytes; k += 16) {
-    _mm_stream_si128(reinterpret_cast<__m128i*>(to + k), _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + k)));
-  }
+  for (; k + 64 <= bytes; k += 64) stream_block<64>(to + k, from + k);
+  for (; k + 16 <= bytes; k += 16) stream_block<16>(to + k, from + k);
   std::memcpy(to + k, from + k, bytes - k);
 #else
   std::memcpy(to, from, bytes);
 #endif
 }
 
+// Whether a contiguous row of `bytes` is streamed when its batch asks for it (`stream`):
+// only where it is long enough to pay for its head and tail.
+inline bool streams(bool stream, std::size_t bytes) { return stream && bytes >= kStreamRowBytes; }
+
 // A contiguous run of bytes: streamed with `stream` where it is long enough to pay for
 // its head and tail (the caller fences), else memcpy.
 inline void copy_run(std::byte* to, const std::byte* from, std::size_t bytes, bool stream) {
-  if (stream && bytes >= kStreamRowBytes) {
+  if (streams(stream, bytes)) {
     copy_streaming(to, from, bytes);
   } else {
     std::memcpy(to, from, bytes);

@@ -300,9 +300,9 @@ PlanCopy plan_copy(DType dtype, const Block& b, const Plan& p, const Scratch& s,
 std::uint64_t copy_digest_row(const PlanCopy& copy, const std::byte* from, const Plan& p, std::byte* row, Index to,
                               bool digest) {
   const RowOp& op = copy.op;
-  if (digest && copy.digest_source && p.to_step == 1) {
-    const bool stream = op.streaming && static_cast<std::size_t>(p.len) * op.size >= detail::kStreamRowBytes;
-    return detail::copy_digesting(op.dtype, from, row, p.len, to, stream);
+  if (copy.digest_source && p.to_step == 1) {  // digest_source: asked for, and summable on the way
+    return detail::copy_digesting(op.dtype, from, row, p.len, to,
+                                  detail::streams(op.streaming, static_cast<std::size_t>(p.len) * op.size));
   }
   copy_row(op, from, p.from_step, row, p.to_step, p.len);
   return digest ? digest_elements(op.dtype, copy.digest_source ? from : row, p.len, to) : 0;
