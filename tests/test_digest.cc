@@ -265,6 +265,51 @@ TEST(DigestShares, RefusedAsRebuildRefuses) {
   EXPECT_EQ(digest_shares(scaled, int_shards).error().kind, ErrorKind::scale);
 }
 
+// Contract 1.2 in a share: an element that unscaling overflows or flushes is refused with
+// rebuild's own error (kind, rank, piece as written, addresses), whatever the piece order,
+// never summed as the infinity or zero the arithmetic leaves (found by an independent
+// model: `shardcheck digest` printed the digest of +inf).
+TEST(DigestShares, AnElementUnscalingLosesIsRefusedAsRebuildRefusesIt) {
+  struct Scaled {
+    double scale;
+    double value;  // in the shard
+  };
+  const std::vector<Scaled> lost = {{1e-30, 1.0},      // 1 / 1e-30 overflows float16
+                                    {65536.0, 0x1p-14},  // the smallest normal float16 / 2^16 flushes
+                                    {0x1p-100, 0x1p100},
+                                    {0x1p100, 0x1p-100}};
+  int refused = 0;
+  for (DType dtype : {DType::float16, DType::bfloat16}) {
+    for (const Scaled& s : lost) {
+      const auto bits = bits_from_double(dtype, s.value);
+      if (!bits) continue;  // 2^100 is no float16
+      // Two pieces of rank 0: the one listed second comes first in content order and
+      // holds the element lost; the other is harmless.
+      const Map map = M({2}, {R(0, Extents{2}, {P({1}, 1, {1}, 1, {1}, {0}, 2.0), P({1}, 0, {1}, 0, {1}, {0}, s.scale)})});
+      Buffer shard(dtype, 2);
+      shard.set_bits(0, *bits);
+      shard.set_bits(1, *bits_from_double(dtype, 1.0));
+      const ShardSet shards = {{0, shard}};
+      const std::string where = fmt::format("{} scale {} value {}", dtype_name(dtype), s.scale, s.value);
+      auto rebuilt = rebuild(map, shards, dtype);
+      if (rebuilt.ok()) continue;  // this dtype holds the result: nothing is lost
+      ASSERT_EQ(rebuilt.error().kind, ErrorKind::scale) << where;
+      ++refused;
+      auto shares = digest_shares(map, shards);
+      ASSERT_FALSE(shares.ok()) << where << " summed " << format_digest(sum_of(shares.value()));
+      EXPECT_EQ(shares.error().to_string(), rebuilt.error().to_string()) << where;
+      EXPECT_EQ(shares.error().piece, 1) << where;
+      Map reversed = map;
+      std::swap(reversed.ranks[0].pieces[0], reversed.ranks[0].pieces[1]);
+      auto reversed_shares = digest_shares(reversed, shards);
+      ASSERT_FALSE(reversed_shares.ok()) << where;
+      EXPECT_EQ(reversed_shares.error().address, shares.error().address) << where;
+      EXPECT_EQ(reversed_shares.error().piece, 0) << where;
+    }
+  }
+  EXPECT_EQ(refused, 4);  // an overflow and a flush in each dtype
+}
+
 // ---- rebuild with an expected digest --------------------------------------------------
 
 // The valid-but-different layout of contract 3: two equal pieces swap

@@ -705,6 +705,25 @@ Memory memory_of(const ShardSet& shards, const ConvertOptions& options) {
 
 }  // namespace
 
+Status rebuild_scale_refusal(const Map& map, const ShardSet& shards, DType dtype, int scale_power) {
+  std::vector<Visit> visits;
+  for (const RankEntry& entry : map.ranks) {
+    auto it = shards.find(entry.rank);
+    if (it == shards.end()) continue;
+    for (std::size_t i = 0; i < entry.pieces.size(); ++i) {
+      const Piece& piece = entry.pieces[i];
+      if (piece.scale == 1.0) continue;  // only scaled pieces can be refused; order among them is kept
+      visits.push_back(Visit{entry.rank, static_cast<Index>(i), &piece, &it->second,
+                             checked_numel(piece.shape).value_or(0), it->second.numel(), 0, piece.scale,
+                             is_replica(piece)});
+    }
+  }
+  if (visits.empty()) return {};
+  std::sort(visits.begin(), visits.end(), visit_less);
+  if (Status e = check_scales(visits, dtype, scale_power); !e.ok()) return e;
+  return check_scaled_elements(visits, nullptr, dtype, backend_of(ConvertOptions{}), Threading{});
+}
+
 Status allocation_guard(Index wanted, Index backed, const CheckLimits& limits, std::string_view what) {
   if (wanted <= std::max(backed, limits.max_walked_addresses)) return {};
   return fault::allocation(what, wanted);

@@ -10,6 +10,7 @@
 
 #include "shardcheck/backend.h"
 #include "shardcheck/checks.h"
+#include "shardcheck/convert.h"
 #include "streaming.h"
 #include "two_view_walk.h"
 
@@ -377,20 +378,6 @@ Result<DType> check_share_shards(const Map& map, const ShardSet& shards) {
   return dtype.value_or(DType::float32);
 }
 
-Status check_share_scales(const Map& map, DType dtype, int scale_power) {
-  for (const RankEntry& entry : map.ranks) {
-    for (std::size_t i = 0; i < entry.pieces.size(); ++i) {
-      const Piece& piece = entry.pieces[i];
-      if (piece.scale == 1.0) continue;
-      const PieceAt at{entry.rank, static_cast<Index>(i), &piece};
-      if (scale_power != 1) return fault::scale_needs_power_one(at, scale_power);
-      if (!is_floating(dtype)) return fault::scale_on_integer(at, dtype);
-      if (!scale_fits_arithmetic(dtype, piece.scale)) return fault::scale_outside_arithmetic(at, dtype);
-    }
-  }
-  return {};
-}
-
 bool spans_overlap(std::vector<std::pair<Index, Index>>& spans) {
   std::sort(spans.begin(), spans.end());
   for (std::size_t i = 1; i < spans.size(); ++i) {
@@ -447,7 +434,7 @@ Result<std::map<Rank, std::uint64_t>> digest_shares(const Map& map, const ShardS
   if (Status e = check_map(map); !e.ok()) return e.error();
   auto dtype = check_share_shards(map, shards);
   if (!dtype) return dtype.error();
-  if (Status e = check_share_scales(map, dtype.value(), scale_power); !e.ok()) return e.error();
+  if (Status e = rebuild_scale_refusal(map, shards, dtype.value(), scale_power); !e.ok()) return e.error();
   const Index numel_f = checked_numel(map.logical_shape).value_or(0);  // checked by check_map
 
   const std::unique_ptr<Backend> backend = make_cpu_backend();

@@ -961,6 +961,9 @@ std::optional<std::map<Rank, std::uint64_t>> reference_digest_shares(const Map& 
       !reference_scale_refusal(map, dtype, scale_power).ok()) {
     return std::nullopt;
   }
+  // An element unscaling loses (contract 1.2) has no share: rebuild refuses it.
+  auto read_shard = [&](Rank rank, Index, Index dst) { return shards.at(rank).bits(dst); };
+  if (scaled_out_of_range(all_pieces(map), std::nullopt, dtype, scale_power, false, read_shard)) return std::nullopt;
   std::map<Rank, std::uint64_t> shares;
   std::map<Rank, std::vector<bool>> counted;
   const auto numel = static_cast<std::size_t>(numel_of(map.logical_shape));

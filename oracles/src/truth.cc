@@ -404,8 +404,11 @@ Result<Inputs> prepare_truth(const Case& c) {
       // A valid map that cannot write F. A scale no conversion of this dtype may apply
       // (contract 1.2) leaves no correct tensor, and strict owes its refusal whatever the
       // shards hold: they are what the producer wrote. An element of F the scale would
-      // overflow or flush is data the map could not have written: the case is unusable.
-      if (reference_scale_refusal(c.map, c.dtype, c.scale_power).ok()) {
+      // overflow or flush is data the map could not have written, so a case that reads
+      // shards is unusable; an extract reads F alone, and refusing that element is its
+      // verdict (contract 1.2 puts the refusal in conversion, and repro knows the dtype).
+      const bool reads_shards = c.ops.has(Op::rebuild) || c.ops.has(Op::reshard);
+      if (reads_shards && reference_scale_refusal(c.map, c.dtype, c.scale_power).ok()) {
         return reworded(shards.error(), "the map cannot write F, " + shards.error().sentence);
       }
       in.shards = producer_shards(c.map, *in.full, c.scale_power);

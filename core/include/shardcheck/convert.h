@@ -76,6 +76,13 @@ Result<ShardSet> extract_all(const Map& map, const Buffer& full,
 // allocated; strict and legacy conversion both ask here.
 Status allocation_guard(Index wanted, Index backed, const CheckLimits& limits, std::string_view what);
 
+// Contract 1.2 as a strict rebuild of `map` from `shards` applies it, without moving any
+// data: each piece's scale (power, dtype, the arithmetic type's range), then each element
+// that dividing by its scale would overflow or flush; the error rebuild reports, found in
+// the same order. For code that reads shards through a map without building F
+// (digest_shares). `map` has passed check_map and `shards` fit it (all of `dtype`).
+Status rebuild_scale_refusal(const Map& map, const ShardSet& shards, DType dtype, int scale_power);
+
 // The legacy entry points, also reachable through options.policy.
 Result<Buffer> legacy_rebuild(const Map& map, const ShardSet& shards, DType dtype,
                               int scale_power = 1);

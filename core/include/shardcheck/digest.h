@@ -68,7 +68,8 @@ std::optional<std::uint64_t> copy_digesting_with(std::string_view kernel, DType 
 // which is not checked here: only the counting rank's copy is read), the shares add up
 // to digest(F) of the rebuilt tensor. Every rank with a shard gets an entry (0 when it
 // counts nothing). Refused as rebuild would refuse: an invalid map (conditions 1-6),
-// shards that do not fit it (`shape`), a scale that cannot be applied (`scale`).
+// shards that do not fit it (`shape`), a scale that cannot be applied or an
+// element it would overflow or flush (`scale`, contract 1.2; rebuild_scale_refusal).
 Result<std::map<Rank, std::uint64_t>> digest_shares(const Map& map, const ShardSet& shards, int scale_power = 1);
 
 // "0x" followed by exactly 16 hex digits, as maps and case files carry a digest.

@@ -70,8 +70,9 @@ std::vector<std::uint64_t> reference_copies(const Map& map, const ShardSet& shar
 
 // Contract 10's per-rank shares of digest(F), counted naively: every element of
 // every piece a rank lists, unscaled, once per rank, by the lowest rank of the piece's
-// locations; every rank whose shard is supplied has a share. nullopt where a rebuild would refuse (conditions 1-6, shards that do not
-// fit, a scale that cannot be applied).
+// locations; every rank whose shard is supplied has a share. nullopt where a rebuild would
+// refuse (conditions 1-6, shards that do not fit, a scale that cannot be applied, an
+// element that unscaling overflows or flushes).
 std::optional<std::map<Rank, std::uint64_t>> reference_digest_shares(const Map& map, const ShardSet& shards,
                                                                      DType dtype, int scale_power = 1);
 
