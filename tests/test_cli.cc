@@ -115,6 +115,21 @@ TEST_F(CliTest, CheckEnvelopeReportsEveryParameter) {
   EXPECT_NE(run.out.find("c.weight: refused twice: "), std::string::npos) << run.out;
 }
 
+// A key given twice or a number out of range inside one parameter's map is that
+// parameter's refusal: the checkpoint's other maps are still judged (exit 1, not 2).
+TEST_F(CliTest, CheckEnvelopeTextJsonCannotHoldInOneParameterHidesNoOther) {
+  std::string envelope = R"({"version": 1, "params": {"a.weight": )" + kValidMap +
+                         R"(, "b.bias": {"logical_shape": [4], "logical_shape": [4], "ranks": {}}, "c.weight": )" +
+                         kCollidingMap + R"(, "d.bias": {"logical_shape": [1e400], "ranks": {}}}})";
+  Ran run = shardcheck("check " + write("env.json", envelope));
+  EXPECT_EQ(run.exit_code, 1) << run.out;
+  EXPECT_NE(run.out.find("a.weight: valid\n"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("b.bias: refused format: $.params[\"b.bias\"].logical_shape: "), std::string::npos)
+      << run.out;
+  EXPECT_NE(run.out.find("c.weight: refused twice: "), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("d.bias: refused format: "), std::string::npos) << run.out;
+}
+
 TEST_F(CliTest, CheckEnvelopeAllValidExitsZero) {
   std::string envelope = R"({"version": 1, "params": {"x": )" + kValidMap + "}}";
   Ran run = shardcheck("check " + write("env.json", envelope));

@@ -481,6 +481,61 @@ TEST(JsonParse, ALargeMapReadsAsItsPiecesAreTakenOffTheTape) {
   EXPECT_FALSE(bare.value().envelope);
 }
 
+// A checkpoint's envelope checked whole (shardcheck check): text inside one parameter's
+// map that JSON cannot hold is that parameter's refusal, and the others are still read;
+// only a fault in the envelope itself leaves no parameter to judge. (Found by an
+// independent model of the contract: one bad map hid every other in its envelope.)
+TEST(JsonParse, ReadingAnEnvelopeOneParameterCannotHideTheOthers) {
+  const std::string good = encode_map_text(row_gather_map(4, 2));
+  const std::string twice = R"({"logical_shape": [1], "logical_shape": [1], "ranks": {}})";
+  const std::string huge = R"({"logical_shape": [1e400], "ranks": {}})";
+  const std::string broken = R"({"logical_shape": [1,,2], "ranks": {}})";
+  const std::string head = R"({"version": 1, "params": {"a": )" + good + R"(, "b": )" + twice + R"(, "c": )" + huge +
+                           R"(, "d": )" + broken + R"(, "e\u0041": )" + good;
+  const std::string text = head + "}}";
+  ASSERT_FALSE(parse_json(text).ok());  // as a whole, JSON cannot hold it
+  const auto document = read_document(text, max_input_bytes(), {});
+  ASSERT_TRUE(document.ok()) << document.error().to_string();
+  EXPECT_TRUE(document.value().envelope);
+  const auto& params = document.value().params;
+  ASSERT_EQ(params.size(), 5u);
+  EXPECT_EQ(params[0].name, "a");
+  ASSERT_TRUE(params[0].map.ok());
+  EXPECT_EQ(params[0].map.value(), row_gather_map(4, 2));
+  EXPECT_EQ(params[4].name, "eA");
+  EXPECT_TRUE(params[4].map.ok());
+  for (std::size_t i = 1; i <= 3; ++i) {
+    ASSERT_FALSE(params[i].map.ok()) << params[i].name;
+    EXPECT_EQ(params[i].map.error().kind, ErrorKind::format);
+  }
+  EXPECT_EQ(params[1].map.error().path, "$.params.b.logical_shape");
+  EXPECT_NE(params[1].map.error().sentence.find("appears twice"), std::string::npos);
+  EXPECT_EQ(params[2].map.error().path, "$.params.c");
+  // A byte offset counts in the whole text, as parse_json counts it in the map alone.
+  const auto& broken_error = params[3].map.error();
+  EXPECT_EQ(broken_error.path, "$.params.d");
+  const std::string alone = parse_json(broken).error().sentence;
+  const std::size_t byte_alone = std::stoul(alone.substr(alone.find("at byte ") + 8));
+  const std::size_t expected = byte_alone + text.find(broken);
+  EXPECT_NE(broken_error.sentence.find(fmt::format("at byte {} ", expected)), std::string::npos)
+      << broken_error.sentence << " (expected byte " << expected << ")";
+  // The envelope's own faults still refuse the document: a newer version (named, rather
+  // than the parameter's fault), a parameter named twice, "params" twice, a bare map.
+  const auto newer = read_document(R"({"version": 2, "params": {"c": )" + huge + "}}", max_input_bytes(), {});
+  ASSERT_FALSE(newer.ok());
+  EXPECT_EQ(newer.error().path, "$.version");
+  for (const std::string& whole :
+       {R"({"version": 1, "params": {"a": )" + good + R"(, "a": )" + good + "}}",
+        R"({"version": 1, "params": {"c": )" + huge + R"(}, "params": {}})", R"({"version": 1, "version": 1, "params": {"c": )" + huge + "}}",
+        twice, head + "}"}) {
+    const auto refused = read_document(whole, max_input_bytes(), {});
+    ASSERT_FALSE(refused.ok()) << whole;
+    EXPECT_EQ(refused.error().to_string(), parse_json(whole).error().to_string()) << whole;
+  }
+  // parse_document still answers as decode_document(parse_json(text)) does.
+  EXPECT_FALSE(parse_document(text).ok());
+}
+
 TEST(JsonParse, TakingPiecesAnswersAsTheExactReaderDoes) {
   // Each is read by the reader that takes pieces as they close until something is not
   // as it expects, then again exactly: the answer, errors word for word, is the same.

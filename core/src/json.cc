@@ -1,6 +1,7 @@
 #include "shardcheck/json.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -593,6 +594,146 @@ Status read_tape(detail::JsonTape& tape, std::string_view text, std::uint64_t ma
 
 }  // namespace
 
+std::optional<std::vector<MemberText>> object_members_by_syntax(std::string_view text) {
+  std::size_t i = 0;
+  auto skip_space = [&] {
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r')) ++i;
+  };
+  auto skip_string = [&]() -> bool {  // at '"': to just past the closing quote
+    for (++i; i < text.size(); ++i) {
+      if (text[i] == '\\') ++i;
+      else if (text[i] == '"') return ++i, true;
+    }
+    return false;
+  };
+  // To the end of one value: past a string, past a closed bracket, or to the ',' or '}'
+  // that ends a scalar.
+  auto skip_value = [&]() -> bool {
+    int depth = 0;
+    while (i < text.size()) {
+      const char ch = text[i];
+      if (ch == '"') {
+        if (!skip_string()) return false;
+        if (depth == 0) return true;
+        continue;
+      }
+      if (ch == '{' || ch == '[') ++depth;
+      if (ch == '}' || ch == ']') {
+        if (depth == 0) return true;  // the end of the enclosing object
+        if (--depth == 0) return ++i, true;
+      }
+      if (ch == ',' && depth == 0) return true;
+      ++i;
+    }
+    return depth == 0;
+  };
+  std::vector<MemberText> members;
+  skip_space();
+  if (i >= text.size() || text[i] != '{') return std::nullopt;
+  ++i;
+  skip_space();
+  if (i < text.size() && text[i] == '}') {
+    ++i;
+  } else {
+    while (true) {
+      skip_space();
+      if (i >= text.size() || text[i] != '"') return std::nullopt;
+      const std::size_t name_start = i + 1;
+      if (!skip_string()) return std::nullopt;
+      const std::string_view name = text.substr(name_start, i - 1 - name_start);
+      skip_space();
+      if (i >= text.size() || text[i] != ':') return std::nullopt;
+      ++i;
+      skip_space();
+      const std::size_t start = i;
+      if (!skip_value()) return std::nullopt;
+      std::size_t end = i;
+      while (end > start && (text[end - 1] == ' ' || text[end - 1] == '\n' || text[end - 1] == '\r' ||
+                             text[end - 1] == '\t')) {
+        --end;
+      }
+      if (end == start) return std::nullopt;
+      members.push_back(MemberText{name, text.substr(start, end - start)});
+      skip_space();
+      if (i < text.size() && text[i] == ',') {
+        ++i;
+        continue;
+      }
+      if (i < text.size() && text[i] == '}') {
+        ++i;
+        break;
+      }
+      return std::nullopt;
+    }
+  }
+  skip_space();
+  if (i != text.size()) return std::nullopt;
+  return members;
+}
+
+namespace {
+
+// Read alone, a parameter's map is "$" and its bytes count from its own first: its
+// error moves to `where`, at `offset` in the whole text.
+Error placed(const Error& e, const std::string& where, std::size_t offset) {
+  std::string sentence = e.sentence;
+  static constexpr std::string_view kAtByte = "at byte ";
+  if (const auto at = sentence.find(kAtByte); at != std::string::npos) {
+    const std::size_t digits = at + kAtByte.size();
+    std::size_t end = digits;
+    while (end < sentence.size() && sentence[end] >= '0' && sentence[end] <= '9') ++end;
+    std::uint64_t byte = 0;
+    if (end > digits && std::from_chars(sentence.data() + digits, sentence.data() + end, byte).ec == std::errc()) {
+      sentence.replace(digits, end - digits, std::to_string(byte + offset));
+    }
+  }
+  return make_error(e.kind, std::move(sentence), Where::in_json(where + e.path.substr(e.path.empty() ? 0 : 1)));
+}
+
+// An envelope whose text JSON cannot hold as a whole, read parameter by parameter (see
+// decode_document). nullopt when the fault is not inside one parameter's map (the
+// envelope's own members, a parameter named twice, text not shaped like an envelope) or
+// the text is over the limit: the whole text's error stands. An envelope that reads
+// without its parameters but is refused (a newer version) gets that refusal.
+std::optional<Result<std::vector<NamedMap>>> envelope_by_parameter(std::string_view text, std::uint64_t max_bytes) {
+  if (!check_input_size(text.size(), std::min(max_bytes, kMaxInputBytesCeiling)).ok()) return std::nullopt;
+  const auto top = object_members_by_syntax(text);
+  if (!top) return std::nullopt;
+  const MemberText* params = nullptr;
+  for (const MemberText& m : *top) {
+    if (m.name != "params") continue;
+    if (params != nullptr) return std::nullopt;
+    params = &m;
+  }
+  if (params == nullptr) return std::nullopt;
+  const std::size_t params_at = static_cast<std::size_t>(params->value.data() - text.data());
+  std::string shell(text.substr(0, params_at));
+  shell.append("{}").append(text.substr(params_at + params->value.size()));
+  detail::JsonTape shell_tape;
+  if (!shell_tape.parse(shell, detail::JsonTape::Reader::plain_first, max_bytes).ok()) return std::nullopt;
+  if (auto envelope = decode_document_of(shell_tape.root()); !envelope) return envelope.error();
+  const auto members = object_members_by_syntax(params->value);
+  if (!members) return std::nullopt;
+  std::vector<NamedMap> out;
+  std::unordered_set<std::string> names;
+  for (const MemberText& m : *members) {
+    auto name = parse_json(fmt::format("\"{}\"", m.name));
+    if (!name || !name.value().is_string() || !names.insert(name.value().get<std::string>()).second) {
+      return std::nullopt;
+    }
+    const std::string where = Cursor{"$"}.key("params").key(name.value().get<std::string>()).path();
+    detail::JsonTape tape;
+    Status read = tape.parse(m.value, detail::JsonTape::Reader::plain_first, max_bytes);
+    Result<Map> map = read.ok() ? decode_map_of(tape.root(), where)
+                                : Result<Map>(placed(read.error(), where,
+                                                     static_cast<std::size_t>(m.value.data() - text.data())));
+    out.push_back(NamedMap{name.value().get<std::string>(), std::move(map)});
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<Map> parse_map(std::string_view text, const std::string& path, std::uint64_t max_bytes) {
   detail::JsonTape tape;
   if (Status bad = read_tape(tape, text, max_bytes); !bad.ok()) return std::move(bad).error();
@@ -607,7 +748,13 @@ Result<std::vector<NamedMap>> parse_document(std::string_view text, std::uint64_
 
 Result<Document> read_document(std::string_view text, std::uint64_t max_bytes, const ReadProgress& progress) {
   detail::JsonTape tape;
-  if (Status bad = read_tape(tape, text, max_bytes, progress); !bad.ok()) return std::move(bad).error();
+  if (Status bad = read_tape(tape, text, max_bytes, progress); !bad.ok()) {
+    if (auto params = envelope_by_parameter(text, max_bytes)) {
+      if (!*params) return params->error();
+      return Document{std::move(params->value()), true};
+    }
+    return std::move(bad).error();
+  }
   auto params = decode_document_of(tape.root());
   if (!params) return params.error();
   const TapeValue root = tape.root();

@@ -446,65 +446,17 @@ Result<Map> decode_map_text(std::string_view text) { return parse_one_map(text, 
 namespace {
 
 // Where the value of the top-level member `key` of a JSON object lies in `text`, read by
-// its syntax alone (strings, brackets, commas), so that a value JSON cannot hold (a key
-// given twice, a number out of range) still has a place. nullopt when the text is not
-// shaped like an object with that key.
+// its syntax alone, so that a value JSON cannot hold (a key given twice, a number out of
+// range) still has a place. nullopt when the text is not shaped like an object with that key.
 std::optional<std::pair<std::size_t, std::size_t>> member_span(std::string_view text, std::string_view key) {
-  std::size_t i = 0;
-  auto skip_space = [&] {
-    while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r')) ++i;
-  };
-  auto skip_string = [&]() -> bool {  // at '"': to just past the closing quote
-    for (++i; i < text.size(); ++i) {
-      if (text[i] == '\\') ++i;
-      else if (text[i] == '"') return ++i, true;
-    }
-    return false;
-  };
-  auto skip_value = [&]() -> bool {
-    int depth = 0;
-    while (i < text.size()) {
-      const char ch = text[i];
-      if (ch == '"') {
-        if (!skip_string()) return false;
-        if (depth == 0) return true;
-        continue;
-      }
-      if (ch == '{' || ch == '[') ++depth;
-      if (ch == '}' || ch == ']') {
-        if (depth == 0) return true;  // the end of the enclosing object
-        if (--depth == 0) return ++i, true;
-      }
-      if (ch == ',' && depth == 0) return true;
-      ++i;
-    }
-    return depth == 0;
-  };
-  skip_space();
-  if (i >= text.size() || text[i] != '{') return std::nullopt;
-  ++i;
-  while (true) {
-    skip_space();
-    if (i >= text.size() || text[i] != '"') return std::nullopt;
-    const std::size_t name_start = i + 1;
-    if (!skip_string()) return std::nullopt;
-    const std::string_view name = text.substr(name_start, i - 1 - name_start);
-    skip_space();
-    if (i >= text.size() || text[i] != ':') return std::nullopt;
-    ++i;
-    skip_space();
-    const std::size_t start = i;
-    if (!skip_value()) return std::nullopt;
-    std::size_t end = i;
-    while (end > start && (text[end - 1] == ' ' || text[end - 1] == '\n' || text[end - 1] == '\r' ||
-                           text[end - 1] == '\t')) {
-      --end;
-    }
-    if (name == key) return std::make_pair(start, end);
-    skip_space();
-    if (i >= text.size() || text[i] != ',') return std::nullopt;
-    ++i;
+  const auto members = object_members_by_syntax(text);
+  if (!members) return std::nullopt;
+  for (const MemberText& m : *members) {
+    if (m.name != key) continue;
+    const auto start = static_cast<std::size_t>(m.value.data() - text.data());
+    return std::make_pair(start, start + m.value.size());
   }
+  return std::nullopt;
 }
 
 }  // namespace

@@ -44,6 +44,16 @@ Status check_input_size(std::uint64_t bytes, std::uint64_t limit);
 // repeated in one object is a `format` error too (a Json object would keep one of them).
 Result<Json> parse_json(std::string_view text, std::uint64_t max_bytes = max_input_bytes());
 
+// The members of the JSON object that `text` holds, found by its syntax alone (strings,
+// brackets, commas), so that a value JSON cannot hold (a key given twice, a number out of
+// range) still has a place: each member's name as written (between its quotes, escapes
+// kept) and its value's text. nullopt when the text is not shaped like one object.
+struct MemberText {
+  std::string_view name;
+  std::string_view value;
+};
+std::optional<std::vector<MemberText>> object_members_by_syntax(std::string_view text);
+
 // One map. `path` prefixes error paths ("$" at top level).
 // Ranks: an object keyed by decimal rank ids ("0" or, after another encoder, any
 // canonical non-negative integer key); duplicate ids are a format error.
@@ -73,6 +83,12 @@ Result<std::vector<NamedMap>> parse_document(std::string_view text, std::uint64_
 // it has reported read, unless the text turns out not to be a valid plain document
 // (then it is read again from the start, exactly, and no more progress is reported).
 // `envelope`: the document was read as an envelope, not as a bare map.
+// Unlike parse_document, which answers as decode_document(parse_json(text)) does, it
+// also keeps one parameter from hiding the others when the fault is text inside that
+// parameter's map that JSON cannot hold (a key given twice, a number out of range, a
+// syntax error its brackets still enclose): the envelope is then read parameter by
+// parameter, and that text is the parameter's `format` refusal, its path under
+// "$.params" and any byte offset counted in the whole text.
 using ReadProgress = std::function<void(std::size_t bytes_read, std::size_t pieces)>;
 struct Document {
   std::vector<NamedMap> params;
