@@ -9,6 +9,7 @@
 #include <random>
 #include <fmt/format.h>
 
+#include "shardcheck/backend.h"
 #include "shardcheck/constructors.h"
 #include "shardcheck/json.h"
 #include "support/spec_maps.h"
@@ -263,6 +264,27 @@ TEST(DigestShares, RefusedAsRebuildRefuses) {
   EXPECT_EQ(digest_shares(scaled, scaled_shards, -1).error().kind, ErrorKind::scale);
   const ShardSet int_shards = {{0, Buffer(DType::int32, 4)}, {1, Buffer(DType::int32, 4)}};
   EXPECT_EQ(digest_shares(scaled, int_shards).error().kind, ErrorKind::scale);
+}
+
+// A backend's digest of a large F is summed in parts on threads; every part must keep
+// its elements' indices in F, so the sum is digest(F) whatever the thread count. (Tests'
+// tensors are small: the threads are asked for from the first byte.)
+TEST(Digest, ThreadedDigestIsTheDigest) {
+  const std::unique_ptr<Backend> cpu = make_cpu_backend();
+  int compared = 0;
+  for (DType dtype : {DType::float32, DType::bfloat16, DType::float64, DType::uint8}) {
+    for (Index n : {0, 1, 7, 1000, 65537}) {
+      const Buffer f = marker_buffer(dtype, n);
+      std::uint64_t by_definition = 0;
+      for (Index i = 0; i < n; ++i) by_definition += digest_term(static_cast<std::uint64_t>(i), f.bits(i));
+      for (int threads : {1, 2, 3, 8}) {
+        EXPECT_EQ(cpu->digest(f, Threading{threads, 0, 0}), by_definition)
+            << dtype_name(dtype) << " numel " << n << " threads " << threads;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 80);
 }
 
 // Contract 1.2 in a share: an element that unscaling overflows or flushes is refused with
