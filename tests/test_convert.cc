@@ -342,6 +342,40 @@ TEST(StrictScale, RefusedForIntegersAndOtherPowers) {
   EXPECT_EQ(plain.value(), full);
 }
 
+// Section 4 checks the map whole, and 1.2's scale rules are about the map: a scale on
+// another rank's piece that this dtype or power cannot apply refuses an extract of a rank
+// whose own pieces are unscaled, as it refuses the rebuild (and as the legacy model does
+// for the power). Found by an independent model of the contract: strict extract of rank
+// 0 looked at rank 0's scales only.
+TEST(StrictScale, AnExtractIsRefusedForAScaleOnAnyRank) {
+  struct Variant {
+    const char* what;
+    double scale;
+    DType dtype;
+    int power;
+  };
+  const std::vector<Variant> variants = {{"power -1", 2.0, DType::float32, -1},
+                                         {"integer data", 2.0, DType::int32, 1},
+                                         {"a scale float32 cannot hold", 1e39, DType::float32, 1}};
+  for (const Variant& v : variants) {
+    const Map map = M({2}, {R(0, Extents{1}, {P({1}, 0, {1}, 0, {1}, {0})}),
+                            R(1, Extents{1}, {P({1}, 1, {1}, 0, {1}, {1}, v.scale)})});
+    for (bool wide : {true, false}) {
+      ConvertOptions options;
+      options.scale_power = v.power;
+      options.wide_copies = wide;
+      const Buffer full = marker_buffer(v.dtype, 2);
+      const Error e = refused(extract(map, full, 0, options));
+      EXPECT_EQ(e.kind, ErrorKind::scale) << v.what;
+      EXPECT_EQ(e.rank, Rank{1}) << v.what;
+      EXPECT_EQ(e.piece, Index{0}) << v.what;
+      const auto all = extract_all(map, full, options);
+      ASSERT_FALSE(all.ok()) << v.what;
+      EXPECT_EQ(all.error().to_string(), e.to_string()) << v.what;
+    }
+  }
+}
+
 // ---- order independence ------------------------------------------------------------
 
 Map shuffled(const Map& map, std::mt19937& rng) {

@@ -214,6 +214,35 @@ Status order_and_guard(std::vector<Visit>& visits, Index numel_f, DType dtype, i
   return scaled ? check_scales(visits, dtype, scale_power) : Status{};
 }
 
+// Every scaled piece of the map as a visit, in the strict visiting order; with `shards`,
+// only the ranks that have one, each visit reading it. Contract 1.2's scale rules judge
+// the whole map (section 4: the map is checked whole), whichever rank is converted.
+std::vector<Visit> scaled_visits(const Map& map, const ShardSet* shards) {
+  std::vector<Visit> visits;
+  for (const RankEntry& entry : map.ranks) {
+    const Buffer* shard = nullptr;
+    if (shards != nullptr) {
+      auto it = shards->find(entry.rank);
+      if (it == shards->end()) continue;
+      shard = &it->second;
+    }
+    for (std::size_t i = 0; i < entry.pieces.size(); ++i) {
+      const Piece& piece = entry.pieces[i];
+      if (piece.scale == 1.0) continue;
+      visits.push_back(Visit{entry.rank, static_cast<Index>(i), &piece, shard, checked_numel(piece.shape).value_or(0),
+                             shard != nullptr ? shard->numel() : 0, 0, piece.scale, is_replica(piece)});
+    }
+  }
+  std::sort(visits.begin(), visits.end(), visit_less);
+  return visits;
+}
+
+// What an extract owes the scales of the whole map (power, dtype, arithmetic range),
+// decided once per call whatever the ranks extracted.
+Status extract_scale_refusal(const Map& map, DType dtype, int scale_power) {
+  return check_scales(scaled_visits(map, nullptr), dtype, scale_power);
+}
+
 std::optional<Index> logical_numel(const Map& map) {
   for (Index e : map.logical_shape) {
     if (e < 0) return std::nullopt;
@@ -578,12 +607,13 @@ struct ProvenRank {
   const Checked* checked = nullptr;
 };
 
-// Extract after check_map: fills every address of `rank`'s shard exactly once. With
+// Extract after check_map: fills every address of `rank`'s shard exactly once.
+// `map_scales`: extract_scale_refusal of the map, decided once per call. With
 // `proven`, the wide path; with `deferred` as well, it only plans its copies there:
 // extract_all moves every shard in one parallel pass.
 Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank rank, Index numel_f,
-                                      const ConvertOptions& options, const ProvenRank* proven,
-                                      std::vector<BlockCopy>* deferred = nullptr) {
+                                      const ConvertOptions& options, const Status& map_scales,
+                                      const ProvenRank* proven, std::vector<BlockCopy>* deferred = nullptr) {
   const RankEntry* entry = map.find_rank(rank);
   if (entry == nullptr || (!entry->shard_shape && !entry->pieces.empty())) return fault::no_shard_to_extract(rank);
   if (full.numel() != numel_f) return fault::full_numel(full.numel(), numel_f);
@@ -598,9 +628,6 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
   if (piece_count == 0 && *shard_numel != 0) return fault::shard_address_uncovered(rank, 0);
   if (proven != nullptr) {
     if (!proven->checked->guard.ok()) return proven->checked->guard.error();
-    if (proven->checked->scaled) {
-      if (Status e = check_scales(proven->visits, dtype, options.scale_power); !e.ok()) return e.error();
-    }
   } else {
     s.visits.clear();
     for (std::size_t i = 0; i < entry->pieces.size(); ++i) {
@@ -608,8 +635,11 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
       s.visits.push_back(
           Visit{rank, static_cast<Index>(i), &piece, nullptr, 0, *shard_numel, 0, piece.scale, is_replica(piece)});
     }
-    if (Status e = order_and_guard(s.visits, numel_f, dtype, options.scale_power); !e.ok()) return e.error();
+    std::sort(s.visits.begin(), s.visits.end(), visit_less);
+    bool scaled = false;
+    if (Status e = guard_visits(s.visits, numel_f, scaled); !e.ok()) return e.error();
   }
+  if (!map_scales.ok()) return map_scales.error();
   const Index backed =
       checked_mul(numel_f, static_cast<Index>(piece_count)).value_or(std::numeric_limits<Index>::max());
   if (Status e = allocation_guard(*shard_numel, backed, options.checks.limits, "a shard"); !e.ok()) return e.error();
@@ -706,20 +736,8 @@ Memory memory_of(const ShardSet& shards, const ConvertOptions& options) {
 }  // namespace
 
 Status rebuild_scale_refusal(const Map& map, const ShardSet& shards, DType dtype, int scale_power) {
-  std::vector<Visit> visits;
-  for (const RankEntry& entry : map.ranks) {
-    auto it = shards.find(entry.rank);
-    if (it == shards.end()) continue;
-    for (std::size_t i = 0; i < entry.pieces.size(); ++i) {
-      const Piece& piece = entry.pieces[i];
-      if (piece.scale == 1.0) continue;  // only scaled pieces can be refused; order among them is kept
-      visits.push_back(Visit{entry.rank, static_cast<Index>(i), &piece, &it->second,
-                             checked_numel(piece.shape).value_or(0), it->second.numel(), 0, piece.scale,
-                             is_replica(piece)});
-    }
-  }
+  const std::vector<Visit> visits = scaled_visits(map, &shards);
   if (visits.empty()) return {};
-  std::sort(visits.begin(), visits.end(), visit_less);
   if (Status e = check_scales(visits, dtype, scale_power); !e.ok()) return e;
   return check_scaled_elements(visits, nullptr, dtype, backend_of(ConvertOptions{}), Threading{});
 }
@@ -761,9 +779,10 @@ Result<Buffer> extract(const Map& map, const Buffer& full, Rank rank, const Conv
   if (Status e = check_for_conversion(map, options, nullptr, rank, s.visits, checked); !e.ok()) return e.error();
   auto numel_f = logical_numel(map);
   if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
-  if (!checked.wide) return strict_extract_checked(map, full, rank, *numel_f, options, nullptr);
+  const Status map_scales = extract_scale_refusal(map, full.dtype(), options.scale_power);
+  if (!checked.wide) return strict_extract_checked(map, full, rank, *numel_f, options, map_scales, nullptr);
   const ProvenRank proven{s.visits, &checked};
-  return strict_extract_checked(map, full, rank, *numel_f, options, &proven);
+  return strict_extract_checked(map, full, rank, *numel_f, options, map_scales, &proven);
 }
 
 Result<ShardSet> extract_all(const Map& map, const Buffer& full, const ConvertOptions& options) {
@@ -779,6 +798,7 @@ Result<ShardSet> extract_all(const Map& map, const Buffer& full, const ConvertOp
     numel_f = logical_numel(map);
     if (!numel_f) return fault::bad_logical_shape(map.logical_shape);
   }
+  const Status map_scales = strict ? extract_scale_refusal(map, full.dtype(), options.scale_power) : Status{};
   std::vector<Rank> ranks;
   for (const auto& entry : map.ranks) {
     if (entry.shard_shape) ranks.push_back(entry.rank);
@@ -794,11 +814,11 @@ Result<ShardSet> extract_all(const Map& map, const Buffer& full, const ConvertOp
   for (Rank rank : ranks) {
     auto shard = [&]() -> Result<Buffer> {
       if (!strict) return legacy_extract(map, full, rank, options.scale_power);
-      if (!wide) return strict_extract_checked(map, full, rank, *numel_f, options, nullptr);
+      if (!wide) return strict_extract_checked(map, full, rank, *numel_f, options, map_scales, nullptr);
       const std::size_t first = next;
       while (next < s.visits.size() && s.visits[next].rank == rank) ++next;
       const ProvenRank proven{std::span<const Visit>(s.visits).subspan(first, next - first), &checked};
-      return strict_extract_checked(map, full, rank, *numel_f, options, &proven, &deferred);
+      return strict_extract_checked(map, full, rank, *numel_f, options, map_scales, &proven, &deferred);
     }();
     if (!shard) return shard.error();
     out.insert_or_assign(rank, std::move(shard).value());

@@ -254,10 +254,19 @@ bool is_power_of_two(double scale) {
 // is not F, says where and why. With every truth scale a power of two it must be F, but
 // for an element the truth map wrote as a subnormal of fewer bits (gradual underflow,
 // which section 1.2 does not refuse): anything else is a defect of the harness itself.
-ExpectedVsFull compare_with_full(const Case& c, const Buffer& expected, const Buffer& full) {
+// `shards_given`: the case file's own shards, which need not have been written from its F;
+// the difference is then theirs to explain, never the harness's.
+ExpectedVsFull compare_with_full(const Case& c, const Buffer& expected, const Buffer& full, bool shards_given = false) {
   ExpectedVsFull out;
   out.difference = compare(full, expected);
   if (!out.difference) return out;
+  if (shards_given) {
+    out.reason = fmt::format("element {} of F holds {} but the truth map's rebuild of the case's shards gives {}: "
+                             "the shards were not written from this F",
+                             out.difference->element, format_element(c.dtype, out.difference->expected_bits),
+                             format_element(c.dtype, out.difference->actual_bits));
+    return out;
+  }
   const Map& truth = c.truth_map();
   std::optional<double> inexact;
   for (const auto& entry : truth.ranks) {
@@ -408,11 +417,15 @@ Result<Inputs> prepare_truth(const Case& c) {
       // shards is unusable; an extract reads F alone, and refusing that element is its
       // verdict (contract 1.2 puts the refusal in conversion, and repro knows the dtype).
       const bool reads_shards = c.ops.has(Op::rebuild) || c.ops.has(Op::reshard);
-      if (reads_shards && reference_scale_refusal(c.map, c.dtype, c.scale_power).ok()) {
+      const bool scale_refused = !reference_scale_refusal(c.map, c.dtype, c.scale_power).ok();
+      if (reads_shards && !scale_refused) {
         return reworded(shards.error(), "the map cannot write F, " + shards.error().sentence);
       }
       in.shards = producer_shards(c.map, *in.full, c.scale_power);
       in.no_truth = shards.error();
+      // Contract 9: the shards were written from F, so F is what a converter that accepts
+      // the scale anyway must return; its acceptance is judged apart (owed_refusal).
+      if (scale_refused) in.expected = in.full;
       return in;
     }
     // Nothing is known about the data but the reported map: it wrote the shards.
@@ -424,15 +437,13 @@ Result<Inputs> prepare_truth(const Case& c) {
   if (c.full) {
     // Contract 8: the expected tensor is the truth map's rebuild of the shards, and F
     // only where that rebuild refuses (a case whose shards admit no correct tensor).
-    auto rebuilt = has_scale(truth) ? reference_rebuild(truth, in.shards, c.dtype, c.scale_power)
-                                    : Result<Buffer>(make_error(ErrorKind::format, "unscaled"));
+    auto rebuilt = reference_rebuild(truth, in.shards, c.dtype, c.scale_power);
     if (!rebuilt) {
       in.expected = in.full;
       return in;
     }
     in.expected = std::move(rebuilt).value();
-    in.vs_full = compare_with_full(c, *in.expected, *in.full);
-    in.vs_full.harness_defect.clear();  // the case file's shards, not the harness's
+    in.vs_full = compare_with_full(c, *in.expected, *in.full, /*shards_given=*/true);
     return in;
   }
   auto rebuilt = reference_rebuild(truth, in.shards, c.dtype, c.scale_power);
