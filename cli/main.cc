@@ -147,8 +147,9 @@ constexpr HelpSection kSections[] = {
       (envelope lines start with the parameter name); --json prints one JSON object per
       line instead (param, verdict, kind, message, rank, piece, address, side, path).
       Writes no files.
-      Exit: 0 every map valid; 1 some map refused; 2 unreadable file (a directory is
-      named as one), not JSON, or neither a map nor an envelope.
+      Exit: 0 every map valid; 1 some map refused (a map whose text JSON cannot
+      hold, such as a key given twice, is refused format); 2 unreadable file (a
+      directory is named as one), or text not shaped like a map or an envelope.
 )"},
     {"repro", R"(  repro CASE.json [--policy strict|legacy | --target NAME] [--oracle truth|same-map] [--json]
   repro DIR [...] [--junit FILE]

@@ -130,6 +130,12 @@ TEST_F(CliTest, CheckEnvelopeTextJsonCannotHoldInOneParameterHidesNoOther) {
   EXPECT_NE(run.out.find("d.bias: refused format: "), std::string::npos) << run.out;
 }
 
+TEST_F(CliTest, CheckBareMapTextJsonCannotHoldIsRefusedFormat) {
+  Ran run = shardcheck("check " + write("m.json", R"({"logical_shape": [4], "logical_shape": [4], "ranks": {}})"));
+  EXPECT_EQ(run.exit_code, 1) << run.out;
+  EXPECT_EQ(run.out.rfind("refused format: $.logical_shape: ", 0), 0u) << run.out;
+}
+
 TEST_F(CliTest, CheckEnvelopeAllValidExitsZero) {
   std::string envelope = R"({"version": 1, "params": {"x": )" + kValidMap + "}}";
   Ran run = shardcheck("check " + write("env.json", envelope));

@@ -483,7 +483,8 @@ TEST(JsonParse, ALargeMapReadsAsItsPiecesAreTakenOffTheTape) {
 
 // A checkpoint's envelope checked whole (shardcheck check): text inside one parameter's
 // map that JSON cannot hold is that parameter's refusal, and the others are still read;
-// only a fault in the envelope itself leaves no parameter to judge. (Found by an
+// only a fault in the envelope itself leaves no parameter to judge. A bare map's such text
+// is its refusal too. (Found by an
 // independent model of the contract: one bad map hid every other in its envelope.)
 TEST(JsonParse, ReadingAnEnvelopeOneParameterCannotHideTheOthers) {
   const std::string good = encode_map_text(row_gather_map(4, 2));
@@ -527,13 +528,23 @@ TEST(JsonParse, ReadingAnEnvelopeOneParameterCannotHideTheOthers) {
   for (const std::string& whole :
        {R"({"version": 1, "params": {"a": )" + good + R"(, "a": )" + good + "}}",
         R"({"version": 1, "params": {"c": )" + huge + R"(}, "params": {}})", R"({"version": 1, "version": 1, "params": {"c": )" + huge + "}}",
-        twice, head + "}"}) {
+        head + "}"}) {
     const auto refused = read_document(whole, max_input_bytes(), {});
     ASSERT_FALSE(refused.ok()) << whole;
     EXPECT_EQ(refused.error().to_string(), parse_json(whole).error().to_string()) << whole;
   }
+  // A bare map whose text JSON cannot hold is one unnamed entry holding its refusal.
+  for (const std::string& bare : {twice, huge, broken}) {
+    const auto one = read_document(bare, max_input_bytes(), {});
+    ASSERT_TRUE(one.ok()) << bare;
+    EXPECT_FALSE(one.value().envelope);
+    ASSERT_EQ(one.value().params.size(), 1u);
+    ASSERT_FALSE(one.value().params[0].map.ok());
+    EXPECT_EQ(one.value().params[0].map.error().to_string(), parse_json(bare).error().to_string());
+  }
   // parse_document still answers as decode_document(parse_json(text)) does.
   EXPECT_FALSE(parse_document(text).ok());
+  EXPECT_FALSE(parse_document(twice).ok());
 }
 
 TEST(JsonParse, TakingPiecesAnswersAsTheExactReaderDoes) {

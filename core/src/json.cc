@@ -673,6 +673,14 @@ std::optional<std::vector<MemberText>> object_members_by_syntax(std::string_view
 
 namespace {
 
+// Text shaped like one object with "logical_shape" (what decode_document reads as a map),
+// by its syntax alone.
+bool is_bare_map_by_syntax(std::string_view text) {
+  const auto members = object_members_by_syntax(text);
+  return members && std::any_of(members->begin(), members->end(),
+                                [](const MemberText& m) { return m.name == "logical_shape"; });
+}
+
 // Read alone, a parameter's map is "$" and its bytes count from its own first: its
 // error moves to `where`, at `offset` in the whole text.
 Error placed(const Error& e, const std::string& where, std::size_t offset) {
@@ -752,6 +760,12 @@ Result<Document> read_document(std::string_view text, std::uint64_t max_bytes, c
     if (auto params = envelope_by_parameter(text, max_bytes)) {
       if (!*params) return params->error();
       return Document{std::move(params->value()), true};
+    }
+    if (is_bare_map_by_syntax(text)) {
+      // A map whose text JSON cannot hold is that map's refusal, as inside an envelope.
+      std::vector<NamedMap> one;
+      one.push_back(NamedMap{"", Result<Map>(std::move(bad).error())});
+      return Document{std::move(one), false};
     }
     return std::move(bad).error();
   }

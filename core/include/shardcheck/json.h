@@ -84,11 +84,11 @@ Result<std::vector<NamedMap>> parse_document(std::string_view text, std::uint64_
 // (then it is read again from the start, exactly, and no more progress is reported).
 // `envelope`: the document was read as an envelope, not as a bare map.
 // Unlike parse_document, which answers as decode_document(parse_json(text)) does, it
-// also keeps one parameter from hiding the others when the fault is text inside that
-// parameter's map that JSON cannot hold (a key given twice, a number out of range, a
-// syntax error its brackets still enclose): the envelope is then read parameter by
-// parameter, and that text is the parameter's `format` refusal, its path under
-// "$.params" and any byte offset counted in the whole text.
+// judges text inside a map that JSON cannot hold (a key given twice, a number out of
+// range, a syntax error its brackets still enclose) as that map's `format` refusal, not
+// as an unreadable document: an envelope is then read parameter by parameter, so one
+// parameter hides no other (its path under "$.params", any byte offset counted in the
+// whole text), and a bare map comes back as one entry holding the refusal.
 using ReadProgress = std::function<void(std::size_t bytes_read, std::size_t pieces)>;
 struct Document {
   std::vector<NamedMap> params;
