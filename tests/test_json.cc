@@ -542,6 +542,19 @@ TEST(JsonParse, ReadingAnEnvelopeOneParameterCannotHideTheOthers) {
     ASSERT_FALSE(one.value().params[0].map.ok());
     EXPECT_EQ(one.value().params[0].map.error().to_string(), parse_json(bare).error().to_string());
   }
+  // Read as decode_document reads: an object with "logical_shape" is a map, "params" or not.
+  const std::string map_with_params = R"({"logical_shape": [1e400], "ranks": {}, "params": {"a": )" + good + "}}";
+  const auto as_map = read_document(map_with_params, max_input_bytes(), {});
+  ASSERT_TRUE(as_map.ok());
+  EXPECT_FALSE(as_map.value().envelope);
+  ASSERT_EQ(as_map.value().params.size(), 1u);
+  EXPECT_FALSE(as_map.value().params[0].map.ok());
+  // Text over the limit is refused whole, whatever it holds.
+  for (const std::string& over : {twice, text}) {
+    const auto refused = read_document(over, over.size() - 1, {});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.error().to_string(), parse_json(over, over.size() - 1).error().to_string());
+  }
   // parse_document still answers as decode_document(parse_json(text)) does.
   EXPECT_FALSE(parse_document(text).ok());
   EXPECT_FALSE(parse_document(twice).ok());

@@ -673,14 +673,6 @@ std::optional<std::vector<MemberText>> object_members_by_syntax(std::string_view
 
 namespace {
 
-// Text shaped like one object with "logical_shape" (what decode_document reads as a map),
-// by its syntax alone.
-bool is_bare_map_by_syntax(std::string_view text) {
-  const auto members = object_members_by_syntax(text);
-  return members && std::any_of(members->begin(), members->end(),
-                                [](const MemberText& m) { return m.name == "logical_shape"; });
-}
-
 // Read alone, a parameter's map is "$" and its bytes count from its own first: its
 // error moves to `where`, at `offset` in the whole text.
 Error placed(const Error& e, const std::string& where, std::size_t offset) {
@@ -698,44 +690,50 @@ Error placed(const Error& e, const std::string& where, std::size_t offset) {
   return make_error(e.kind, std::move(sentence), Where::in_json(where + e.path.substr(e.path.empty() ? 0 : 1)));
 }
 
-// An envelope whose text JSON cannot hold as a whole, read parameter by parameter (see
-// decode_document). nullopt when the fault is not inside one parameter's map (the
-// envelope's own members, a parameter named twice, text not shaped like an envelope) or
-// the text is over the limit: the whole text's error stands. An envelope that reads
-// without its parameters but is refused (a newer version) gets that refusal.
-std::optional<Result<std::vector<NamedMap>>> envelope_by_parameter(std::string_view text, std::uint64_t max_bytes) {
+// A document whose text JSON cannot hold as a whole (`whole`: the error reading it),
+// read by its syntax as decode_document would read it: a bare map's such text is that
+// map's refusal, and an envelope is read parameter by parameter, so that one parameter
+// hides no other. nullopt where `whole` stands: text over the limit or not shaped like a
+// map or an envelope, or a fault outside the parameters' maps (the envelope's own
+// members, a parameter named twice). An envelope that reads without its parameters but is
+// refused (a newer version) gets that refusal.
+std::optional<Result<Document>> document_by_syntax(std::string_view text, std::uint64_t max_bytes, const Error& whole) {
   if (!check_input_size(text.size(), std::min(max_bytes, kMaxInputBytesCeiling)).ok()) return std::nullopt;
   const auto top = object_members_by_syntax(text);
   if (!top) return std::nullopt;
-  const MemberText* params = nullptr;
-  for (const MemberText& m : *top) {
-    if (m.name != "params") continue;
-    if (params != nullptr) return std::nullopt;
-    params = &m;
+  auto named = [&](std::string_view key) {
+    return std::count_if(top->begin(), top->end(), [&](const MemberText& m) { return m.name == key; });
+  };
+  if (named("logical_shape") > 0) {  // a map, as decode_document reads it first
+    std::vector<NamedMap> one;
+    one.push_back(NamedMap{"", Result<Map>(whole)});
+    return Document{std::move(one), false};
   }
-  if (params == nullptr) return std::nullopt;
-  const std::size_t params_at = static_cast<std::size_t>(params->value.data() - text.data());
+  if (named("params") != 1) return std::nullopt;
+  const MemberText& params =
+      *std::find_if(top->begin(), top->end(), [](const MemberText& m) { return m.name == "params"; });
+  const std::size_t params_at = static_cast<std::size_t>(params.value.data() - text.data());
   std::string shell(text.substr(0, params_at));
-  shell.append("{}").append(text.substr(params_at + params->value.size()));
+  shell.append("{}").append(text.substr(params_at + params.value.size()));
   detail::JsonTape shell_tape;
-  if (!shell_tape.parse(shell, detail::JsonTape::Reader::plain_first, max_bytes).ok()) return std::nullopt;
+  if (!read_tape(shell_tape, shell, max_bytes).ok()) return std::nullopt;
   if (auto envelope = decode_document_of(shell_tape.root()); !envelope) return envelope.error();
-  const auto members = object_members_by_syntax(params->value);
+  const auto members = object_members_by_syntax(params.value);
   if (!members) return std::nullopt;
-  std::vector<NamedMap> out;
+  Document out{{}, true};
   std::unordered_set<std::string> names;
   for (const MemberText& m : *members) {
-    auto name = parse_json(fmt::format("\"{}\"", m.name));
-    if (!name || !name.value().is_string() || !names.insert(name.value().get<std::string>()).second) {
-      return std::nullopt;
-    }
-    const std::string where = Cursor{"$"}.key("params").key(name.value().get<std::string>()).path();
+    auto decoded = parse_json(fmt::format("\"{}\"", m.name));
+    if (!decoded || !decoded.value().is_string()) return std::nullopt;
+    std::string name = decoded.value().get<std::string>();
+    if (!names.insert(name).second) return std::nullopt;
+    const std::string where = Cursor{"$"}.key("params").key(name).path();
     detail::JsonTape tape;
-    Status read = tape.parse(m.value, detail::JsonTape::Reader::plain_first, max_bytes);
+    Status read = read_tape(tape, m.value, max_bytes);
     Result<Map> map = read.ok() ? decode_map_of(tape.root(), where)
                                 : Result<Map>(placed(read.error(), where,
                                                      static_cast<std::size_t>(m.value.data() - text.data())));
-    out.push_back(NamedMap{name.value().get<std::string>(), std::move(map)});
+    out.params.push_back(NamedMap{std::move(name), std::move(map)});
   }
   return out;
 }
@@ -757,16 +755,7 @@ Result<std::vector<NamedMap>> parse_document(std::string_view text, std::uint64_
 Result<Document> read_document(std::string_view text, std::uint64_t max_bytes, const ReadProgress& progress) {
   detail::JsonTape tape;
   if (Status bad = read_tape(tape, text, max_bytes, progress); !bad.ok()) {
-    if (auto params = envelope_by_parameter(text, max_bytes)) {
-      if (!*params) return params->error();
-      return Document{std::move(params->value()), true};
-    }
-    if (is_bare_map_by_syntax(text)) {
-      // A map whose text JSON cannot hold is that map's refusal, as inside an envelope.
-      std::vector<NamedMap> one;
-      one.push_back(NamedMap{"", Result<Map>(std::move(bad).error())});
-      return Document{std::move(one), false};
-    }
+    if (auto by_syntax = document_by_syntax(text, max_bytes, bad.error())) return std::move(*by_syntax);
     return std::move(bad).error();
   }
   auto params = decode_document_of(tape.root());

@@ -86,9 +86,10 @@ Result<std::vector<NamedMap>> parse_document(std::string_view text, std::uint64_
 // Unlike parse_document, which answers as decode_document(parse_json(text)) does, it
 // judges text inside a map that JSON cannot hold (a key given twice, a number out of
 // range, a syntax error its brackets still enclose) as that map's `format` refusal, not
-// as an unreadable document: an envelope is then read parameter by parameter, so one
-// parameter hides no other (its path under "$.params", any byte offset counted in the
-// whole text), and a bare map comes back as one entry holding the refusal.
+// as an unreadable document: read by its syntax as decode_document reads it, a bare map
+// comes back as one entry holding the refusal, and an envelope is read parameter by
+// parameter, so one parameter hides no other (its path under "$.params", any byte offset
+// counted in the whole text). Text over `max_bytes` is refused whole.
 using ReadProgress = std::function<void(std::size_t bytes_read, std::size_t pieces)>;
 struct Document {
   std::vector<NamedMap> params;
