@@ -48,8 +48,9 @@ void expect_conventions(const Map& map, Index tp) {
       EXPECT_EQ(piece.dest.strides, dest_strides) << describe(piece);
       EXPECT_TRUE(std::is_sorted(piece.locations.begin(), piece.locations.end()));
       EXPECT_NE(std::find(piece.locations.begin(), piece.locations.end(), r), piece.locations.end()) << describe(piece);
-      EXPECT_GT(*checked_numel(piece.shape), 0) << "empty piece " << describe(piece);
-      EXPECT_LT(piece.source.offset, full) << describe(piece);
+      // An empty piece (a rank of width 0, an empty F) sits where its position along dim
+      // puts it, which can be past the end, as DeepSpeed's constructors place it.
+      if (*checked_numel(piece.shape) > 0) EXPECT_LT(piece.source.offset, full) << describe(piece);
     }
   }
 }
@@ -233,9 +234,11 @@ TEST(ContiguousSplitMap, UnevenSizesWithAZeroWidthRank) {
   EXPECT_EQ(map.ranks[0].shard_shape, (Extents{4, 4}));
   ASSERT_EQ(map.ranks[0].pieces.size(), 1u);
   EXPECT_EQ(map.ranks[0].pieces[0], build::P({4, 4}, 0, {6, 1}, 0, {4, 1}, {0}));
-  // A zero-width rank keeps its shard shape and lists no piece.
+  // A zero-width rank keeps its shard shape and lists its empty block, at its place
+  // along dim 1 (DeepSpeed's constructor gives the same piece).
   EXPECT_EQ(map.ranks[1].shard_shape, (Extents{4, 0}));
-  EXPECT_TRUE(map.ranks[1].pieces.empty());
+  ASSERT_EQ(map.ranks[1].pieces.size(), 1u);
+  EXPECT_EQ(map.ranks[1].pieces[0], build::P({4, 0}, 4, {6, 1}, 0, {0, 1}, {1}));
   ASSERT_EQ(map.ranks[2].pieces.size(), 1u);
   EXPECT_EQ(map.ranks[2].pieces[0], build::P({4, 2}, 4, {6, 1}, 0, {2, 1}, {2}));
   expect_round_trip(map);

@@ -84,15 +84,14 @@ std::vector<Rank> all_ranks(Index tp) {
 }
 
 // Turns per-rank chunk lists into a map: rank r's shard is its chunks concatenated
-// along `dim`. A chunk that covers no element becomes no piece: it would add nothing
-// to any check or conversion, and leaving it out keeps maps small (DeepSpeed emits
-// such pieces with an offset one past the end, which only the bounds exemption
-// tolerates). A rank without pieces still gets its (empty along dim) shard shape.
+// along `dim`. A chunk that covers no element (a rank of width 0, or an empty F) is
+// still a piece, with the offsets its position gives it, one past the end where it
+// is last: contract 5 and DeepSpeed's constructors emit it, the bounds exemption
+// tolerates it, and the legacy model's replica record reads its offset.
 Result<Map> assemble(std::string_view who, const Extents& shape, int dim,
                      const std::vector<std::vector<Chunk>>& chunks_by_rank) {
   const auto d = static_cast<std::size_t>(dim);
   const Strides source_strides = row_major_strides(shape);
-  const bool full_empty = *checked_numel(shape) == 0;
   Map map;
   map.logical_shape = shape;
   map.ranks.reserve(chunks_by_rank.size());
@@ -115,16 +114,22 @@ Result<Map> assemble(std::string_view who, const Extents& shape, int dim,
     const Strides dest_strides = row_major_strides(shard);
     Index placed = 0;  // position along dim inside the shard
     for (const Chunk& chunk : chunks_by_rank[r]) {
-      if (chunk.width > 0 && !full_empty) {
-        Piece piece;
-        piece.shape = shape;
-        piece.shape[d] = chunk.width;
-        // Both products stay below numel of their buffer, which fits in 64 bits.
-        piece.source = {chunk.start * source_strides[d], source_strides};
-        piece.dest = {placed * dest_strides[d], dest_strides};
-        piece.locations = chunk.locations;
-        entry.pieces.push_back(std::move(piece));
+      Piece piece;
+      piece.shape = shape;
+      piece.shape[d] = chunk.width;
+      // At most numel of their buffer, except in an empty buffer whose other axes' product
+      // overflows (row_major_strides): such an offset is refused rather than wrapped.
+      const auto source_offset = checked_mul(chunk.start, source_strides[d]);
+      const auto dest_offset = checked_mul(placed, dest_strides[d]);
+      if (!source_offset || !dest_offset) {
+        return bad(who, fmt::format("rank {}'s piece at {} along dim {} has an offset beyond 64 bits", r,
+                                    chunk.start, dim),
+                   static_cast<Rank>(r));
       }
+      piece.source = {*source_offset, source_strides};
+      piece.dest = {*dest_offset, dest_strides};
+      piece.locations = chunk.locations;
+      entry.pieces.push_back(std::move(piece));
       placed += chunk.width;
     }
     map.ranks.push_back(std::move(entry));
@@ -141,7 +146,6 @@ Result<Map> replicated_map(const Extents& shape, int tp, double scale) {
   if (scale == 0.0 || !std::isfinite(scale)) {
     return bad(who, fmt::format("scale must be finite and non-zero, got {}", scale));
   }
-  const bool empty = *checked_numel(shape) == 0;
   const Strides strides = row_major_strides(shape);
   const std::vector<Rank> holders = all_ranks(tp);
   Map map;
@@ -150,15 +154,13 @@ Result<Map> replicated_map(const Extents& shape, int tp, double scale) {
     RankEntry entry;
     entry.rank = r;
     entry.shard_shape = shape;
-    if (!empty) {
-      Piece piece;
-      piece.shape = shape;
-      piece.source = {0, strides};
-      piece.dest = {0, strides};
-      piece.locations = holders;
-      piece.scale = scale;
-      entry.pieces.push_back(std::move(piece));
-    }
+    Piece piece;  // one piece even when F is empty, as contract 5 and DeepSpeed have it
+    piece.shape = shape;
+    piece.source = {0, strides};
+    piece.dest = {0, strides};
+    piece.locations = holders;
+    piece.scale = scale;
+    entry.pieces.push_back(std::move(piece));
     map.ranks.push_back(std::move(entry));
   }
   return map;

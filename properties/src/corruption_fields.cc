@@ -213,6 +213,8 @@ void offset_set_past_end(Edit& e, Site site, bool source) {
   Index value = source ? buffer_end(&e.map.logical_shape)
                        : buffer_end(entry.shard_shape ? &*entry.shard_shape : nullptr);
   StridedView& view = view_of(e, site, source);
+  // An empty piece a constructor placed last is already there: one further is past it too.
+  if (view.offset == value && value < std::numeric_limits<Index>::max()) ++value;
   set_index(e.record, std::string(offset_name(source)), view.offset, value);
 }
 
