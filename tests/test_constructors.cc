@@ -190,6 +190,17 @@ TEST(ReplicatedMap, EveryRankHoldsTheWholeTensor) {
   expect_round_trip(result.value());
 }
 
+TEST(ReplicatedMap, AnEmptyTensorIsStillOnePiecePerRank) {
+  auto result = replicated_map({0, 4}, 2);
+  ASSERT_TRUE(result.ok()) << result.error().to_string();
+  expect_conventions(result.value(), 2);
+  for (const RankEntry& entry : result.value().ranks) {
+    ASSERT_EQ(entry.pieces.size(), 1u);
+    EXPECT_EQ(entry.pieces[0], build::P({0, 4}, 0, {4, 1}, 0, {4, 1}, {0, 1}));
+  }
+  expect_round_trip(result.value());
+}
+
 TEST(ReplicatedMap, ZeroDimensionalTensor) {
   auto result = replicated_map({}, 2);
   ASSERT_TRUE(result.ok()) << result.error().to_string();
@@ -336,6 +347,9 @@ TEST(ConstructorErrors, ContiguousSplit) {
   expect_format_error(contiguous_split_map({4, 6}, {8, -2}, 1), "sizes[1] = -2 is negative", 1);
   expect_format_error(contiguous_split_map({-4, 6}, {3, 3}, 1), "negative extent");
   expect_format_error(contiguous_split_map({4, 6}, {std::numeric_limits<Index>::max(), 1}, 1), "overflow");
+  // F is empty, so its size fits, but rank 1's empty block starts at 2^39 * 2^40.
+  const Index big = Index{1} << 40;
+  expect_format_error(contiguous_split_map({0, big, big}, {big / 2, big / 2}, 1), "offset beyond 64 bits", 1);
 }
 
 TEST(ConstructorErrors, SubParam) {
