@@ -211,6 +211,38 @@ TEST(Legacy, ScaledIntegersGoThroughFloat32) {
   EXPECT_EQ(refused(legacy_extract(half, values({0, 1, 3, 7}, DType::int32), 0)).kind, ErrorKind::scale);
 }
 
+// A replica refusal names what DeepSpeed compared: the copy as it unscales it (its own
+// bits when scale^p is 1, since DeepSpeed then divides nothing; the float32 quotient for
+// scaled integers) and what F holds, which may be the poison no piece wrote.
+TEST(Legacy, ReplicaRefusalNamesWhatDeepSpeedCompared) {
+  const Map replicas = repro8_both();
+  Buffer nan(DType::float16, 4);
+  for (Index i = 0; i < 4; ++i) nan.set_bits(i, 0x7c01);  // a signalling NaN
+  const Error same_nan = refused(legacy_rebuild(replicas, {{0, nan}, {1, nan}}, DType::float16));
+  EXPECT_EQ(same_nan.kind, ErrorKind::different_data);
+  EXPECT_NE(same_nan.sentence.find("holds nan (0x7c01) at shard address 0"), std::string::npos) << same_nan.sentence;
+  EXPECT_NE(same_nan.sentence.find("F holds nan (0x7c01) here"), std::string::npos) << same_nan.sentence;
+
+  // Rank 0's empty piece marks source offset 0 as written; F still holds the poison there.
+  const Map marked = M({1}, {R(0, Extents{0}, {P({0}, 0, {1}, 0, {1}, {0})}),
+                             R(1, Extents{1}, {P({1}, 0, {1}, 0, {1}, {1, 2})}),
+                             R(2, Extents{1}, {P({1}, 0, {1}, 0, {1}, {1, 2})})});
+  const Buffer one = values({1}, DType::int8);
+  const Error poison = refused(legacy_rebuild(marked, {{0, Buffer(DType::int8, 0)}, {1, one}, {2, one}}, DType::int8));
+  EXPECT_EQ(poison.kind, ErrorKind::different_data);
+  EXPECT_EQ(poison.rank, 1);
+  EXPECT_NE(poison.sentence.find("F holds -91 (0xa5) here"), std::string::npos) << poison.sentence;
+  EXPECT_NE(poison.sentence.find("the poison"), std::string::npos) << poison.sentence;
+
+  const Map scaled = M({1}, {R(0, Extents{1}, {P({1}, 0, {1}, 0, {1}, {0, 1}, 2.0)}),
+                             R(1, Extents{1}, {P({1}, 0, {1}, 0, {1}, {0, 1}, 2.0)})});
+  const Error quotient =
+      refused(legacy_rebuild(scaled, {{0, values({6}, DType::int32)}, {1, values({7}, DType::int32)}}, DType::int32));
+  EXPECT_NE(quotient.sentence.find("holds 3.5 (7 (0x00000007) divided by the scale in float32)"), std::string::npos)
+      << quotient.sentence;
+  EXPECT_NE(quotient.sentence.find("F holds 3 (0x00000003)"), std::string::npos) << quotient.sentence;
+}
+
 // The details of contract 4.1 that decide a verdict, as DeepSpeed's module decides them.
 TEST(Legacy, ChecksWhatDeepSpeedChecks) {
   // The count check covers a rank with no pieces: its shard must be empty.

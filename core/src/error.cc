@@ -300,6 +300,15 @@ Error replicas_differ(const PieceAt& at, Index element, Index shard_address, DTy
                     where_of(at).at(Side::full, element));
 }
 
+Error replica_differs_from_full(const PieceAt& at, Index element, Index shard_address, std::string_view compared,
+                                DType dtype, std::uint64_t held) {
+  return make_error(ErrorKind::different_data,
+                    fmt::format("this replica holds {} at shard address {} (after unscaling) but F holds {} here, "
+                                "written earlier or, where nothing wrote it, the poison",
+                                compared, shard_address, format_element(dtype, held)),
+                    where_of(at).at(Side::full, element));
+}
+
 Error written_twice(const PieceAt& at, Index element, const PieceAt* earlier) {
   const std::string writer =
       earlier != nullptr ? fmt::format("rank {} {}", earlier->rank, piece_name(*earlier)) : "an earlier piece";

@@ -9,6 +9,8 @@
 #include <limits>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "shardcheck/convert.h"
 
 namespace shardcheck {
@@ -190,27 +192,44 @@ void copy_promoted(DType dtype, const Piece& piece, const Buffer& shard, Buffer&
   }
 }
 
+// A replica's element as DeepSpeed unscales it before comparing: floating data divided
+// in torch's arithmetic (not at all when scale^p is 1: DeepSpeed skips the division, so a
+// NaN keeps its bits), integer data divided in float32 after promotion.
+struct Unscaled {
+  std::uint64_t bits = 0;  // floating, or integers without a scale
+  std::optional<float> promoted_quotient;  // integers with a scale
+};
+Unscaled unscaled_replica(DType dtype, const Piece& piece, std::uint64_t incoming, int scale_power) {
+  if (scaled_integers(dtype, piece, scale_power)) {
+    return {incoming, promoted(dtype, incoming) / static_cast<float>(std::pow(piece.scale, scale_power))};
+  }
+  if (!is_floating(dtype) || std::pow(piece.scale, scale_power) == 1.0) return {incoming, std::nullopt};
+  return {apply_scale(dtype, incoming, piece.scale, scale_power, false, Arithmetic::legacy_torch), std::nullopt};
+}
+
+std::string unscaled_text(DType dtype, const Unscaled& value) {
+  if (!value.promoted_quotient) return format_element(dtype, value.bits);
+  return fmt::format("{} ({} divided by the scale in float32)", *value.promoted_quotient,
+                     format_element(dtype, value.bits));
+}
+
 // torch.equal between what F holds and the unscaled replica: value equality in the
 // (promoted) element type, so +0.0 equals -0.0 and a NaN equals nothing. Returns the
 // row-major index of the first element that differs.
 std::optional<Index> first_unequal(DType dtype, const Piece& piece, const Buffer& shard, const Buffer& full,
                                    int scale_power) {
   const Index n = checked_numel(piece.shape).value_or(0);
-  const bool integers_scaled = scaled_integers(dtype, piece, scale_power);
-  const float factor = static_cast<float>(std::pow(piece.scale, scale_power));
   for (Index k = 0; k < n; ++k) {
-    const std::uint64_t incoming = shard.bits(address_at(piece.shape, piece.dest, k));
+    const Unscaled incoming =
+        unscaled_replica(dtype, piece, shard.bits(address_at(piece.shape, piece.dest, k)), scale_power);
     const std::uint64_t held = full.bits(address_at(piece.shape, piece.source, k));
     bool equal = false;
-    if (is_floating(dtype)) {
-      const bool unscaled = std::pow(piece.scale, scale_power) == 1.0;  // DeepSpeed skips the division
-      equal = bits_to_double(dtype, held) ==
-              bits_to_double(dtype, unscaled ? incoming : apply_scale(dtype, incoming, piece.scale, scale_power, false,
-                                                                                Arithmetic::legacy_torch));
-    } else if (integers_scaled) {
-      equal = promoted(dtype, held) == promoted(dtype, incoming) / factor;
+    if (incoming.promoted_quotient) {
+      equal = promoted(dtype, held) == *incoming.promoted_quotient;
+    } else if (is_floating(dtype)) {
+      equal = bits_to_double(dtype, held) == bits_to_double(dtype, incoming.bits);
     } else {
-      equal = held == incoming;
+      equal = held == incoming.bits;
     }
     if (!equal) return k;
   }
@@ -273,11 +292,10 @@ Result<Buffer> legacy_rebuild(const Map& map, const ShardSet& shards, DType dtyp
         if (auto k = first_unequal(dtype, piece, shard, full, scale_power)) {
           const Index element = address_at(piece.shape, piece.source, *k);
           const Index shard_address = address_at(piece.shape, piece.dest, *k);
-          return fault::replicas_differ(
-              PieceAt{entry.rank, index, &piece}, element, shard_address, dtype,
-              apply_scale(dtype, shard.bits(shard_address), piece.scale, scale_power, false, Arithmetic::legacy_torch),
-              full.bits(element),
-              nullptr);
+          return fault::replica_differs_from_full(
+              PieceAt{entry.rank, index, &piece}, element, shard_address,
+              unscaled_text(dtype, unscaled_replica(dtype, piece, shard.bits(shard_address), scale_power)), dtype,
+              full.bits(element));
         }
       } else if (scaled_integers(dtype, piece, scale_power)) {
         copy_promoted(dtype, piece, shard, full, scale_power);

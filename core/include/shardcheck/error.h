@@ -204,6 +204,11 @@ Error claimed_twice(const PieceAt& at, Index element, const PieceAt& other);
 Error replicas_differ(const PieceAt& at, Index element, Index shard_address, DType dtype, std::uint64_t unscaled,
                       std::uint64_t held, const PieceAt* earlier);
 Error written_twice(const PieceAt& at, Index element, const PieceAt* earlier);
+// The legacy model's replica comparison (contract 4.1): torch.equal between the replica,
+// unscaled as DeepSpeed unscales it (`compared`, already spelled), and what F holds at that
+// element, which an earlier write left there or, where nothing wrote it, the poison.
+Error replica_differs_from_full(const PieceAt& at, Index element, Index shard_address, std::string_view compared,
+                                DType dtype, std::uint64_t held);
 
 // Scaling (contract 1.2).
 Error scale_needs_power_one(const PieceAt& at, int scale_power);
