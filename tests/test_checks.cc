@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <functional>
 #include <limits>
 #include <random>
 #include <set>
@@ -953,6 +954,56 @@ TEST(BoxProof, FewBoxesAlongALongAxisGetTheRunsVerdict) {
     }
   }
   EXPECT_GE(refused, 8);
+}
+
+}  // namespace
+}  // namespace shardcheck
+
+namespace shardcheck {
+namespace {
+
+// Contract 3's content order, field by field: source offset, source strides, shape, dest
+// offset, dest strides, locations, scale, each ascending, each deciding only when every
+// field before it ties. Checks and the reference model share content_less, so only this
+// test can tell a reversed field from the contract's order.
+TEST(ContentOrder, EachFieldInTheContractsOrderAscending) {
+  const Piece base = build::P({2, 2}, 4, {4, 1}, 2, {2, 1}, {1, 2}, 2.0);
+  // Each row makes one field larger than base's, in the contract's order.
+  const std::vector<std::pair<const char*, std::function<void(Piece&)>>> fields = {
+      {"source offset", [](Piece& p) { p.source.offset = 5; }},
+      {"source strides", [](Piece& p) { p.source.strides = {4, 2}; }},
+      {"shape", [](Piece& p) { p.shape = {2, 3}; }},
+      {"dest offset", [](Piece& p) { p.dest.offset = 3; }},
+      {"dest strides", [](Piece& p) { p.dest.strides = {3, 1}; }},
+      {"locations", [](Piece& p) { p.locations = {1, 3}; }},
+      {"scale", [](Piece& p) { p.scale = 4.0; }},
+  };
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    SCOPED_TRACE(fields[i].first);
+    Piece larger = base;
+    fields[i].second(larger);
+    EXPECT_TRUE(content_less(base, larger));
+    EXPECT_FALSE(content_less(larger, base));
+    // The earlier field decides whatever the later ones say: smaller in field i and larger
+    // in every later field, a piece still comes first.
+    Piece smaller_here_larger_later = base;
+    for (std::size_t j = i + 1; j < fields.size(); ++j) fields[j].second(smaller_here_larger_later);
+    EXPECT_TRUE(content_less(smaller_here_larger_later, larger))
+        << describe(smaller_here_larger_later) << " against " << describe(larger);
+    EXPECT_FALSE(content_less(larger, smaller_here_larger_later));
+  }
+}
+
+// Which of two faulty pieces a refusal names follows that order, not the order written:
+// two pieces of one rank reach past the shard and differ only in dest offset; the one at
+// the lower dest offset is named, written second.
+TEST(ContentOrder, TheRefusalNamesTheFirstPieceInContentOrder) {
+  const Map map = build::M({8}, {build::R(0, Extents{8}, {build::P({4}, 0, {1}, 6, {1}, {0}),
+                                                          build::P({4}, 0, {1}, 5, {1}, {0})})});
+  const Status status = check_map(map);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.error().kind, ErrorKind::bounds);
+  EXPECT_EQ(status.error().piece, 1) << status.error().to_string();
 }
 
 }  // namespace
