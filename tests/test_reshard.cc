@@ -95,6 +95,19 @@ TEST(Reshard, PlanJsonSpellsSegmentsAsDeepSpeed) {
   EXPECT_EQ(json["statistics"]["elements_moved"], 8);
 }
 
+// elements_by_rank_pair rows are [source rank, target rank, elements] (docs/resharding.md,
+// the Python package): a plan whose pairs are not symmetric tells the order apart.
+TEST(Reshard, PlanJsonCountsElementsBySourceThenTargetRank) {
+  const Map source = contiguous_split_map({8}, {2, 2, 4}, 0).value();
+  const Map target = contiguous_split_map({8}, {8}, 0).value();
+  auto made = plan(source, target);
+  ASSERT_TRUE(made.ok()) << made.error().to_string();
+  const Json json = plan_to_json(made.value());
+  EXPECT_EQ(json["statistics"]["elements_by_rank_pair"],
+            Json::parse("[[0, 0, 2], [1, 0, 2], [2, 0, 4]]"));
+  EXPECT_EQ(json["statistics"]["elements_read_by_source_rank"], Json::parse(R"({"0": 2, "1": 2, "2": 4})"));
+}
+
 TEST(Reshard, EveryConstructorPairMatchesReferenceAndRebuildThenExtract) {
   gen::SeededChoices choices(28);
   gen::LayoutOptions options;
@@ -228,6 +241,32 @@ TEST(Reshard, ReplicatedSourceIsReadFromTheLowestRankUnlessAllAreCompared) {
   auto naive = oracles::reference_reshard(source, target, shards, DType::float32, true);
   ASSERT_FALSE(naive.ok());
   EXPECT_EQ(naive.error().kind, ErrorKind::different_data);
+}
+
+// Two replicas holding the same element at different shard addresses: the refusal is
+// located at the address of the copy read, and names the other holder's address in words.
+TEST(Reshard, AReplicaRefusalIsLocatedAtTheCopyReadAndNamesTheOther) {
+  // Rank 1 holds F's halves swapped: F[1] sits at its shard address 3.
+  const Map source = M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0, 1})}),
+                             R(1, Extents{4}, {P({2}, 2, {1}, 0, {1}, {0, 1}), P({2}, 0, {1}, 2, {1}, {0, 1})})});
+  const Map target = contiguous_split_map({4}, {2, 2}, 0).value();
+  const Buffer full = markers(source);
+  ShardSet shards = shards_of(source, full);
+  shards.at(1).set_bits(3, shards.at(1).bits(3) ^ 1);
+  ReshardOptions compare;
+  compare.compare_replicas = true;
+  auto refused = reshard(source, target, shards, DType::float32, compare);
+  ASSERT_FALSE(refused.ok());
+  const Error& e = refused.error();
+  EXPECT_EQ(e.kind, ErrorKind::different_data);
+  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.side, Side::shard);
+  EXPECT_EQ(e.address, 1) << e.to_string();
+  EXPECT_NE(e.sentence.find("rank 1 holds"), std::string::npos) << e.sentence;
+  EXPECT_NE(e.sentence.find("at shard address 3"), std::string::npos) << e.sentence;
+  auto naive = oracles::reference_reshard(source, target, shards, DType::float32, true);
+  ASSERT_FALSE(naive.ok());
+  EXPECT_EQ(naive.error(), e) << naive.error().to_string();
 }
 
 TEST(Reshard, ScalesMustAgreeAndThenCopyPlainly) {
