@@ -994,6 +994,39 @@ TEST(ContentOrder, EachFieldInTheContractsOrderAscending) {
   }
 }
 
+// Condition 1 reads a rank's shard_shape before its pieces: a rank that lists pieces
+// without a shard shape is refused for that, even when one of its pieces is malformed too.
+TEST(ConditionOrder, ARanksMissingShardShapeComesBeforeItsPieces) {
+  Piece negative = build::P({2}, 0, {1}, 0, {1}, {0});
+  negative.shape = {-1};
+  for (bool box_proof : {true, false}) {
+    SCOPED_TRACE(box_proof ? "box proof" : "runs");
+    CheckOptions options;
+    options.box_proof = box_proof;
+    const Error e = expect_refused(build::M({4}, {build::R(0, std::nullopt, {negative})}), ErrorKind::format, options);
+    EXPECT_EQ(e.rank, 0);
+    EXPECT_FALSE(e.piece.has_value()) << e.to_string();
+    EXPECT_NE(e.sentence.find("shard"), std::string::npos) << e.to_string();
+  }
+}
+
+// Two single holders of an element with a replica between them: the `twice` refusal names
+// the other single holder, never the replica, whose locations may well be right.
+TEST(ConditionOrder, ClaimedTwiceNamesTheOtherSingleHolderNotAReplica) {
+  const Map map = build::M({2}, {build::R(0, Extents{2}, {build::P({2}, 0, {1}, 0, {1}, {0})}),
+                                 build::R(1, Extents{2}, {build::P({2}, 0, {1}, 0, {1}, {0, 1})}),
+                                 build::R(2, Extents{2}, {build::P({2}, 0, {1}, 0, {1}, {2})})});
+  for (bool box_proof : {true, false}) {
+    SCOPED_TRACE(box_proof ? "box proof" : "runs");
+    CheckOptions options;
+    options.box_proof = box_proof;
+    const Error e = expect_refused(map, ErrorKind::twice, options);
+    EXPECT_EQ(e.rank, 0);
+    EXPECT_EQ(e.address, 0);
+    EXPECT_NE(e.sentence.find("rank 2 piece 0 (P(2) src(0,(1)) dst(0,(1)) loc{2}) also claims"), std::string::npos) << e.to_string();
+  }
+}
+
 // Which of two faulty pieces a refusal names follows that order, not the order written:
 // two pieces of one rank reach past the shard and differ only in dest offset; the one at
 // the lower dest offset is named, written second.
