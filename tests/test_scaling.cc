@@ -16,6 +16,7 @@
 #include "shardcheck/gen/values.h"
 #include "shardcheck/oracles/reference.h"
 #include "shardcheck/oracles/truth.h"
+#include "shardcheck/scaling.h"
 
 namespace shardcheck {
 namespace {
@@ -199,6 +200,43 @@ TEST(ScalingArithmetic, OverflowAndFlushAtTheirExactBoundaries) {
     EXPECT_EQ(out.error().piece, 0) << b.what;
     EXPECT_EQ(out.error().address, 1) << b.what << ": " << out.error().to_string();
     EXPECT_EQ(out.error().side, b.multiply ? Side::shard : Side::full) << b.what;
+  }
+}
+
+// The top of float32's range, where a scale stops rounding to a finite float (contract 1.2:
+// a scale that is not finite in float32 is refused for the 16-bit and float32 dtypes).
+// 3.4028235677973366e38 is half an ulp above FLT_MAX: round-to-nearest-even takes it to
+// infinity, and everything below it to FLT_MAX.
+TEST(ScalingArithmetic, AScaleRoundingToFloatInfinityIsRefused) {
+  constexpr double kHalfUlpAboveFloatMax = 3.4028235677973366e38;
+  struct Edge {
+    double scale;
+    bool refused;
+  };
+  const Edge edges[] = {{kHalfUlpAboveFloatMax, true},
+                        {-kHalfUlpAboveFloatMax, true},
+                        {std::nextafter(kHalfUlpAboveFloatMax, 0.0), false},
+                        {3.4028234663852886e38, false}};
+  for (const Edge& edge : edges) {
+    float factor = 0;
+    EXPECT_EQ(scaling::arithmetic_factor(edge.scale, factor), !edge.refused) << edge.scale;
+    if (!edge.refused) {
+      EXPECT_EQ(std::fabs(factor), 3.4028234663852886e38f) << edge.scale;
+    }
+    for (DType dtype : {DType::float32, DType::bfloat16, DType::float16}) {
+      const std::string where = std::string(dtype_name(dtype)) + " scale " + std::to_string(edge.scale);
+      const Map map = one_piece(1, edge.scale);
+      ShardSet shards;
+      shards.emplace(0, buffer_of(dtype, {0}));
+      const Result<Buffer> out = rebuild(map, shards, dtype);
+      expect_same(out, oracles::reference_rebuild(map, shards, dtype), where);
+      ASSERT_EQ(out.ok(), !edge.refused) << where << ": " << (out.ok() ? "accepted" : out.error().to_string());
+      if (edge.refused) {
+        EXPECT_EQ(out.error().kind, ErrorKind::scale) << where;
+        EXPECT_EQ(out.error().rank, 0) << where;
+        EXPECT_EQ(out.error().piece, 0) << where;
+      }
+    }
   }
 }
 
