@@ -50,7 +50,9 @@ void expect_conventions(const Map& map, Index tp) {
       EXPECT_NE(std::find(piece.locations.begin(), piece.locations.end(), r), piece.locations.end()) << describe(piece);
       // An empty piece (a rank of width 0, an empty F) sits where its position along dim
       // puts it, which can be past the end, as DeepSpeed's constructors place it.
-      if (*checked_numel(piece.shape) > 0) EXPECT_LT(piece.source.offset, full) << describe(piece);
+      if (*checked_numel(piece.shape) > 0) {
+        EXPECT_LT(piece.source.offset, full) << describe(piece);
+      }
     }
   }
 }
