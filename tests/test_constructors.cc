@@ -203,6 +203,19 @@ TEST(ReplicatedMap, AnEmptyTensorIsStillOnePiecePerRank) {
   expect_round_trip(result.value());
 }
 
+// The limit on listed locations (2^24 rank entries over all pieces) is inclusive: TP 4096
+// lists exactly 2^24 and is built, TP 4097 is refused format before anything is allocated.
+TEST(ReplicatedMap, TheLocationLimitIsInclusive) {
+  auto at_limit = replicated_map({1}, 4096);
+  ASSERT_TRUE(at_limit.ok()) << at_limit.error().to_string();
+  ASSERT_EQ(at_limit.value().ranks.size(), 4096u);
+  EXPECT_EQ(at_limit.value().ranks.back().pieces.front().locations.size(), 4096u);
+  auto beyond = replicated_map({1}, 4097);
+  ASSERT_FALSE(beyond.ok());
+  EXPECT_EQ(beyond.error().kind, ErrorKind::format);
+  EXPECT_NE(beyond.error().sentence.find("tp 4097 is too large"), std::string::npos) << beyond.error().to_string();
+}
+
 TEST(ReplicatedMap, ZeroDimensionalTensor) {
   auto result = replicated_map({}, 2);
   ASSERT_TRUE(result.ok()) << result.error().to_string();
