@@ -112,6 +112,9 @@ TEST(Legacy, ZeroStrideWriteIsItself) {
   EXPECT_EQ(e.kind, ErrorKind::itself);
   EXPECT_EQ(e.rank, 0);
   EXPECT_EQ(e.piece, 0);
+  // A rebuild writes F: the refusal names the source view, on F's side.
+  EXPECT_EQ(e.side, Side::full) << e.to_string();
+  EXPECT_NE(e.sentence.find("source view"), std::string::npos) << e.to_string();
   // Extract reads through that source view, which torch allows, and writes a dense dest.
   auto shard = legacy_extract(map, values({1, 2, 3, 4}), 0);
   EXPECT_EQ(accepted(shard), values({1, 2, 1, 2}));
@@ -125,7 +128,11 @@ TEST(Legacy, ZeroStrideWriteIsItself) {
             values({1, 2, 1, 2}));
   // Extract writing through a zero dest stride is refused.
   const Map dest_zero = M({4}, {R(0, Extents{4}, {P({2, 2}, 0, {2, 1}, 0, {0, 1}, {0})})});
-  EXPECT_EQ(refused(legacy_extract(dest_zero, values({1, 2, 3, 4}), 0)).kind, ErrorKind::itself);
+  const Error d = refused(legacy_extract(dest_zero, values({1, 2, 3, 4}), 0));
+  EXPECT_EQ(d.kind, ErrorKind::itself);
+  // An extract writes the shard: the dest view, on the shard's side.
+  EXPECT_EQ(d.side, Side::shard) << d.to_string();
+  EXPECT_NE(d.sentence.find("dest view"), std::string::npos) << d.to_string();
 }
 
 TEST(Legacy, CountMismatchIsCount) {
