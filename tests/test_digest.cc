@@ -227,6 +227,14 @@ TEST(DigestShares, ReplicasOverlappingOnOneRankAreCountedOnce) {
   expect_shares_add_up(map, DType::float32, "overlapping replicas");
 }
 
+TEST(DigestShares, ReplicasSharingOnlyTheirLastElementAreCountedOnce) {
+  // Rank 0's two replica pieces meet at F[1] alone: spans [0, 1] and [1, 2] touch, so the
+  // element both hold must still be counted once.
+  const Map map = M({3}, {R(0, Extents{4}, {P({2}, 0, {1}, 0, {1}, {0, 1}), P({2}, 1, {1}, 2, {1}, {0, 1})}),
+                          R(1, Extents{3}, {P({3}, 0, {1}, 0, {1}, {0, 1})})});
+  expect_shares_add_up(map, DType::float32, "replicas touching at one element");
+}
+
 TEST(DigestShares, SumEqualsTheDigestOfTheRebuiltTensor) {
   // Scaled pieces are unscaled as rebuild unscales them; the sum is digest(rebuild(...)).
   const Map map = replicated_map({3, 4}, 2, 0.5).value();
