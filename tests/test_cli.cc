@@ -283,6 +283,23 @@ TEST_F(CliTest, ReproJsonShowsLegacyDifference) {
   EXPECT_EQ(diff["actual_value"], 0.003906250931322575);
 }
 
+// Contract 8: with a scale that is not a power of two the expected tensor may differ from
+// F, and --json says where, with F's bits and the expected bits each under its own name.
+TEST_F(CliTest, ReproJsonSaysWhereTheExpectedTensorIsNotF) {
+  Ran run = shardcheck("repro " + corpus("reported-scale-rounds-expected-differs.json") + " --json");
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  auto json = nlohmann::json::parse(run.out, nullptr, false);
+  ASSERT_FALSE(json.is_discarded()) << run.out;
+  EXPECT_EQ(json["verdict"], "exact");
+  const auto& d = json["expected_differs_from_full"];
+  EXPECT_EQ(d["element"], 2);
+  EXPECT_EQ(d["full"], "0x447a8000");
+  EXPECT_EQ(d["expected"], "0x447a8001");
+  EXPECT_EQ(d["count"], 1);
+  EXPECT_NE(d["reason"].template get<std::string>().find("the scale 0.1 is not a power of two"), std::string::npos)
+      << d.dump();
+}
+
 TEST_F(CliTest, ReproValidCaseIsExact) {
   Ran run = shardcheck("repro " + corpus("valid-spec5-sub-param.json"));
   EXPECT_EQ(run.exit_code, 0);
