@@ -215,9 +215,14 @@ std::string unscaled_text(DType dtype, const Unscaled& value) {
 
 // torch.equal between what F holds and the unscaled replica: value equality in the
 // (promoted) element type, so +0.0 equals -0.0 and a NaN equals nothing. Returns the
-// row-major index of the first element that differs.
-std::optional<Index> first_unequal(DType dtype, const Piece& piece, const Buffer& shard, const Buffer& full,
-                                   int scale_power) {
+// row-major index of the first element that differs, with the replica's element as
+// compared (what the refusal names).
+struct Unequal {
+  Index index;
+  Unscaled incoming;
+};
+std::optional<Unequal> first_unequal(DType dtype, const Piece& piece, const Buffer& shard, const Buffer& full,
+                                     int scale_power) {
   const Index n = checked_numel(piece.shape).value_or(0);
   for (Index k = 0; k < n; ++k) {
     const Unscaled incoming =
@@ -231,7 +236,7 @@ std::optional<Index> first_unequal(DType dtype, const Piece& piece, const Buffer
     } else {
       equal = held == incoming.bits;
     }
-    if (!equal) return k;
+    if (!equal) return Unequal{k, incoming};
   }
   return std::nullopt;
 }
@@ -289,13 +294,12 @@ Result<Buffer> legacy_rebuild(const Map& map, const ShardSet& shards, DType dtyp
         return e.error();
       }
       if (compare) {
-        if (auto k = first_unequal(dtype, piece, shard, full, scale_power)) {
-          const Index element = address_at(piece.shape, piece.source, *k);
-          const Index shard_address = address_at(piece.shape, piece.dest, *k);
-          return fault::replica_differs_from_full(
-              PieceAt{entry.rank, index, &piece}, element, shard_address,
-              unscaled_text(dtype, unscaled_replica(dtype, piece, shard.bits(shard_address), scale_power)), dtype,
-              full.bits(element));
+        if (auto unequal = first_unequal(dtype, piece, shard, full, scale_power)) {
+          const Index element = address_at(piece.shape, piece.source, unequal->index);
+          const Index shard_address = address_at(piece.shape, piece.dest, unequal->index);
+          return fault::replica_differs_from_full(PieceAt{entry.rank, index, &piece}, element, shard_address,
+                                                  unscaled_text(dtype, unequal->incoming), dtype,
+                                                  full.bits(element));
         }
       } else if (scaled_integers(dtype, piece, scale_power)) {
         copy_promoted(dtype, piece, shard, full, scale_power);
