@@ -87,6 +87,17 @@ void apply_step(int op, std::int64_t value, std::size_t where, SmallVector<std::
       small.push_back(small.empty() ? value : small.front());  // an element of its own
       model.push_back(model.empty() ? value : model.front());
       break;
+    case 11: {
+      // Copy assignment into vectors that already hold elements, in place or on the heap
+      // (the storage is shared between the two, so each direction is its own path).
+      SmallVector<std::int64_t, N> target(where % 9, value);
+      target = small;
+      EXPECT_EQ(contents(target), model);
+      SmallVector<std::int64_t, N> longer(where % 9 + N, value);
+      small = longer;
+      small = target;
+      break;
+    }
     default:
       small.clear();
       model.clear();
@@ -97,7 +108,7 @@ void apply_step(int op, std::int64_t value, std::size_t where, SmallVector<std::
 template <std::size_t N>
 void random_program() {
   const auto steps = *rc::gen::container<std::vector<std::tuple<int, std::int64_t, std::size_t>>>(
-      rc::gen::tuple(rc::gen::inRange(0, 12), rc::gen::inRange<std::int64_t>(-5, 1000),
+      rc::gen::tuple(rc::gen::inRange(0, 13), rc::gen::inRange<std::int64_t>(-5, 1000),
                      rc::gen::inRange<std::size_t>(0, 40)));
   SmallVector<std::int64_t, N> small;
   std::vector<std::int64_t> model;

@@ -71,7 +71,6 @@ std::optional<PieceFault> piece_structure(PieceInfo& p) {
     if (loc[k] < 0) return PieceFault::negative_location;
     if (k > 0 && loc[k] <= loc[k - 1]) return PieceFault::unsorted_locations;
   }
-  p.scale = piece.scale;
   if (!std::isfinite(piece.scale) || piece.scale == 0.0) return PieceFault::bad_scale;
   return std::nullopt;
 }
@@ -148,7 +147,7 @@ void list_pieces(const RankEntry& entry, Scratch& s) {
     PieceInfo p;
     p.piece = &entry.pieces[key.second];
     p.rank = entry.rank;
-    p.written = key.second;
+    p.written = static_cast<std::int32_t>(key.second);
     p.rank_slot = static_cast<std::int32_t>(slot);
     p.owner = static_cast<std::int32_t>(s.ranks.size());
     s.pieces.push_back(p);
@@ -212,7 +211,7 @@ void read_piece(const Map& map, Scratch& s, BoxScratch& b, std::int64_t g, std::
   const auto& loc = p.piece->locations;
   p.own_ok = std::find(loc.begin(), loc.end(), p.rank) != loc.end();
   p.one_location = loc.size() == 1;
-  p.loc_first = loc.empty() ? 0 : loc[0];
+  p.own_alone = p.one_location && loc[0] == p.rank;
   // as_box refuses a view outside its buffer, so this may run before condition 2.
   if (info.box_side && p.sound && p.runs_representable && !p.empty) {
     const Extents& shard = *info.entry->shard_shape;
@@ -477,7 +476,7 @@ Status check_map_proving(const Map& map, const CheckOptions& options,
   // A valid map passed prepare whole: every piece is in s.pieces, sound, in check order.
   for (const PieceInfo& p : s.pieces) {
     each(ProvenPiece{p.piece, p.rank, p.written, p.numel, p.src_max, p.dst_max,
-                     s.ranks[static_cast<std::size_t>(p.owner)].shard_numel, p.scale, !p.one_location});
+                     s.ranks[static_cast<std::size_t>(p.owner)].shard_numel, p.piece->scale, !p.one_location});
   }
   return {};
 }

@@ -86,7 +86,8 @@ struct Layout {
 struct PieceInfo {
   const Piece* piece = nullptr;
   Rank rank = 0;
-  Index written = 0;           // index in the rank's list as written (what errors report)
+  std::int32_t written = 0;    // index in the rank's list as written (what errors report);
+                               // a map has fewer than 2^31 pieces (Run::piece)
   std::int32_t rank_slot = 0;  // dense index of `rank` among the distinct rank ids
   std::int32_t loc_class = 0;  // pieces with equal locations share a class
   std::int32_t owner = 0;      // index into Scratch::ranks
@@ -99,13 +100,14 @@ struct PieceInfo {
   bool empty = true;
   bool own_ok = false;        // locations name the listing rank
   bool box = false;           // non-empty, and a box of F and of its shard (BoxScratch)
-  bool one_location = false;  // and which: assign_classes groups on it
-  Rank loc_first = 0;
+  bool one_location = false;  // assign_classes groups on it
+  bool own_alone = false;     // one location, the listing rank: the common case
   Index numel = 0;
   Index src_max = -1;  // the last address each view touches
   Index dst_max = -1;
-  double scale = 1.0;
 };
+// Memory: a map of 10^7 pieces holds one of these per piece while it is checked.
+static_assert(sizeof(PieceInfo) <= 64);
 
 // The run layouts of one piece, built only when the run sweeps or condition 3 need them.
 struct PieceLayouts {

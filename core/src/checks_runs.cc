@@ -115,7 +115,7 @@ void assign_classes(Scratch& s) {
   for (const PieceInfo& p : s.pieces) {
     if (!p.sound) continue;
     single = single && p.one_location;
-    own_single = own_single && p.one_location && p.loc_first == p.rank;
+    own_single = own_single && p.own_alone;
   }
   if (own_single) {
     // Pieces are in rank order, so the classes are the ranks, in that order.
@@ -127,11 +127,12 @@ void assign_classes(Scratch& s) {
       previous = &p;
     }
   } else if (single) {
-    // A flat sort of (location, piece): the location vectors are not read again.
+    // A flat sort of (location, piece): the location vectors are not read again. (Some
+    // piece lists one rank that is not its own, so this map is refused anyway.)
     auto& keyed = s.keyed;
     keyed.clear();
     for (std::int32_t g = 0; g < static_cast<std::int32_t>(s.pieces.size()); ++g) {
-      if (s.pieces[g].sound) keyed.emplace_back(s.pieces[g].loc_first, g);
+      if (s.pieces[g].sound) keyed.emplace_back(s.pieces[g].piece->locations[0], g);
     }
     std::sort(keyed.begin(), keyed.end());
     for (std::size_t k = 0; k < keyed.size(); ++k) {
