@@ -776,6 +776,32 @@ TEST(JsonText, ReadingTextAnswersAsReadingItsJsonValue) {
   expect_same_reading(wide + "\"k40\":0}");
 }
 
+// Contract 2 (a repeated key is a located `format` error) at every position of an object
+// large enough that its keys are looked up by hash: the 17th key, the one at which the
+// reader switches from a linear search to hashing, is remembered too.
+TEST(JsonParse, ARepeatedKeyIsRefusedWhereverItFirstAppearedInALargeObject) {
+  std::string wide = "{";
+  for (int i = 0; i < 40; ++i) wide += fmt::format("\"k{}\":{},", i, i);
+  for (int repeated = 0; repeated < 40; ++repeated) {
+    SCOPED_TRACE(repeated);
+    const auto json = parse_json(wide + fmt::format("\"k{}\":0}}", repeated));
+    ASSERT_FALSE(json.ok());
+    EXPECT_EQ(json.error().kind, ErrorKind::format);
+    EXPECT_EQ(json.error().path, fmt::format("$.k{}", repeated));
+    EXPECT_NE(json.error().sentence.find("appears twice"), std::string::npos) << json.error().sentence;
+  }
+  // A map whose 17th key repeats: refused, as any map with a repeated key is.
+  std::string map = "{";
+  for (int i = 0; i < 16; ++i) map += fmt::format("\"x{}\": {}, ", i, i);
+  map += R"("logical_shape": [1], "logical_shape": [2], "ranks": {"0": {"shard_shape": [1],
+    "pieces": [{"shape": [1], "source": [0, [1]], "dest": [0, [1]], "locations": [0]}]}}})";
+  const auto read = parse_map(map);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().kind, ErrorKind::format);
+  EXPECT_EQ(read.error().path, "$.logical_shape");
+  expect_same_reading(map);
+}
+
 // The maps of a thousand campaign cases, corrupted and not: the text the encoder writes is
 // already in the form Json writes (dumping it again changes nothing), and reading it back
 // gives the map.
