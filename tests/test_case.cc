@@ -81,6 +81,21 @@ TEST(CaseCodec, IntegerDTypeValues) {
   EXPECT_EQ((*c.full)[3], 0xffu);
 }
 
+// The ends of int64's range decode from JSON numbers as they do from bits: nlohmann reads a
+// positive integer as unsigned, and 2^63 - 1 still fits (2^63 does not).
+TEST(CaseCodec, Int64RangeEndsDecodeFromNumbers) {
+  Case c = decoded(case_with(R"(, "dtype": "int64", "full": [9223372036854775807, -9223372036854775808, 0])"));
+  ASSERT_TRUE(c.full.has_value());
+  ASSERT_EQ(c.full->size(), 3u);
+  EXPECT_EQ((*c.full)[0], 0x7fffffffffffffffull);
+  EXPECT_EQ((*c.full)[1], 0x8000000000000000ull);
+  EXPECT_EQ((*c.full)[2], 0u);
+  auto over = decode_case_text(case_with(R"(, "dtype": "int64", "full": [0, 9223372036854775808])"));
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.error().kind, ErrorKind::format);
+  EXPECT_EQ(over.error().path, "$.full[1]");
+}
+
 TEST(CaseCodec, ShardsAreKeyedByRank) {
   Case c = decoded(case_with(R"(, "shards": {"1": [3, 4], "0": [1, 2]})"));
   ASSERT_TRUE(c.shards.has_value());
