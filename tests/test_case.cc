@@ -220,6 +220,19 @@ TEST(CaseCodec, OnlyTheMapUnderTestMayFailToDecode) {
   EXPECT_EQ(error_kind(R"({"shardcheck_case": 1, "name": "no map"})"), ErrorKind::format);
 }
 
+// A target truth says what the target shards hold, which means nothing without a target
+// map (contract 11): such a case file is unusable, refused at $.target_truth.
+TEST(CaseCodec, ATargetTruthWithoutATargetMapIsRefusedAtItsPath) {
+  auto refused = decode_case_text(case_with(std::string(R"(, "target_truth": )") + kSplitMap));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::format);
+  EXPECT_EQ(refused.error().path, "$.target_truth");
+  EXPECT_NE(refused.error().sentence.find("target_map"), std::string::npos) << refused.error().sentence;
+  Case both = decoded(case_with(std::string(R"(, "target_map": )") + kSplitMap + R"(, "target_truth": )" + kSplitMap));
+  EXPECT_TRUE(both.target_map.has_value());
+  EXPECT_TRUE(both.target_truth.has_value());
+}
+
 Case full_case() {
   Case c = decoded(case_with(""));
   // Rank order as given must survive: put rank 1 first.
