@@ -310,6 +310,20 @@ TEST(Outcome, OneNameTableForEveryField) {
   EXPECT_FALSE(parse_outcome("").has_value());
 }
 
+// target_fault is a verdict the harness reports (an implementation that crashed or
+// answered garbage), never one a case file may expect: "target_fault" is not read.
+TEST(Outcome, TargetFaultIsNamedButNeverExpected) {
+  EXPECT_EQ(outcome_name(Outcome::target_fault), "target_fault");
+  EXPECT_FALSE(parse_outcome("target_fault").has_value());
+  for (const char* extra : {R"(, "expect": "target_fault")", R"(, "legacy": {"expect": "target_fault"})"}) {
+    auto refused = decode_case_text(case_with(extra));
+    ASSERT_FALSE(refused.ok()) << extra;
+    EXPECT_EQ(refused.error().kind, ErrorKind::format);
+    EXPECT_EQ(refused.error().path, std::string(extra).find("legacy") != std::string::npos ? "$.legacy.expect"
+                                                                                            : "$.expect");
+  }
+}
+
 TEST(CaseCodec, ExpectAndLegacyExpectShareTheOutcomeVocabulary) {
   for (std::string_view name : {"refused", "exact", "wrong", "wrong_valid_layout"}) {
     const std::string quoted = "\"" + std::string(name) + "\"";
