@@ -233,6 +233,24 @@ TEST(CaseCodec, ATargetTruthWithoutATargetMapIsRefusedAtItsPath) {
   EXPECT_TRUE(both.target_truth.has_value());
 }
 
+// An inline map that JSON cannot hold is the map's refusal only when the case gives no
+// map_text: beside one, the file says two things about the map under test and is
+// unusable (the error of the whole text), never silently read with map_text replaced.
+TEST(CaseCodec, AnUnreadableInlineMapBesideAMapTextMakesTheCaseUnusable) {
+  const std::string twice = R"({"logical_shape": [4], "logical_shape": [4], "ranks": {}})";
+  const std::string text = R"({"shardcheck_case": 1, "name": "t", "map": )" + twice + R"(, "map_text": )" +
+                           Json(std::string(kSplitMap)).dump() + "}";
+  auto refused = decode_case_text(text);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::format);
+  EXPECT_EQ(refused.error().path, "$.map.logical_shape");
+  EXPECT_EQ(refused.error().to_string(), parse_json(text).error().to_string());
+  // Without map_text the same inline map is the case's map under test, kept as its text.
+  Case alone = decoded(R"({"shardcheck_case": 1, "name": "t", "map": )" + twice + "}");
+  EXPECT_EQ(alone.map_text, twice);
+  EXPECT_TRUE(alone.map_text_inline);
+}
+
 Case full_case() {
   Case c = decoded(case_with(""));
   // Rank order as given must survive: put rank 1 first.
