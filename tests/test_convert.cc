@@ -293,6 +293,31 @@ TEST(StrictShards, WrongMissingOrExtraShardsAreShape) {
   EXPECT_TRUE(rebuild(split, no_empty, DType::uint8).ok());
 }
 
+// Contract 2/9: a rank whose piece list is empty may leave out its shard shape, and its
+// shard is then empty. An empty shard supplied for it is accepted; a shard holding
+// elements is not that shard (contract 4: a supplied shard whose element count differs
+// from the map is refused, kind shape).
+TEST(StrictShards, AShapelessEmptyRankTakesOnlyAnEmptyShard) {
+  const DType f = DType::float32;
+  const Map map = M({2}, {R(0, Extents{2}, {P({2}, 0, {1}, 0, {1}, {0})}), R(1, std::nullopt, {})});
+  ASSERT_TRUE(check_map(map).ok()) << check_map(map).error().to_string();
+  ShardSet shards;
+  shards.emplace(0, values(f, {1, 2}));
+  auto without = rebuild(map, shards, f);
+  ASSERT_TRUE(without.ok()) << without.error().to_string();
+  EXPECT_EQ(without.value(), values(f, {1, 2}));
+
+  shards.emplace(1, Buffer(f, 0));
+  auto empty = rebuild(map, shards, f);
+  ASSERT_TRUE(empty.ok()) << empty.error().to_string();
+  EXPECT_EQ(empty.value(), values(f, {1, 2}));
+
+  shards.at(1) = values(f, {5, 6});
+  const Error e = refused(rebuild(map, shards, f));
+  EXPECT_EQ(e.kind, ErrorKind::shape) << e.to_string();
+  EXPECT_EQ(e.rank, 1) << e.to_string();
+}
+
 TEST(StrictExtract, UnknownRankIsFormatWrongFullIsShape) {
   const Map map = sub_param();
   Error e = refused(extract(map, marker_buffer(DType::float32, 12), 4));
