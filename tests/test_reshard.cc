@@ -291,6 +291,26 @@ TEST(Reshard, ScalesMustAgreeAndThenCopyPlainly) {
   EXPECT_EQ(integers.error().kind, ErrorKind::scale);
 }
 
+// A source rank with an empty shard (shard shape (0,), no pieces) has nothing to read:
+// execute needs no buffer for it, while a source rank that holds elements must have one.
+TEST(Reshard, AnEmptySourceRankNeedsNoShard) {
+  const Map source = M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0})}), R(1, Extents{0}, {})});
+  const Map target = contiguous_split_map({4}, {2, 2}, 0).value();
+  const Buffer full = markers(source);
+  ShardSet shards = reference_extract_all_or_die(source, full);
+  shards.erase(1);
+  auto made = plan(source, target);
+  ASSERT_TRUE(made.ok()) << made.error().to_string();
+  auto got = execute(made.value(), shards, DType::float32);
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  EXPECT_EQ(got.value(), reference_extract_all_or_die(target, full));
+  shards.erase(0);
+  auto missing = execute(made.value(), shards, DType::float32);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().kind, ErrorKind::shape);
+  EXPECT_EQ(missing.error().rank, 0) << missing.error().to_string();
+}
+
 TEST(Reshard, RefusesInvalidMapsAndShapesSayingWhichSide) {
   const Map good = contiguous_split_map({8}, {4, 4}, 0).value();
   auto bad_source = plan(build::repro1(), good);
