@@ -311,6 +311,30 @@ TEST(Reshard, AnEmptySourceRankNeedsNoShard) {
   EXPECT_EQ(missing.error().rank, 0) << missing.error().to_string();
 }
 
+// Contract 1.2/3.7: replicas under different scales agree after unscaling, not bit for
+// bit, so comparing all replicas (compare_replicas) must not compare their raw bits.
+// Rank 0 holds F * 2, rank 1 holds F * 4 of one replicated block: a valid map.
+TEST(Reshard, ComparingReplicasSkipsCopiesUnderAnotherScale) {
+  const Map source = M({4}, {R(0, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0, 1}, 2.0)}),
+                             R(1, Extents{4}, {P({4}, 0, {1}, 0, {1}, {0, 1}, 4.0)})});
+  Map target = contiguous_split_map({4}, {2, 2}, 0).value();
+  for (auto& entry : target.ranks) {
+    for (auto& piece : entry.pieces) piece.scale = 2.0;  // rank 0's scale, the copy read
+  }
+  ASSERT_TRUE(check_map(source).ok()) << check_map(source).error().to_string();
+  const Buffer full = markers(source);
+  const ShardSet shards = reference_extract_all_or_die(source, full);
+  ASSERT_NE(shards.at(0), shards.at(1));  // the raw bits differ
+  ReshardOptions compare;
+  compare.compare_replicas = true;
+  auto made = plan(source, target, compare);
+  ASSERT_TRUE(made.ok()) << made.error().to_string();
+  EXPECT_TRUE(made.value().replica_checks.empty());
+  auto got = reshard(source, target, shards, DType::float32, compare);
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  EXPECT_EQ(got.value(), reference_extract_all_or_die(target, full));
+}
+
 TEST(Reshard, RefusesInvalidMapsAndShapesSayingWhichSide) {
   const Map good = contiguous_split_map({8}, {4, 4}, 0).value();
   auto bad_source = plan(build::repro1(), good);
