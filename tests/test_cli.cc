@@ -143,6 +143,19 @@ TEST_F(CliTest, CheckEnvelopeAllValidExitsZero) {
   EXPECT_EQ(run.out, "x: valid\n");
 }
 
+// Exit 1 when any parameter is refused, wherever it stands in the envelope: here the
+// refused one comes first and a valid one last.
+TEST_F(CliTest, CheckEnvelopeExitsOneWhenAnEarlierParameterIsRefused) {
+  const std::string envelope = R"({"version": 1, "params": {"a.weight": )" + kCollidingMap + R"(, "b.bias": )" +
+                               kValidMap + "}}";
+  Ran run = shardcheck("check " + write("env.json", envelope));
+  EXPECT_EQ(run.exit_code, 1) << run.out;
+  EXPECT_NE(run.out.find("a.weight: refused twice: "), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("b.bias: valid\n"), std::string::npos) << run.out;
+  Ran json = shardcheck("check --json " + write("env2.json", envelope));
+  EXPECT_EQ(json.exit_code, 1) << json.out;
+}
+
 TEST_F(CliTest, CheckUnreadableInputExitsTwo) {
   EXPECT_EQ(shardcheck("check " + quoted((dir_ / "missing.json").string())).exit_code, 2);
   EXPECT_EQ(shardcheck("check " + write("syntax.json", R"({"logical_shape": [4],)")).exit_code, 2);
