@@ -380,6 +380,29 @@ TEST_F(CliTest, ReproUnreadableOrUnusableCaseExitsTwo) {
 
 // Contract 9: every reported map gets a verdict, with the exit status of any
 // other verdict (0 refused as expected, 1 silently wrong or not as expected).
+// `repro DIR`: one line per case and a summary; exit 2 if any case could not be
+// replayed, even when another case failed (else 1 if any failed, else 0).
+TEST_F(CliTest, ReproFolderExitsTwoWhenACaseCannotBeReplayedEvenBesideAFailure) {
+  const std::string map = R"({"logical_shape": [2], "ranks": {"0": {"shard_shape": [1],
+    "pieces": [{"shape": [1], "source": [0, [1]], "dest": [0, [1]], "locations": [0]}]}}})";
+  fs::create_directories(dir_ / "cases");
+  write("cases/a-fails.json", R"({"shardcheck_case": 1, "name": "fails", "expect": "exact", "map": )" + map + "}");
+  write("cases/b-passes.json", R"({"shardcheck_case": 1, "name": "passes", "expect": "refused", "map": )" + map + "}");
+  const std::string folder = quoted((dir_ / "cases").string());
+  Ran failing = shardcheck("repro " + folder);
+  EXPECT_EQ(failing.exit_code, 1) << failing.out;
+  EXPECT_NE(failing.out.find("2 case files: 1 passed, 1 failed, 0 could not be replayed\n"), std::string::npos)
+      << failing.out;
+  write("cases/c-broken.json", "{not json");
+  Ran broken = shardcheck("repro " + folder);
+  EXPECT_EQ(broken.exit_code, 2) << broken.out;
+  EXPECT_EQ(broken.out.rfind("FAIL ", 0), 0u) << broken.out;
+  EXPECT_NE(broken.out.find("\nPASS "), std::string::npos) << broken.out;
+  EXPECT_NE(broken.out.find("\nERROR "), std::string::npos) << broken.out;
+  EXPECT_NE(broken.out.find("3 case files: 1 passed, 1 failed, 1 could not be replayed\n"), std::string::npos)
+      << broken.out;
+}
+
 TEST_F(CliTest, ReproReportedMapsAlwaysGetAVerdict) {
   const std::pair<const char*, const char*> strict_kinds[] = {
       {"reported-float-extent.json", "format"},      {"reported-string-extent.json", "format"},
