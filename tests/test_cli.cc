@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -647,6 +648,52 @@ TEST_F(CliTest, ADirectoryIsNamedAsOne) {
   EXPECT_EQ(shard.exit_code, 2);
   EXPECT_NE(shard.out.find(expected.substr(std::string("shardcheck: ").size())), std::string::npos) << shard.out;
   EXPECT_EQ(shard.out.find("JSON"), std::string::npos) << shard.out;
+}
+
+// `campaign merge` (docs/scale-out.md): the shards of one campaign merge into what the
+// unsharded run reports: the same tables, the same findings (a signature found in both
+// shards keeps the smallest case and adds the occurrences of both) and the same exit
+// code. With seed 3, signature silently-wrong:extract:block_gather/shard_shape_inc is
+// found once in each shard.
+TEST_F(CliTest, CampaignMergeOfTwoShardsIsTheUnshardedRun) {
+  const std::string base = "campaign --seed 3 --cases 200 --policy legacy --jobs 1 --no-isolate --quiet";
+  auto out = [&](const std::string& name) { return quoted((dir_ / name).string()); };
+  auto report = [&](const std::string& name) {
+    std::ifstream in(dir_ / name / "report.json");
+    return nlohmann::json::parse(in, nullptr, false);
+  };
+  Ran whole = shardcheck(base + " --out " + out("whole"));
+  ASSERT_EQ(whole.exit_code, 1) << whole.out;
+  for (const char* shard : {"0", "1"}) {
+    Ran run = shardcheck(base + " --shard " + shard + "/2 --out " + out(std::string("shard-") + shard));
+    ASSERT_EQ(run.exit_code, 1) << run.out;
+  }
+  const std::string signature = "silently-wrong:extract:block_gather/shard_shape_inc";
+  for (const char* shard : {"shard-0", "shard-1"}) {
+    const auto findings = report(shard)["findings"];
+    ASSERT_TRUE(std::any_of(findings.begin(), findings.end(), [&](const nlohmann::json& f) {
+      return f["signature"] == signature && f["occurrences"] == 1;
+    })) << shard << " no longer finds " << signature << " once: choose another seed";
+  }
+  Ran merge = shardcheck("campaign merge " + out("shard-0") + " " + out("shard-1") + " --out " + out("merged"));
+  EXPECT_EQ(merge.exit_code, whole.exit_code) << merge.out;
+  EXPECT_NE(merge.out.find("finding: " + signature + " (2 cases)"), std::string::npos) << merge.out;
+  const auto merged = report("merged");
+  const auto unsharded = report("whole");
+  ASSERT_TRUE(merged.is_object());
+  ASSERT_TRUE(unsharded.is_object());
+  for (const char* key : {"cases", "total", "by_constructor", "by_corruption", "by_refusal_kind", "by_op", "findings",
+                          "failed", "shard", "seed", "complete"}) {
+    EXPECT_EQ(merged[key], unsharded[key]) << key;
+  }
+  for (const auto& finding : unsharded["findings"]) {
+    const std::string file = finding["file"].get<std::string>();
+    std::ifstream a(dir_ / "whole" / file), b(dir_ / "merged" / file);
+    const std::string from_whole((std::istreambuf_iterator<char>(a)), std::istreambuf_iterator<char>());
+    const std::string from_merge((std::istreambuf_iterator<char>(b)), std::istreambuf_iterator<char>());
+    EXPECT_FALSE(from_whole.empty()) << file;
+    EXPECT_EQ(from_merge, from_whole) << file;
+  }
 }
 
 // --- check --json -------------------------------------------------------------------
