@@ -379,8 +379,6 @@ TEST_F(CliTest, ReproUnreadableOrUnusableCaseExitsTwo) {
   EXPECT_NE(run.out.find("shape: "), std::string::npos) << run.out;
 }
 
-// Contract 9: every reported map gets a verdict, with the exit status of any
-// other verdict (0 refused as expected, 1 silently wrong or not as expected).
 // `repro DIR`: one line per case and a summary; exit 2 if any case could not be
 // replayed, even when another case failed (else 1 if any failed, else 0).
 TEST_F(CliTest, ReproFolderExitsTwoWhenACaseCannotBeReplayedEvenBesideAFailure) {
@@ -404,6 +402,8 @@ TEST_F(CliTest, ReproFolderExitsTwoWhenACaseCannotBeReplayedEvenBesideAFailure) 
       << broken.out;
 }
 
+// Contract 9: every reported map gets a verdict, with the exit status of any
+// other verdict (0 refused as expected, 1 silently wrong or not as expected).
 TEST_F(CliTest, ReproReportedMapsAlwaysGetAVerdict) {
   const std::pair<const char*, const char*> strict_kinds[] = {
       {"reported-float-extent.json", "format"},      {"reported-string-extent.json", "format"},
