@@ -211,7 +211,6 @@ void read_piece(const Map& map, Scratch& s, BoxScratch& b, std::int64_t g, std::
   const auto& loc = p.piece->locations;
   p.own_ok = std::find(loc.begin(), loc.end(), p.rank) != loc.end();
   p.one_location = loc.size() == 1;
-  p.own_alone = p.one_location && loc[0] == p.rank;
   // as_box refuses a view outside its buffer, so this may run before condition 2.
   if (info.box_side && p.sound && p.runs_representable && !p.empty) {
     const Extents& shard = *info.entry->shard_shape;

@@ -101,7 +101,6 @@ struct PieceInfo {
   bool own_ok = false;        // locations name the listing rank
   bool box = false;           // non-empty, and a box of F and of its shard (BoxScratch)
   bool one_location = false;  // assign_classes groups on it
-  bool own_alone = false;     // one location, the listing rank: the common case
   Index numel = 0;
   Index src_max = -1;  // the last address each view touches
   Index dst_max = -1;

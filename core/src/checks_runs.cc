@@ -115,7 +115,7 @@ void assign_classes(Scratch& s) {
   for (const PieceInfo& p : s.pieces) {
     if (!p.sound) continue;
     single = single && p.one_location;
-    own_single = own_single && p.own_alone;
+    own_single = own_single && p.one_location && p.own_ok;  // that one location is its own rank
   }
   if (own_single) {
     // Pieces are in rank order, so the classes are the ranks, in that order.

@@ -20,7 +20,7 @@ using Rank = std::int64_t;   // rank ids: arbitrary non-negative integers
 using Extents = SmallVector<Index, 4>;
 using Strides = SmallVector<Index, 4>;
 using RankList = SmallVector<Rank, 4>;
-// A piece holds four of them, and a large map 10^7 pieces: their size is its memory.
+// A piece holds four of them and a large map 10^7 pieces: their size is the map's memory.
 static_assert(sizeof(Extents) == 40 && sizeof(RankList) == 40);
 
 // Checked arithmetic: std::nullopt on signed 64-bit overflow. Inline: every map
