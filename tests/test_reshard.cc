@@ -309,6 +309,11 @@ TEST(Reshard, AnEmptySourceRankNeedsNoShard) {
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().kind, ErrorKind::shape);
   EXPECT_EQ(missing.error().rank, 0) << missing.error().to_string();
+  // The plan knows the shard's size, not its pieces: the sentence names what it knows.
+  EXPECT_EQ(missing.error().sentence, "no shard was supplied for this source rank, whose shard holds 4 elements");
+  auto reference = oracles::reference_reshard(source, target, shards, DType::float32);
+  ASSERT_FALSE(reference.ok());
+  EXPECT_EQ(reference.error(), missing.error());
 }
 
 // Contract 1.2/3.7: replicas under different scales agree after unscaling, not bit for

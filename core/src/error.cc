@@ -358,6 +358,12 @@ Error missing_shard(Rank rank, std::size_t pieces) {
                     Where::in_rank(rank));
 }
 
+Error missing_source_shard(Rank rank, Index numel) {
+  return make_error(ErrorKind::shape,
+                    fmt::format("no shard was supplied for this source rank, whose shard holds {} elements", numel),
+                    Where::in_rank(rank));
+}
+
 Error no_shards() { return make_error(ErrorKind::shape, "no shard was supplied, so there is nothing to rebuild from"); }
 
 Error shard_dtype(Rank rank, DType got, DType wanted) {

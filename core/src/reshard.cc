@@ -482,7 +482,7 @@ Status check_sources(const Plan& plan, const ShardSet& sources, DType dtype) {
     if (buffer.numel() != it->second) return fault::shard_numel(rank, buffer.numel(), it->second);
   }
   for (const auto& [rank, numel] : plan.source_numel) {
-    if (numel > 0 && !sources.contains(rank)) return fault::missing_shard(rank, 1);
+    if (numel > 0 && !sources.contains(rank)) return fault::missing_source_shard(rank, numel);
   }
   return {};
 }

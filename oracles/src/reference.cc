@@ -1207,7 +1207,7 @@ Result<ShardSet> reference_reshard(const Map& source, const Map& target, const S
     if (buffer.numel() != sizes.at(rank)) return fault::shard_numel(rank, buffer.numel(), sizes.at(rank));
   }
   for (const auto& [rank, numel] : sizes) {
-    if (numel > 0 && !shards.contains(rank)) return fault::missing_shard(rank, 1);
+    if (numel > 0 && !shards.contains(rank)) return fault::missing_source_shard(rank, numel);
   }
   // Contract 1.2's refusals that depend on the dtype, on every piece of both maps.
   for (const auto& [map, side] : {std::pair{&source, "source"}, std::pair{&target, "target"}}) {

@@ -222,6 +222,8 @@ Error scaled_out_of_range(const PieceAt& at, bool multiply, Index element, Index
 
 // The buffers a conversion is given.
 Error missing_shard(Rank rank, std::size_t pieces);
+// Resharding: a plan knows each source shard's size, not its pieces.
+Error missing_source_shard(Rank rank, Index numel);
 Error no_shards();  // a rebuild given no shard at all
 Error shard_dtype(Rank rank, DType got, DType wanted);
 Error shard_numel(Rank rank, Index got, Index wanted);
