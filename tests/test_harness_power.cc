@@ -451,5 +451,57 @@ TEST(DigestShares, GeneratedDigestCasesAgreeWithTheReferenceCount) {
   EXPECT_GT(judged, 20);
 }
 
+// An implementation that reads maps itself (DeepSpeed's from_dict) is asked about a map
+// shardcheck's decoder refuses when int() reads it (contract 9): the truth oracle hands
+// it shards as that reading gives them. It records the shard sizes it was given.
+class ReadsItsOwnMap final : public oracles::Target {
+ public:
+  const std::string& name() const override { return name_; }
+  bool reads_map_itself() const override { return true; }
+  oracles::TargetResult<oracles::Accepted> check(const oracles::TargetMap&) override { return oracles::Accepted{}; }
+  oracles::TargetResult<Buffer> rebuild(const oracles::TargetMap&, const ShardSet& shards, DType, int,
+                                        const oracles::DigestRequest&) override {
+    given.clear();
+    for (const auto& [rank, shard] : shards) given[rank] = shard.numel();
+    return oracles::TargetRefusal{ErrorKind::format, "ValueError", "refused", {}, {}};
+  }
+  oracles::TargetResult<Buffer> extract(const oracles::TargetMap&, const Buffer&, Rank, int) override {
+    return oracles::TargetRefusal{ErrorKind::format, "ValueError", "refused", {}, {}};
+  }
+  std::map<Rank, Index> given;
+
+ private:
+  std::string name_ = "reads-its-own-map";
+};
+
+// Python's int() of a string: surrounding whitespace, leading zeros (past 18 digits too),
+// a sign, and single underscores between digits; not a doubled or leading underscore, and
+// not a value past 64 bits, which no field holds.
+TEST(ReadAsTheImplementation, NumericStringsAreReadAsPythonsIntReadsThem) {
+  const auto shards_given = [](const std::string& shard_extent) -> std::optional<std::map<Rank, Index>> {
+    const std::string map = R"({"logical_shape": [4], "ranks": {
+        "0": {"shard_shape": [)" + shard_extent + R"(], "pieces": [{"shape": [2], "source": [0, [1]], "dest": [0, [1]], "locations": [0]}]},
+        "1": {"shard_shape": [2], "pieces": [{"shape": [2], "source": [2, [1]], "dest": [0, [1]], "locations": [1]}]}}})";
+    auto c = decode_case_text(R"({"shardcheck_case": 1, "name": "t", "map": )" + map + "}");
+    EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().to_string());
+    if (!c.ok()) return std::nullopt;
+    EXPECT_FALSE(undecoded_map_error(c.value()).ok()) << shard_extent;
+    ReadsItsOwnMap target;
+    auto outcome = oracles::run_case(c.value(), target);
+    EXPECT_TRUE(outcome.ok());
+    if (target.given.empty()) return std::nullopt;  // never asked: int() gives no map
+    return target.given;
+  };
+  const std::map<Rank, Index> two_and_two{{0, 2}, {1, 2}};
+  for (const char* extent : {R"("2")", R"(" 2")", R"("\t+2\n")", R"("0000000000000000002")", R"("000_2")",
+                             R"("0_0_0_0_0_0_0_0_0_0_2")"}) {
+    EXPECT_EQ(shards_given(extent), two_and_two) << extent;
+  }
+  for (const char* extent : {R"("2_")", R"("_2")", R"("0__2")", R"("2.0")", R"("9223372036854775808")",
+                             R"("-")", R"("")"}) {
+    EXPECT_EQ(shards_given(extent), std::nullopt) << extent;
+  }
+}
+
 }  // namespace
 }  // namespace shardcheck

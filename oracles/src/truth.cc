@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -125,23 +126,39 @@ TargetMap target_map(const Case& c) {
   return out;
 }
 
-// Python's int() of a JSON string ("2", " -1", "+01"): nullopt unless the whole text is
-// an optionally signed run of decimal digits that fits 64 bits.
+// Python's int() of a JSON string ("2", " -1", "+01", "1_000", "\t7\n"): nullopt unless,
+// once whitespace is stripped from both ends, the text is an optionally signed run of
+// decimal digits (single underscores between digits, leading zeros allowed) whose value
+// fits 64 bits. Past 64 bits int() still gives a number, but no map field can hold it.
 std::optional<std::int64_t> python_int(std::string_view text) {
-  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
-  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
+  auto space = [](char ch) { return ch == ' ' || (ch >= '\t' && ch <= '\r') || (ch >= '\x1c' && ch <= '\x1f'); };
+  while (!text.empty() && space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && space(text.back())) text.remove_suffix(1);
   bool negative = false;
   if (!text.empty() && (text.front() == '+' || text.front() == '-')) {
     negative = text.front() == '-';
     text.remove_prefix(1);
   }
-  if (text.empty() || text.size() > 18) return std::nullopt;
+  if (text.empty() || text.front() == '_' || text.back() == '_') return std::nullopt;
+  // Accumulated as a negative number, whose range reaches INT64_MIN.
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
   std::int64_t value = 0;
+  char previous = 0;
   for (char ch : text) {
+    if (ch == '_') {
+      if (previous == '_') return std::nullopt;
+      previous = ch;
+      continue;
+    }
     if (ch < '0' || ch > '9') return std::nullopt;
-    value = value * 10 + (ch - '0');
+    const int digit = ch - '0';
+    if (value < (kMin + digit) / 10) return std::nullopt;
+    value = value * 10 - digit;
+    previous = ch;
   }
-  return negative ? -value : value;
+  if (negative) return value;
+  if (value == kMin) return std::nullopt;
+  return -value;
 }
 
 // Every number and numeric string as int() makes it (a float truncated toward zero), and
