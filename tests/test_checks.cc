@@ -1039,5 +1039,30 @@ TEST(ContentOrder, TheRefusalNamesTheFirstPieceInContentOrder) {
   EXPECT_EQ(status.error().piece, 1) << status.error().to_string();
 }
 
+// Content order's last field, the scale, orders negative scales as numbers (IEEE
+// totalOrder, the reference model's strong_order): -4 before -2 before 2. Twin pieces
+// that only their scales tell apart write one shard address; the refusal names the
+// lower scale's piece, written second, by the box proof and the run sweeps alike.
+TEST(ContentOrder, NegativeScalesOrderAsNumbers) {
+  const Piece minus4 = build::P({2}, 0, {1}, 0, {1}, {0}, -4.0);
+  const Piece minus2 = build::P({2}, 0, {1}, 0, {1}, {0}, -2.0);
+  const Piece plus2 = build::P({2}, 0, {1}, 0, {1}, {0}, 2.0);
+  EXPECT_TRUE(content_less(minus4, minus2));
+  EXPECT_FALSE(content_less(minus2, minus4));
+  EXPECT_TRUE(content_less(minus2, plus2));
+  EXPECT_FALSE(content_less(plus2, minus2));
+  const Map map = build::M({2}, {build::R(0, Extents{4}, {minus2, minus4})});
+  for (bool box_proof : {true, false}) {
+    SCOPED_TRACE(box_proof ? "box proof" : "runs");
+    CheckOptions options;
+    options.box_proof = box_proof;
+    const Error e = expect_refused(map, ErrorKind::twice, options);
+    EXPECT_EQ(e.rank, 0);
+    EXPECT_EQ(e.piece, 1) << e.to_string();
+    EXPECT_EQ(e.side, Side::shard);
+    EXPECT_EQ(e.address, 0);
+  }
+}
+
 }  // namespace
 }  // namespace shardcheck
