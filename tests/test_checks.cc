@@ -3,6 +3,7 @@
 // cross-check against a naive element-by-element model for many small random maps.
 #include "shardcheck/checks.h"
 #include "shardcheck/constructors.h"
+#include "shardcheck/oracles/reference.h"
 
 #include <gtest/gtest.h>
 
@@ -1062,6 +1063,21 @@ TEST(ContentOrder, NegativeScalesOrderAsNumbers) {
     EXPECT_EQ(e.side, Side::shard);
     EXPECT_EQ(e.address, 0);
   }
+}
+
+// A rank listed twice is refused format at that rank: the error carries the rank id and
+// its JSON path, from the core checks and the reference model alike.
+TEST(Structure, ARankListedTwiceIsNamed) {
+  const Map map = build::M({4}, {build::R(3, Extents{4}, {build::P({4}, 0, {1}, 0, {1}, {3})}),
+                                 build::R(3, Extents{0}, {})});
+  const Error e = expect_refused(map, ErrorKind::format);
+  EXPECT_EQ(e.rank, 3) << e.to_string();
+  EXPECT_EQ(e.piece, std::nullopt);
+  EXPECT_EQ(e.path, "$.ranks.3");
+  const oracles::ReferenceVerdict reference = oracles::reference_check(map);
+  ASSERT_TRUE(reference.error.has_value());
+  EXPECT_EQ(reference.error->rank, 3) << reference.error->to_string();
+  EXPECT_EQ(reference.error->to_string(), e.to_string());
 }
 
 }  // namespace
