@@ -4,6 +4,8 @@
 // so that a constructor bug cannot hide a reference bug.
 #include "shardcheck/oracles/reference.h"
 
+#include "shardcheck/checks.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -628,6 +630,27 @@ TEST(ReferenceMemo, AZeroScaleKeepsItsSignInTheRefusal) {
   EXPECT_EQ(b.reason.find("-0") != std::string::npos, true) << b.reason;
   EXPECT_EQ(a.reason.find("-0"), std::string::npos) << a.reason;
   EXPECT_EQ(reference_check(plus).reason, a.reason);
+}
+
+// Condition 4's refusal names the lowest writer of the address in content order, the
+// other writer in words, and the address; the core checks name the same place. Rank 0's
+// pieces both write shard addresses 0 and 1: the one reading F from 0, written second,
+// comes first in content order.
+TEST(ReferenceTiling, ACollisionNamesTheLowestWriterAndTheAddress) {
+  const Map map = M({4}, {R(0, {4}, {P1(2, 2, 0, {0}), P1(2, 0, 0, {0})})});
+  const ReferenceVerdict verdict = reference_check(map);
+  ASSERT_TRUE(verdict.error.has_value());
+  const Error& e = *verdict.error;
+  EXPECT_EQ(e.kind, ErrorKind::twice);
+  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.piece, 1) << e.to_string();
+  EXPECT_EQ(e.side, Side::shard);
+  EXPECT_EQ(e.address, 0);
+  EXPECT_NE(e.sentence.find("piece 0 (P(2) src(2,(1)) dst(0,(1)) loc{0}) also maps"), std::string::npos)
+      << e.sentence;
+  const Status fast = check_map(map);
+  ASSERT_FALSE(fast.ok());
+  EXPECT_EQ(fast.error(), e) << fast.error().to_string();
 }
 
 }  // namespace
