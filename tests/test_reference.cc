@@ -653,5 +653,36 @@ TEST(ReferenceTiling, ACollisionNamesTheLowestWriterAndTheAddress) {
   EXPECT_EQ(fast.error(), e) << fast.error().to_string();
 }
 
+// Contract 11 with compare_replicas: a replica held under another scale is compared only
+// after unscaling, which a plan does not do, so the naive reshard skips it as the planner
+// does. Rank 0 holds F * 2, rank 1 F * 4 of one replicated block (a valid map).
+TEST(ReferenceReshard, ComparingReplicasSkipsCopiesUnderAnotherScale) {
+  const Map source = M({4}, {R(0, {4}, {P1(4, 0, 0, {0, 1}, 2.0)}), R(1, {4}, {P1(4, 0, 0, {0, 1}, 4.0)})});
+  const Map target = M({4}, {R(0, {4}, {P1(4, 0, 0, {0}, 2.0)})});
+  ASSERT_TRUE(reference_check(source).valid());
+  const Buffer full = floats({1, 2, 3, 4});
+  auto shards = reference_extract_all(source, full);
+  ASSERT_TRUE(shards.ok()) << shards.error().to_string();
+  ASSERT_NE(shards.value().at(0), shards.value().at(1));  // the raw bits differ
+  for (bool compare : {false, true}) {
+    SCOPED_TRACE(compare ? "comparing replicas" : "lowest holder only");
+    auto got = reference_reshard(source, target, shards.value(), DType::float32, compare);
+    ASSERT_TRUE(got.ok()) << got.error().to_string();
+    ASSERT_EQ(got.value().size(), 1u);
+    EXPECT_EQ(got.value().at(0), floats({2, 4, 6, 8}));
+  }
+  // A copy under the same scale is still compared: rank 1 now holds F * 2 with one bit off.
+  Map same = source;
+  same.ranks[1].pieces[0].scale = 2.0;
+  ShardSet damaged = shards.value();
+  damaged.at(1) = damaged.at(0);
+  damaged.at(1).set_bits(2, damaged.at(1).bits(2) ^ 1);
+  auto refused = reference_reshard(same, target, damaged, DType::float32, true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::different_data);
+  EXPECT_EQ(refused.error().rank, 0);
+  EXPECT_EQ(refused.error().address, 2);
+}
+
 }  // namespace
 }  // namespace shardcheck::oracles
