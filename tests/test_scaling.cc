@@ -4,6 +4,7 @@
 // agree on every power of two from 2^-160 to 2^160 in every float dtype, and both must
 // meet the contract's own promises: a power-of-two scale gives F back, but for values it
 // writes as subnormals with fewer bits.
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -303,6 +304,47 @@ TEST(ScalingArithmetic, RoundingUpToTheSmallestNormalIsGradualUnderflow) {
   EXPECT_NE(outcome.value().expected_vs_full.reason.find("gradual underflow"), std::string::npos)
       << outcome.value().expected_vs_full.reason;
   EXPECT_TRUE(outcome.value().expected_vs_full.harness_defect.empty()) << outcome.value().expected_vs_full.harness_defect;
+}
+
+// The lowest address of the result decides which lost element a refusal names: the shard
+// address for extract, the F address for rebuild, not the other side's. Rank 0 stores its
+// 2 x 2 block transposed, so F[1] sits at shard address 2 and F[2] at shard address 1;
+// both are lost, and the core and the reference model name the same one.
+TEST(ScalingArithmetic, ALostElementIsNamedByTheLowestAddressOfTheResult) {
+  Piece piece;
+  piece.shape = Extents{2, 2};
+  piece.source = StridedView{0, {2, 1}};
+  piece.dest = StridedView{0, {1, 2}};
+  piece.locations = {0};
+  piece.scale = std::ldexp(1.0, 64);
+  RankEntry entry;
+  entry.rank = 0;
+  entry.shard_shape = Extents{4};
+  entry.pieces.push_back(piece);
+  Map map;
+  map.logical_shape = Extents{4};
+  map.ranks.push_back(entry);
+  const auto big = static_cast<std::uint64_t>(std::bit_cast<std::uint32_t>(std::ldexp(1.0f, 100)));
+  const auto tiny = static_cast<std::uint64_t>(std::bit_cast<std::uint32_t>(std::ldexp(1.0f, -100)));
+  const auto one = static_cast<std::uint64_t>(std::bit_cast<std::uint32_t>(1.0f));
+
+  // Extract: F[1] and F[2] overflow; F[2] lands at the lower shard address, 1.
+  const Buffer full = buffer_of(DType::float32, {one, big, big, one});
+  const auto core_extract = extract(map, full, 0);
+  expect_same(core_extract, oracles::reference_extract(map, full, 0), "extract");
+  ASSERT_FALSE(core_extract.ok());
+  EXPECT_EQ(core_extract.error().kind, ErrorKind::scale);
+  EXPECT_EQ(core_extract.error().side, Side::shard);
+  EXPECT_EQ(core_extract.error().address, 1) << core_extract.error().to_string();
+
+  // Rebuild: shard addresses 1 and 2 flush; address 2 holds F[1], the lower F address.
+  const ShardSet shards{{0, buffer_of(DType::float32, {one, tiny, tiny, one})}};
+  const auto core_rebuild = rebuild(map, shards, DType::float32);
+  expect_same(core_rebuild, oracles::reference_rebuild(map, shards, DType::float32), "rebuild");
+  ASSERT_FALSE(core_rebuild.ok());
+  EXPECT_EQ(core_rebuild.error().kind, ErrorKind::scale);
+  EXPECT_EQ(core_rebuild.error().side, Side::full);
+  EXPECT_EQ(core_rebuild.error().address, 1) << core_rebuild.error().to_string();
 }
 
 }  // namespace
