@@ -832,6 +832,28 @@ TEST_F(CliTest, PlanPrintsASummaryThePlanOrTheRefusal) {
   EXPECT_EQ(missing.exit_code, 2);
 }
 
+// --scale-power reaches the digest (contract 1.2): a scaled map's shards unscale for a
+// parameter (p = 1) to F, whose digest is the unscaled map's, and an optimizer moment
+// (p = -1) through a scaled map is refused, kind scale, at the scaled piece.
+TEST_F(CliTest, DigestAppliesTheScalePowerGiven) {
+  const std::string scaled = write("scaled.json", R"({"logical_shape": [2], "ranks": {
+    "0": {"shard_shape": [2], "pieces": [{"shape": [2], "source": [0, [1]], "dest": [0, [1]], "locations": [0], "scale": 2.0}]}}})");
+  const std::string plain = write("plain.json", R"({"logical_shape": [2], "ranks": {
+    "0": {"shard_shape": [2], "pieces": [{"shape": [2], "source": [0, [1]], "dest": [0, [1]], "locations": [0]}]}}})");
+  const std::string doubled = write("doubled.bin", floats({2, 4}));
+  const std::string f = write("f.bin", floats({1, 2}));
+  Ran unscaled = shardcheck("digest " + plain + " " + f);
+  ASSERT_EQ(unscaled.exit_code, 0) << unscaled.out;
+  const std::uint64_t want = hex_after(unscaled.out, "digest ");
+  Ran param = shardcheck("digest " + scaled + " " + doubled + " --scale-power 1");
+  EXPECT_EQ(param.exit_code, 0) << param.out;
+  EXPECT_EQ(hex_after(param.out, "digest "), want) << param.out;
+  Ran moment = shardcheck("digest " + scaled + " " + doubled + " --scale-power -1");
+  EXPECT_EQ(moment.exit_code, 1) << moment.out;
+  EXPECT_EQ(moment.out.rfind("refused scale: rank 0 piece 0 ", 0), 0u) << moment.out;
+  EXPECT_NE(moment.out.find("scale_power is -1"), std::string::npos) << moment.out;
+}
+
 // --- cmake --install ---------------------------------------------------------------
 
 TEST_F(CliTest, CmakeInstallPutsTheCommandInBin) {
