@@ -854,6 +854,22 @@ TEST_F(CliTest, DigestAppliesTheScalePowerGiven) {
   EXPECT_NE(moment.out.find("scale_power is -1"), std::string::npos) << moment.out;
 }
 
+// --shard I/N wants 0 <= I < N: the index one past the last shard is a usage error, not
+// a campaign of some other slice of the cases.
+TEST_F(CliTest, CampaignShardIndexMustBeBelowTheCount) {
+  const std::string out = " --cases 2 --seed 1 --jobs 1 --no-isolate --quiet --out " + quoted((dir_ / "out").string());
+  for (const std::string shard : {"2/2", "3/2", "1/1", "0/0"}) {
+    Ran run = shardcheck("campaign --shard " + shard + out, true);
+    EXPECT_EQ(run.exit_code, 2) << shard << ": " << run.out;
+    EXPECT_EQ(run.out, "shardcheck campaign: --shard wants I/N with 0 <= I < N, got '" + shard + "'\n") << run.out;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "report.json"));
+  int code = -1;
+  nlohmann::json last = campaign_report(dir_ / "last", "--cases 2 --seed 1 --jobs 1 --shard 1/2", code);
+  EXPECT_EQ(code, 0);
+  ASSERT_TRUE(last.is_object());
+}
+
 // --- cmake --install ---------------------------------------------------------------
 
 TEST_F(CliTest, CmakeInstallPutsTheCommandInBin) {
