@@ -870,6 +870,26 @@ TEST_F(CliTest, CampaignShardIndexMustBeBelowTheCount) {
   ASSERT_TRUE(last.is_object());
 }
 
+// --compare-replicas reaches the planner: a source replicated on ranks 0 and 1 planned
+// into one rank reads rank 0's copy and, asked, plans a comparison of rank 1's with it.
+TEST_F(CliTest, PlanComparesReplicasOnlyWhenAsked) {
+  const std::string source = write("replicated.json", R"({"logical_shape": [4], "ranks": {
+    "0": {"shard_shape": [4], "pieces": [{"shape": [4], "source": [0, [1]], "dest": [0, [1]], "locations": [0, 1]}]},
+    "1": {"shard_shape": [4], "pieces": [{"shape": [4], "source": [0, [1]], "dest": [0, [1]], "locations": [0, 1]}]}}})");
+  const std::string target = write("tp1.json", R"({"logical_shape": [4], "ranks": {
+    "0": {"shard_shape": [4], "pieces": [{"shape": [4], "source": [0, [1]], "dest": [0, [1]], "locations": [0]}]}}})");
+  Ran plain = shardcheck("plan " + source + " " + target);
+  EXPECT_EQ(plain.exit_code, 0) << plain.out;
+  EXPECT_NE(plain.out.find("  read from source rank 0: 4 elements (16 bytes)\n"), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.out.find("replica comparisons"), std::string::npos) << plain.out;
+  Ran compared = shardcheck("plan --compare-replicas " + source + " " + target);
+  EXPECT_EQ(compared.exit_code, 0) << compared.out;
+  EXPECT_NE(compared.out.find("  replica comparisons: 1 segments\n"), std::string::npos) << compared.out;
+  Ran json = shardcheck("plan --json --compare-replicas " + source + " " + target);
+  EXPECT_EQ(json.exit_code, 0);
+  EXPECT_NE(json.out.find(R"("replica_checks":1)"), std::string::npos) << json.out;
+}
+
 // --- cmake --install ---------------------------------------------------------------
 
 TEST_F(CliTest, CmakeInstallPutsTheCommandInBin) {
