@@ -78,6 +78,46 @@ RC_GTEST_PROP(Property3, FastChecksAgreeWithTheReferenceModel, ()) {
   if (auto finding = props::check_reference_agreement(c)) RC_FAIL(report(*finding));
 }
 
+// Property 3 compares where the two refuse, not only the kind (contract 3: the lowest
+// rank, the first piece in content order, the lowest address). Rank 0's first piece in
+// content order, listed first, leaves its shard; the planted names_last_piece names the
+// rank's last piece instead, with the same kind and address, and property 3 says so.
+TEST(Property3Judge, TheSameKindAtAnotherPieceIsAFinding) {
+  Case c;
+  c.name = "misplaced";
+  c.constructor = "hand";
+  c.corruption = CorruptionRecord{"none", {}, {}, {}, {}, {}};
+  c.map.logical_shape = {4};
+  Piece outside;  // F elements 0-1 into shard addresses 3-4 of 4
+  outside.shape = {2};
+  outside.source = StridedView{0, {1}};
+  outside.dest = StridedView{3, {1}};
+  outside.locations = {0};
+  Piece inside = outside;
+  inside.source.offset = 2;
+  inside.dest.offset = 0;
+  c.map.ranks.push_back(RankEntry{0, Extents{4}, {outside, inside}});
+  const Status refused = check_map(c.map);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::bounds);
+  EXPECT_EQ(refused.error().piece, 0);
+  EXPECT_FALSE(props::check_reference_agreement(c).has_value());
+  PlantedBugs bugs;
+  bugs.names_last_piece = true;
+  CheckOptions planted;
+  planted.bugs = bugs;
+  const Status misplaced = check_map(c.map, planted);
+  ASSERT_FALSE(misplaced.ok());
+  EXPECT_EQ(misplaced.error().kind, ErrorKind::bounds);
+  EXPECT_EQ(misplaced.error().piece, 1);
+  EXPECT_EQ(misplaced.error().address, refused.error().address);
+  const auto finding = props::check_reference_agreement(c, bugs);
+  ASSERT_TRUE(finding.has_value());
+  EXPECT_NE(finding->signature.find("where:bounds:hand/none"), std::string::npos) << finding->signature;
+  EXPECT_NE(finding->message.find("rank 0, piece 1"), std::string::npos) << finding->message;
+  EXPECT_NE(finding->message.find("the reference model at rank 0, piece 0"), std::string::npos) << finding->message;
+}
+
 RC_GTEST_PROP(Property4, OutcomesDoNotDependOnRankOrPieceOrder, ()) {
   const Case c = rc_case();
   tag(c);

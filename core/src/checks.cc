@@ -449,6 +449,25 @@ Status check_with(const Map& map, const CheckOptions& options, Scratch& s) {
   return check_full_side(s, prepared.numel_f, bugs);
 }
 
+// The planted bug names_last_piece: the right kind, rank, side and address, but the
+// rank's last piece as written named in place of the first in content order.
+Status misplaced(const Map& map, Status status) {
+  if (status.ok() || !status.error().rank || !status.error().piece) return status;
+  const Error& e = status.error();
+  const RankEntry* entry = map.find_rank(*e.rank);
+  if (entry == nullptr || entry->pieces.size() < 2) return status;
+  const auto last = static_cast<Index>(entry->pieces.size()) - 1;
+  Where where = Where::in_piece(*e.rank, last, entry->pieces.back());
+  if (e.address) where = where.at(e.side, *e.address);
+  return make_error(e.kind, e.sentence, where);
+}
+
+// check_with, through the planted bug that acts on its answer.
+Status check_planted(const Map& map, const CheckOptions& options, Scratch& s) {
+  Status status = check_with(map, options, s);
+  return options.bugs.names_last_piece ? misplaced(map, std::move(status)) : status;
+}
+
 }  // namespace
 
 }  // namespace check_parts
@@ -462,7 +481,7 @@ Status check_structure(const Map& map) { return check_parts::prepare(map, scratc
 Status check_map(const Map& map, const CheckOptions& options) {
   Scratch& s = scratch();
   check_parts::TrimScratch trim{s};
-  return check_parts::check_with(map, options, s);
+  return check_parts::check_planted(map, options, s);
 }
 
 namespace detail {
@@ -471,7 +490,7 @@ Status check_map_proving(const Map& map, const CheckOptions& options,
                          const std::function<void(const ProvenPiece&)>& each) {
   Scratch& s = scratch();
   check_parts::TrimScratch trim{s};
-  if (Status err = check_parts::check_with(map, options, s); !err.ok()) return err;
+  if (Status err = check_parts::check_planted(map, options, s); !err.ok()) return err;
   // A valid map passed prepare whole: every piece is in s.pieces, sound, in check order.
   for (const PieceInfo& p : s.pieces) {
     each(ProvenPiece{p.piece, p.rank, p.written, p.numel, p.src_max, p.dst_max,
