@@ -890,6 +890,32 @@ TEST_F(CliTest, PlanComparesReplicasOnlyWhenAsked) {
   EXPECT_NE(json.out.find(R"("replica_checks":1)"), std::string::npos) << json.out;
 }
 
+// plan --dtype weighs the summary's bytes in that dtype (elements unchanged), and
+// --max-segments is a budget: two segments fit a budget of 2, a budget of 1 refuses the
+// whole plan (format, exit 1) rather than returning part of it (contract 11).
+TEST_F(CliTest, PlanWeighsBytesInItsDtypeAndKeepsToItsSegmentBudget) {
+  const std::string source = write("whole.json", R"({"logical_shape": [4], "ranks": {
+    "0": {"shard_shape": [4], "pieces": [{"shape": [4], "source": [0, [1]], "dest": [0, [1]], "locations": [0]}]}}})");
+  const std::string target = write("halves.json", R"({"logical_shape": [4], "ranks": {
+    "0": {"shard_shape": [2], "pieces": [{"shape": [2], "source": [0, [1]], "dest": [0, [1]], "locations": [0]}]},
+    "1": {"shard_shape": [2], "pieces": [{"shape": [2], "source": [2, [1]], "dest": [0, [1]], "locations": [1]}]}}})");
+  Ran f32 = shardcheck("plan " + source + " " + target);
+  EXPECT_EQ(f32.exit_code, 0) << f32.out;
+  EXPECT_NE(f32.out.find("plan: 2 segments, 4 elements (16 bytes) moved as float32\n"), std::string::npos) << f32.out;
+  Ran bf16 = shardcheck("plan --dtype bfloat16 " + source + " " + target);
+  EXPECT_EQ(bf16.exit_code, 0) << bf16.out;
+  EXPECT_NE(bf16.out.find("plan: 2 segments, 4 elements (8 bytes) moved as bfloat16\n"), std::string::npos) << bf16.out;
+  EXPECT_NE(bf16.out.find("  source rank 0 -> target rank 1: 2 elements (4 bytes)\n"), std::string::npos) << bf16.out;
+  Ran fits = shardcheck("plan --max-segments 2 " + source + " " + target);
+  EXPECT_EQ(fits.exit_code, 0) << fits.out;
+  Ran over = shardcheck("plan --max-segments 1 " + source + " " + target);
+  EXPECT_EQ(over.exit_code, 1) << over.out;
+  EXPECT_NE(over.out.find("refused format: the transfer plan needs more than 1 address runs or segments, its budget"),
+            std::string::npos)
+      << over.out;
+  EXPECT_EQ(over.out.find("segments, 4 elements"), std::string::npos) << over.out;
+}
+
 // --- cmake --install ---------------------------------------------------------------
 
 TEST_F(CliTest, CmakeInstallPutsTheCommandInBin) {
