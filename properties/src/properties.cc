@@ -144,11 +144,11 @@ bool equivalent_to_truth(const Case& c, bool map_valid) {
 
 namespace {
 
-// Conditions 1-6 on one map, by the core checks (the box proof or the run sweeps) against
-// the reference model. `what` names a map derived from the case's ("" for its own).
-std::string location_text(const Error& e);
+// Where an error points (contract 3's place of the first error), its wording aside.
 auto location_of(const Error& e) { return std::tie(e.rank, e.piece, e.side, e.address, e.path); }
 
+// Conditions 1-6 on one map, by the core checks (the box proof or the run sweeps) against
+// the reference model. `what` names a map derived from the case's ("" for its own).
 std::optional<Finding> agree_with_reference(const Case& c, const Map& map, const PlantedBugs& bugs,
                                             std::string_view what, std::optional<Status>* as_listed) {
   const oracles::ReferenceVerdict reference = oracles::reference_check(map);
@@ -195,22 +195,12 @@ std::optional<Finding> agree_with_reference(const Case& c, const Map& map, const
         location_of(fast.error()) != location_of(*reference.error)) {
       return make_finding(JudgeId::reference_verdict,
                           fmt::format("where{}:{}:{}", boxes ? "" : "-runs", kind_name(fast.error().kind), where),
-                          fmt::format("{} refuse {} at {} but the reference model at {} ({})", checks,
-                                      kind_name(fast.error().kind), location_text(fast.error()),
-                                      location_text(*reference.error), fast.error().to_string()),
+                          fmt::format("{} refuse at another place than the reference model: {} against {}", checks,
+                                      fast.error().to_string(), reference.error->to_string()),
                           c);
     }
   }
   return std::nullopt;
-}
-
-// What 'where' an error points at, as contract 3 orders refusals.
-std::string location_text(const Error& e) {
-  std::string out = e.rank ? fmt::format("rank {}", *e.rank) : "no rank";
-  if (e.piece) out += fmt::format(", piece {}", *e.piece);
-  if (e.address) out += fmt::format(", {} address {}", e.side == Side::full ? "F" : "shard", *e.address);
-  if (!e.path.empty()) out += fmt::format(", {}", e.path);
-  return out;
 }
 
 // What a verdict says, in terms that must not depend on rank or piece order: the kind,
