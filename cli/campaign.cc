@@ -226,7 +226,7 @@ int options_from_args(const CampaignArgs& args, campaign::Options& options) {
   if (args.large_share) options.large_share = static_cast<int>(*args.large_share);
   if (args.loopback_share) options.loopback_share = static_cast<int>(*args.loopback_share);
   if (!args.backend.empty()) {
-    if (!oracles::backend_named(args.backend)) {
+    if (!oracles::backend_present(args.backend)) {
       std::fprintf(stderr, "shardcheck campaign: backend '%s' is not present here (this build knows: %s)\n",
                    args.backend.c_str(), fmt::format("{}", fmt::join(oracles::backend_names(), ", ")).c_str());
       return kExitUsage;

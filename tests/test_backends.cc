@@ -18,6 +18,7 @@
 #include "shardcheck/campaign.h"
 #include "shardcheck/gen/case_gen.h"
 #include "shardcheck/oracles/backends.h"
+#include "shardcheck/properties.h"
 
 namespace shardcheck {
 namespace {
@@ -60,6 +61,29 @@ TEST(Backends, ExecutorReportsADifferentBackend) {
     }
   }
   EXPECT_GT(found, 100);
+}
+
+// backend_present answers as backend_named would, for every name this build knows and
+// one it does not (for CUDA without touching the runtime in this process).
+TEST(Backends, PresentIsWhatNamedWouldGive) {
+  for (const std::string& name : oracles::backend_names()) {
+    EXPECT_EQ(oracles::backend_present(name), oracles::backend_named(name) != nullptr) << name;
+  }
+  EXPECT_FALSE(oracles::backend_present("no-such-backend"));
+  EXPECT_EQ(oracles::backend_named("no-such-backend"), nullptr);
+}
+
+// A backend differential that cannot make its backend where the case runs compares
+// nothing: the case is a finding that says so, not a pass (a GPU campaign whose workers
+// could not start CUDA once reported 2,351,910 cases and nothing wrong).
+TEST(Backends, ABackendThatCannotBeMadeIsAFindingNotAPass) {
+  campaign::Options options;
+  options.generate.corrupt_probability = 0.0;
+  props::EvalOptions eval;
+  eval.backend = "no-such-backend";
+  const props::Evaluation evaluation = props::evaluate_case(campaign::generate_indexed_case(options, 0), eval);
+  ASSERT_TRUE(evaluation.finding.has_value());
+  EXPECT_EQ(evaluation.finding->signature, "backend:no-such-backend-vs-cpu:unavailable");
 }
 
 std::vector<std::unique_ptr<Backend>> cpu_and(std::unique_ptr<Backend> other) {

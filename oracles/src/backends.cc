@@ -1,7 +1,11 @@
 #include "shardcheck/oracles/backends.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <iterator>
 
 #include "shardcheck/convert.h"
@@ -17,10 +21,25 @@ std::vector<std::unique_ptr<Backend>> available_backends() {
 }
 
 std::unique_ptr<Backend> backend_named(std::string_view name) {
-  for (auto& backend : available_backends()) {
-    if (backend->name() == name) return std::move(backend);
-  }
+  // Only the one asked for is made: making CUDA's initialises its runtime in this process.
+  if (name == "cpu") return make_cpu_backend();
+  if (name == "device-omp") return make_device_omp_backend();
+  if (name == "cuda") return make_cuda_backend();
   return nullptr;
+}
+
+bool backend_present(std::string_view name) {
+  if (name != "cuda") return backend_named(name) != nullptr;
+  if (!cuda_compiled()) return false;
+  // CUDA's runtime, once initialised, is unusable in a child of fork(), and a campaign
+  // forks its workers after asking: the device is looked for in a child of its own.
+  const pid_t child = ::fork();
+  if (child < 0) return false;
+  if (child == 0) ::_exit(make_cuda_backend() ? 0 : 1);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 std::vector<std::string> backend_names() {

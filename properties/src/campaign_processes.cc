@@ -56,7 +56,7 @@ constexpr bool kAddressSanitizer = false;
 constexpr std::uint32_t kRun = 1;
 constexpr std::uint32_t kBatch = 2;
 constexpr std::uint32_t kMaxPayload = 256u << 20;
-// A worker whose allocation failed under its address-space limit exits with this.
+// A worker whose allocation failed under its data limit exits with this.
 constexpr int kExitOutOfMemory = 86;
 // Cases per RUN frame; each worker has up to two frames queued so it never waits.
 constexpr Index kBatchCases = 256;
@@ -374,17 +374,20 @@ class SharedMemory {
 
 // --- the worker process --------------------------------------------------------------
 
-void limit_address_space(Index limit) {
-  // AddressSanitizer reserves terabytes of address space up front; there the parent's
-  // watch on resident memory is the only limit.
+void limit_data(Index limit) {
+  // RLIMIT_DATA (Linux 4.7 on) counts private writable memory, what allocations take,
+  // but not the address space a device runtime or a large library reserves without
+  // using it (CUDA's context, libtorch_cuda's segments): under RLIMIT_AS neither a CUDA
+  // backend nor a torch target could start. AddressSanitizer's shadow is such memory,
+  // made up front: there the parent's watch on resident memory is the only limit.
   if (kAddressSanitizer || limit <= 0) return;
   std::ifstream statm("/proc/self/statm");
-  unsigned long long pages = 0;
-  if (!(statm >> pages)) return;
-  const auto current = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE));
+  unsigned long long size = 0, resident = 0, shared = 0, text = 0, library = 0, data = 0;
+  if (!(statm >> size >> resident >> shared >> text >> library >> data)) return;
+  const auto current = static_cast<rlim_t>(data) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE));
   rlimit r{};
   r.rlim_cur = r.rlim_max = current + static_cast<rlim_t>(limit);
-  setrlimit(RLIMIT_AS, &r);
+  setrlimit(RLIMIT_DATA, &r);
 }
 
 [[noreturn]] void worker_main(const Options& options, const Ledger& ledger, Shared& shared, Slot& slot,
@@ -399,7 +402,7 @@ void limit_address_space(Index limit) {
     dup2(null, STDOUT_FILENO);
     ::close(null);
   }
-  limit_address_space(options.case_memory_limit);
+  limit_data(options.case_memory_limit);
   const auto phase = [&slot](int p) { slot.phase.store(p, std::memory_order_release); };
   try {
     for (;;) {
@@ -857,7 +860,7 @@ class Pool {
   }
 
   // Kills a worker over the memory limit; under AddressSanitizer this is the only
-  // limit, elsewhere a backstop to the address-space limit set in the worker.
+  // limit, elsewhere a backstop to the data limit set in the worker.
   void watch_memory() {
     if (options_.case_memory_limit <= 0) return;
     for (int i = 0; i < jobs_; ++i) {

@@ -865,6 +865,12 @@ std::optional<Finding> judge_backends(CaseJudgement& judged) {
     if (auto other = oracles::backend_named(name)) backends.push_back(std::move(other));
     made_for = name;
   }
+  // A backend the campaign found present but this worker cannot make (a device runtime
+  // that failed here) would compare nothing: say so rather than pass the case.
+  if (backends.size() < 2) {
+    return make_finding(JudgeId::backend_differs, name + "-vs-cpu:unavailable",
+                        "backend " + name + " could not be made where this case ran", judged.c);
+  }
   auto difference = oracles::compare_backends(judged.c, backends);
   if (!difference) return std::nullopt;
   // The signature is "backend:" + the executor's own "<name>-vs-cpu:<op>:<what>".

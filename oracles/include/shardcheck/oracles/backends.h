@@ -18,6 +18,9 @@ namespace shardcheck::oracles {
 std::vector<std::unique_ptr<Backend>> available_backends();
 // One of them by name ("cpu", "device-omp", "cuda"); nullptr when it is not present.
 std::unique_ptr<Backend> backend_named(std::string_view name);
+// Whether backend_named(name) would give one, asked without initialising a device
+// runtime in this process (a process that forks workers afterwards asks this).
+bool backend_present(std::string_view name);
 // The names this build knows (present or not: CUDA without a device is named).
 std::vector<std::string> backend_names();
 
