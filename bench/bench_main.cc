@@ -585,9 +585,10 @@ Best memcpy_best_threads(const Buffer& full, int threads) {
 // One conversion of a wide layout, on `backend_name` (empty: the CPU path); `with_digest`:
 // the rebuild verifies an expected content digest (summed during the copy where it can be).
 void BM_WideConvert(benchmark::State& state, std::string layout, DType dtype, bool rebuild_side,
-                    std::string backend_name, bool with_digest) {
+                    std::string backend_name, bool with_digest, Index tile) {
   ConvertOptions options;
   options.threads = static_cast<int>(state.range(0));
+  options.tile = tile;
   std::unique_ptr<Backend> backend;
   if (!backend_name.empty()) {
     backend = backend_name == "device-omp" ? make_device_omp_backend() : make_cuda_backend();
@@ -694,14 +695,21 @@ void register_wide() {
     bool digest;
     std::span<const Row> rows;
     bool extract;
+    Index tile = 0;  // elements per work item; 0: the backend's default
   };
   const std::span<const Row> all(rows);
   const std::span<const Row> two_dtypes = all.first(4);
+  const std::span<const Row> large(large_rows);
+  // cuda-tileN: the work item's length the CUDA default is chosen by (one element per
+  // thread reads neighbouring elements in a warp; longer items decode fewer addresses).
   const Variant variants[] = {{"wide", "", false, all, true},
                               {"wide-digest", "", true, two_dtypes, false},
                               {"device-omp", "device-omp", false, all.first(3), true},
-                              {"cuda", "cuda", false, large_rows, true},
-                              {"cuda-digest", "cuda", true, large_rows, false}};
+                              {"cuda", "cuda", false, large, true},
+                              {"cuda-digest", "cuda", true, large, false},
+                              {"cuda-tile1", "cuda", false, large.subspan(1, 2), false, 1},
+                              {"cuda-tile4", "cuda", false, large.subspan(1, 2), false, 4},
+                              {"cuda-tile32", "cuda", false, large.subspan(1, 2), false, 32}};
   for (const Variant& v : variants) {
     for (const Row& row : v.rows) {
       for (bool rebuild_side : {true, false}) {
@@ -709,7 +717,7 @@ void register_wide() {
         const std::string name = std::string(v.prefix) + "/" + (rebuild_side ? "rebuild/" : "extract_all/") +
                                  row.layout + "_" + std::string(dtype_name(row.dtype)) + "_" + row.shape + "_tp8";
         benchmark::RegisterBenchmark(name.c_str(), BM_WideConvert, std::string(row.layout), row.dtype, rebuild_side,
-                                     std::string(v.backend), v.digest)
+                                     std::string(v.backend), v.digest, v.tile)
             ->ArgName("threads")
             ->Arg(1)
             ->Arg(0)

@@ -18,6 +18,12 @@
 # bench.json, summary.txt. Exit status 0 only when every step that ran passed.
 #
 #   scripts/gpu-check.sh [OUT] [CAMPAIGN_SECONDS] [DEEPSPEED_SECONDS]
+#
+# SHARDCHECK_GPU_PREBUILT=1 skips step 1 and runs the four programs already in
+# $SHARDCHECK_GPU_BUILD (built with -DSHARDCHECK_CUDA=ON on a machine that has the CUDA
+# toolkit and the Debian packages but no GPU: a lent GPU machine's image has neither
+# GoogleTest nor fmt, and its minutes are better spent running than compiling). Each step
+# has its own time limit, so that one hang cannot eat the machine's time.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-gpu-out}
@@ -49,11 +55,18 @@ build_all() {
     -DSHARDCHECK_TESTS=ON -DSHARDCHECK_SANITIZE=OFF -DSHARDCHECK_PYTHON=OFF -DSHARDCHECK_FUZZ=OFF &&
     cmake --build "$build" -j "$jobs" --target shardcheck test_backends test_device_memory shardcheck_bench
 }
-step build "$out/build.log" build_all
-[[ $status == 0 ]] || { tail -30 "$out/build.log"; exit 1; }
+if [[ ${SHARDCHECK_GPU_PREBUILT:-0} == 1 ]]; then
+  for program in shardcheck test_backends test_device_memory shardcheck_bench; do
+    [[ -x $build/$program ]] || { say "prebuilt: $build/$program is missing"; exit 1; }
+  done
+  say "build: prebuilt ($build)"
+else
+  step build "$out/build.log" build_all
+  [[ $status == 0 ]] || { tail -30 "$out/build.log"; exit 1; }
+fi
 
 run_tests() {
-  "$build/test_backends" && "$build/test_device_memory"
+  timeout 300 "$build/test_backends" && timeout 120 "$build/test_device_memory"
 }
 step "device tests" "$out/tests.log" run_tests
 # A skipped CUDA test means the backend found no device: that is a failure here.
@@ -65,22 +78,27 @@ fi
 grep -E "^\[  (PASSED|FAILED)" "$out/tests.log" | tee -a "$summary"
 
 step "campaign --backend cuda (${seconds} s)" "$out/campaign.log" \
-  "$build/shardcheck" campaign --time "$seconds" --backend cuda --out "$out/campaign" --quiet
+  timeout $((seconds + 90)) "$build/shardcheck" campaign --time "$seconds" --backend cuda --out "$out/campaign" --quiet
 
 ds_path=${SHARDCHECK_DEEPSPEED_PATH:-}
 [[ -z $ds_path && -d $root/out/deepspeed/current ]] && ds_path=$root/out/deepspeed/current
 if [[ -z $ds_path ]] && timeout 120 bash "$root/scripts/deepspeed-target.sh" >"$out/deepspeed-fetch.log" 2>&1; then
   ds_path=$root/out/deepspeed/current
 fi
+# The adapter's interpreter must import torch: Debian's /usr/bin/python3 where it does
+# (the target's default), else the python3 on PATH (a GPU image's own torch).
+python=/usr/bin/python3
+"$python" -c 'import torch' 2>/dev/null || python=$(command -v python3 || echo /usr/bin/python3)
+[[ $python == /usr/bin/python3 ]] || export SHARDCHECK_DEEPSPEED_COMMAND="exec $python $root/adapters/deepspeed/serve.py"
 if [[ -n $ds_path ]]; then
   SHARDCHECK_DEEPSPEED_PATH=$ds_path SHARDCHECK_DEEPSPEED_DEVICE=cuda \
-    "$build/shardcheck" campaign --target deepspeed --time "$ds_seconds" --out "$out/deepspeed" --quiet \
+    timeout $((ds_seconds + 120)) "$build/shardcheck" campaign --target deepspeed --time "$ds_seconds" --out "$out/deepspeed" --quiet \
     >"$out/deepspeed.log" 2>&1
   # DeepSpeed's silently wrong conversions are findings (exit 1): the run is judged by
   # finishing with a report, not by its verdict.
   if [[ -f $out/deepspeed/report.json ]]; then
     where=cuda
-    /usr/bin/python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null ||
+    "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null ||
       where="CPU (this torch sees no CUDA device)"
     say "deepspeed on $where: $(tail -1 "$out/deepspeed.log")"
   else
@@ -91,7 +109,7 @@ else
   say "deepspeed: skipped (no sdist at hand and none could be fetched; see $out/deepspeed-fetch.log)"
 fi
 
-step benchmarks "$out/bench.log" "$build/shardcheck_bench" --benchmark_filter='^cuda(-digest)?/' \
+step benchmarks "$out/bench.log" timeout 300 "$build/shardcheck_bench" --benchmark_filter='^cuda' \
   --benchmark_out="$out/bench.json" --benchmark_out_format=json
 python3 - "$out" <<'PY' | tee -a "$summary"
 import json, sys
