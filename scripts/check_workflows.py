@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Structural checks of .github/workflows/*.yml and .pre-commit-hooks.yaml, run by
-scripts/lint-workflows.sh always (actionlint, where it can be had, checks far more):
+scripts/lint-workflows.sh before actionlint and zizmor (which check far more):
 
 - every workflow has `on` and `jobs`; every job `runs-on` (or a reusable `uses`) and a
   list of steps, each with exactly one of `uses` and `run`;
 - `needs` names jobs of the same workflow, and `needs.X` / `matrix.X` in expressions
   name a needed job / a matrix key of that job;
 - every `${{` is closed, and `uses:` names owner/repo@ref, a local ./path or docker://;
+  an action from another repository is pinned by its full commit SHA with the release
+  it is in a comment on the same line (`uses: owner/repo@<40 hex> # v1.2.3`), so that a
+  reader (and a bump) sees which release runs;
 - the pre-commit hooks are a list with the keys pre-commit requires.
 
     python3 scripts/check_workflows.py [ROOT]
@@ -20,6 +23,10 @@ import yaml
 
 EXPRESSION = re.compile(r"\$\{\{(.*?)\}\}", re.S)
 USES = re.compile(r"^(docker://\S+|\./\S+|[\w.-]+/[\w./-]+@[\w.-]+)$")
+# A `uses:` line of another repository's action: its ref and what follows it.
+USES_LINE = re.compile(r"^\s*(?:-\s+)?uses:\s*[\"']?([\w.-]+/[\w./-]+)@([^\s\"'#]+)[\"']?\s*(#.*)?$")
+PINNED = re.compile(r"^[0-9a-f]{40}$")
+RELEASE_COMMENT = re.compile(r"^#\s*v\d")
 
 
 def expressions(value):
@@ -72,8 +79,22 @@ def check_job(path, name, job, jobs, problems):
                 problems.append(f"{where}: needs.{need} is not among its needs")
 
 
+def check_pins(path, text, problems):
+    for number, line in enumerate(text.splitlines(), 1):
+        match = USES_LINE.match(line)
+        if not match:
+            continue
+        action, ref, comment = match.groups()
+        if not PINNED.match(ref):
+            problems.append(f"{path}:{number}: {action}@{ref} is not pinned by a full commit SHA")
+        elif not RELEASE_COMMENT.match(comment or ""):
+            problems.append(f"{path}:{number}: {action}@{ref} names no release in a comment (# vX.Y.Z)")
+
+
 def check_workflow(path, problems):
-    workflow = yaml.safe_load(path.read_text(encoding="utf-8"))
+    text = path.read_text(encoding="utf-8")
+    check_pins(path, text, problems)
+    workflow = yaml.safe_load(text)
     if not isinstance(workflow, dict):
         problems.append(f"{path}: not a mapping")
         return

