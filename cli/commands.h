@@ -100,23 +100,49 @@ CLI::Option* add_seconds_option(CLI::App* sub, const std::string& name, T& targe
   return option->type_name("SECONDS");
 }
 
-// The whole file, or an error sentence naming the path ("PATH is a directory, not a
+// The whole input, or an error sentence naming the path ("PATH is a directory, not a
 // file" for a directory, rather than whatever reading it gives).
 struct FileText {
   std::optional<std::string> text;
   std::string error;
 };
+
+// How long a reader waits for input that does not come (a FIFO with no writer, a pipe
+// whose writer is silent) before it refuses it; --input-timeout changes it.
+inline constexpr double kDefaultInputWaitSeconds = 3.0;
+double input_wait_seconds();
+void set_input_wait_seconds(double seconds);
+
+// What read_input accepts (contract 2: every reader bounded before it reads).
+struct InputRules {
+  std::uint64_t max_bytes = max_input_bytes();  // more is refused `format`, naming the limit
+  double wait_seconds = input_wait_seconds();
+  // JSON text: reading stops after the first byte JSON text cannot hold (a control byte,
+  // NUL included), whose parser then refuses it there without the rest being read.
+  bool json = true;
+  // false: reading stops at max_bytes and the caller judges what it got (a shard read up
+  // to one byte more than its map's shard takes), instead of refusing the input.
+  bool refuse_past_limit = true;
+};
+
+// Reads a file of any kind (regular, device, FIFO, /dev/stdin) within `rules`: a regular
+// file over the limit is refused by its size before a byte is read; anything else is
+// read in chunks and refused as soon as it passes the limit, or when no input comes for
+// rules.wait_seconds.
+FileText read_input(const std::string& path, const InputRules& rules);
+// JSON text within the default rules.
 FileText read_file(const std::string& path);
 
-// --max-input-bytes N on a command that reads maps or case files: sets the limit of every
-// reader in the process (set_max_input_bytes); without it the default applies.
+// --max-input-bytes N and --input-timeout SECONDS on a command that reads maps, case
+// files or shards: set the limits of every reader in the process (set_max_input_bytes,
+// set_input_wait_seconds); without them the defaults apply.
 CLI::Option* add_max_input_bytes_option(CLI::App* sub);
 
 // A file's text for a reader that goes through it once, front to back. A regular file is
 // mapped, not copied, and the pages the reader has passed can be given back
 // (release_before), so that reading a large map does not hold its text twice nor whole;
-// anything else (a pipe) is read into memory. A file over max_input_bytes() is refused
-// before it is read, with the reader's own `format` error.
+// anything else (a pipe, a device) is read by read_file. A file over max_input_bytes() is
+// refused before it is read, with the reader's own `format` error.
 class InputFile {
  public:
   // Nothing, after printing "shardcheck: <why>" to stderr (the caller exits with the usage code).

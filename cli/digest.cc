@@ -65,11 +65,25 @@ std::optional<Rank> rank_prefix(const std::string& arg, std::string& path) {
   return rank;
 }
 
-Result<Buffer> read_shard(const std::string& path, DType dtype, std::string& usage) {
-  FileText file = read_file(path);
+// A shard file's bytes: at most the input limit, and no more than one byte past what the
+// map's shard for its rank takes (`expected`), so that /dev/zero given as a shard is read
+// that far, not to the limit.
+Result<Buffer> read_shard(const std::string& path, DType dtype, std::optional<std::uint64_t> expected, Rank rank,
+                          std::string& usage) {
+  InputRules raw_bytes;  // the input limit of every reader, but no JSON text
+  raw_bytes.json = false;
+  if (expected && *expected < raw_bytes.max_bytes) {
+    raw_bytes.max_bytes = *expected + 1;
+    raw_bytes.refuse_past_limit = false;
+  }
+  FileText file = read_input(path, raw_bytes);
   if (!file.text) {
     usage = file.error;
     return make_error(ErrorKind::format, file.error);
+  }
+  if (expected && file.text->size() > *expected) {
+    usage = fmt::format("{} holds more than the {} bytes of rank {}'s shard", path, *expected, rank);
+    return make_error(ErrorKind::format, usage);
   }
   const std::size_t size = element_size(dtype);
   if (file.text->size() % size != 0) {
@@ -80,6 +94,17 @@ Result<Buffer> read_shard(const std::string& path, DType dtype, std::string& usa
   Buffer shard(dtype, static_cast<Index>(file.text->size() / size));
   if (!file.text->empty()) std::memcpy(shard.data(), file.text->data(), file.text->size());
   return shard;
+}
+
+// The bytes of the shard the map gives `rank`, when it gives one and its size is a number.
+std::optional<std::uint64_t> shard_bytes(const Map& map, Rank rank, DType dtype) {
+  for (const auto& entry : map.ranks) {
+    if (entry.rank != rank || !entry.shard_shape) continue;
+    const auto numel = checked_numel(*entry.shard_shape);
+    const auto bytes = numel ? checked_mul(*numel, static_cast<Index>(element_size(dtype))) : std::nullopt;
+    if (bytes && *bytes >= 0) return static_cast<std::uint64_t>(*bytes);
+  }
+  return std::nullopt;
 }
 
 std::variant<Subject, Usage> from_map(const DigestArgs& args, const Json& json) {
@@ -124,7 +149,7 @@ std::variant<Subject, Usage> from_map(const DigestArgs& args, const Json& json) 
     }
     if (named && positional > 0) return Usage{"give every shard as RANK=PATH, or none"};
     std::string problem;
-    auto shard = read_shard(path, *dtype, problem);
+    auto shard = read_shard(path, *dtype, shard_bytes(subject.map, *rank, *dtype), *rank, problem);
     if (!shard) return Usage{problem};
     if (!subject.shards.emplace(*rank, std::move(shard.value())).second) {
       return Usage{fmt::format("two shard files for rank {}", *rank)};

@@ -103,9 +103,16 @@ CLI::Option* add_max_input_bytes_option(CLI::App* sub) {
         set_max_input_bytes(static_cast<std::uint64_t>(parse_int_option(
             name, text, 1, static_cast<std::int64_t>(kMaxInputBytesCeiling), false)));
       },
-      fmt::format("the most bytes of JSON text read from one file (default {}: an eighth of this machine's "
-                  "memory, at least 64 MiB; at most {})",
+      fmt::format("the most bytes read from one file, maps, case files and shards alike (default {}: an eighth "
+                  "of this machine's memory, at least 64 MiB; at most {})",
                   default_max_input_bytes(), kMaxInputBytesCeiling));
+  sub->add_option_function<std::string>(
+         "--input-timeout",
+         [](const std::string& text) { set_input_wait_seconds(parse_seconds_option("--input-timeout", text)); },
+         fmt::format("seconds a reader waits for input that does not come (a FIFO with no writer, a silent pipe) "
+                     "before it refuses it (default {:g})",
+                     kDefaultInputWaitSeconds))
+      ->type_name("SECONDS");
   return option->type_name("BYTES");
 }
 

@@ -128,7 +128,8 @@ int serve_protocol() {
   auto target = oracles::make_policy_target(strict);
   std::string line;
   while (std::getline(std::cin, line)) {
-    Json request = Json::parse(line, nullptr, false);
+    // nlohmann reads a NUL byte as the end of its input; JSON text cannot hold one.
+    Json request = line.find('\0') == std::string::npos ? Json::parse(line, nullptr, false) : Json(Json::value_t::discarded);
     Json response;
     try {
       if (request.is_discarded() || !request.is_object()) throw BadRequest{"a line that is not a JSON object"};

@@ -181,6 +181,7 @@ class TapeBuilder {
 
   bool parse_error(std::size_t, const std::string&, const Json::exception& e) {
     if (const auto* syntax = dynamic_cast<const Json::parse_error*>(&e)) {
+      error_byte_ = syntax->byte;
       error_ = format_error("$", fmt::format("invalid JSON at byte {} ({})", syntax->byte, reason(syntax->what())));
     } else {
       error_ = format_error("$", fmt::format("invalid JSON ({})", reason(e.what())));
@@ -199,6 +200,9 @@ class TapeBuilder {
     if (taking_->progress) taking_->progress(static_cast<std::size_t>(*position_ - begin_), pieces_taken_);
     return true;
   }
+
+  // The byte a syntax error was found at (1 is the first), when it was one.
+  std::optional<std::size_t> error_byte() const { return error_byte_; }
 
   Status result() {
     if (error_) return *error_;
@@ -331,6 +335,7 @@ class TapeBuilder {
   std::vector<Frame> open_;
   std::vector<std::uint32_t> keys_;
   std::optional<Error> error_;
+  std::optional<std::size_t> error_byte_;
   std::optional<std::string> duplicate_;
 };
 
@@ -528,12 +533,23 @@ Status JsonTape::parse(std::string_view text, Reader reader, std::uint64_t max_b
       tokens_.clear();
       strings_.clear();
     }
-    if (auto at = too_deep_at(text)) {
+    // nlohmann's lexer takes a NUL byte for the end of its input (C strings end so), which
+    // would read a document followed or cut short by NULs as whole. JSON text cannot hold
+    // a NUL (contract 2): the text before the first one is read, and the NUL is the error
+    // unless that text fails before its end.
+    const std::size_t nul = text.find('\0');
+    const std::string_view readable = text.substr(0, nul);
+    if (auto at = too_deep_at(readable)) {
       return format_error("$", fmt::format("invalid JSON at byte {}, nesting deeper than {} levels", *at, kMaxDepth));
     }
-    TapeBuilder builder(*this, text.size());
-    Json::sax_parse(text.begin(), text.end(), &builder);
-    return builder.result();
+    TapeBuilder builder(*this, readable.size());
+    Json::sax_parse(readable.begin(), readable.end(), &builder);
+    if (nul == std::string_view::npos || (builder.error_byte() && *builder.error_byte() <= nul)) {
+      return builder.result();
+    }
+    tokens_.clear();
+    strings_.clear();
+    return format_error("$", fmt::format("invalid JSON at byte {} (a NUL byte, which JSON text cannot hold)", nul + 1));
   } catch (const std::bad_alloc&) {
     return format_error("$", "the input needs more memory to parse than is available");
   }
@@ -567,13 +583,21 @@ void set_max_input_bytes(std::uint64_t bytes) {
                                    std::memory_order_relaxed);
 }
 
+namespace {
+constexpr std::string_view kRaisingTheLimit =
+    "(by default an eighth of this machine's memory; --max-input-bytes on the command line or max_input_bytes= in "
+    "Python raises it)";
+}  // namespace
+
 Status check_input_size(std::uint64_t bytes, std::uint64_t limit) {
   if (bytes <= limit) return {};
   return detail::format_error(
-      "$", fmt::format("the input is {} bytes, more than the limit of {} bytes (by default an eighth of this "
-                       "machine's memory; --max-input-bytes on the command line or max_input_bytes= in Python "
-                       "raises it)",
-                       bytes, limit));
+      "$", fmt::format("the input is {} bytes, more than the limit of {} bytes {}", bytes, limit, kRaisingTheLimit));
+}
+
+Status input_past_limit(std::uint64_t limit) {
+  return detail::format_error("$",
+                              fmt::format("the input goes on past the limit of {} bytes {}", limit, kRaisingTheLimit));
 }
 
 }  // namespace shardcheck

@@ -39,6 +39,9 @@ std::uint64_t max_input_bytes();
 void set_max_input_bytes(std::uint64_t bytes);  // at most kMaxInputBytesCeiling
 // A `format` error at $ naming the limit and how to raise it when `bytes` exceeds `limit`.
 Status check_input_size(std::uint64_t bytes, std::uint64_t limit);
+// The same refusal for an input read as a stream (a device, a pipe), whose length is
+// not known: it was read up to `limit` + 1 bytes and went on.
+Status input_past_limit(std::uint64_t limit);
 
 // Parses text to JSON; a syntax error is a `format` error with the byte offset. A key
 // repeated in one object is a `format` error too (a Json object would keep one of them).
