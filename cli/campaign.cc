@@ -21,6 +21,7 @@
 #include "commands.h"
 #include "reports.h"
 #include "shardcheck/campaign.h"
+#include "shardcheck/escape.h"
 #include "shardcheck/json.h"
 #include "shardcheck/oracles/backends.h"
 #include "shardcheck/oracles/target.h"
@@ -375,14 +376,15 @@ int run_campaign(const CampaignArgs& args) {
     std::lock_guard lock(g_print_mutex);
     announced.insert(finding.signature);
     printer.clear_line();
-    std::printf("new finding: %s (case %lld) -> %s\n", finding.signature.c_str(),
-                static_cast<long long>(finding.first_case), file.empty() ? "(no case file)" : file.c_str());
+    std::printf("new finding: %s (case %lld) -> %s\n", escape::terminal(finding.signature).c_str(),
+                static_cast<long long>(finding.first_case),
+                file.empty() ? "(no case file)" : escape::terminal(file.string()).c_str());
     std::fflush(stdout);
   };
   control.on_warning = [&](const std::string& message) {
     std::lock_guard lock(g_print_mutex);
     printer.clear_line();
-    std::fprintf(stderr, "shardcheck campaign: %s\n", message.c_str());
+    std::fprintf(stderr, "shardcheck campaign: %s\n", escape::terminal(message).c_str());
   };
   install_stop_handlers();
   const campaign::Report report = campaign::run(options, control);
@@ -392,8 +394,9 @@ int run_campaign(const CampaignArgs& args) {
   for (const auto& finding : report.findings) {
     if (!args.verbose && announced.count(finding.signature) > 0) continue;
     const auto path = out / "findings" / campaign::finding_file_name(finding.signature);
-    std::printf("finding: %s (%lld cases) -> %s\n", finding.signature.c_str(),
-                static_cast<long long>(finding.occurrences), finding.has_case ? path.c_str() : "(no case file)");
+    std::printf("finding: %s (%lld cases) -> %s\n", escape::terminal(finding.signature).c_str(),
+                static_cast<long long>(finding.occurrences),
+                finding.has_case ? escape::terminal(path.string()).c_str() : "(no case file)");
   }
   const Index different = report.total.valid_but_different;
   if (different > 0 && !options.eval.strict_layout) {

@@ -115,7 +115,8 @@ int run_check(const CheckArgs& args) {
     const Status& status = verdicts[i];
     if (!status.ok()) exit_code = kExitFound;
     if (args.json) {
-      fmt::print("{}\n", verdict_json(param.name, bare, status).dump());
+      // ensure_ascii: no raw control or C1 byte of a parameter name reaches a terminal.
+      fmt::print("{}\n", verdict_json(param.name, bare, status).dump(-1, ' ', true));
       continue;
     }
     std::string verdict = status.ok() ? "valid" : "refused " + status.error().to_string();

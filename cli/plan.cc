@@ -73,14 +73,14 @@ int run_plan(const PlanArgs& args) {
       Json out = {{"verdict", "refused"},
                   {"kind", std::string(kind_name(made.error().kind))},
                   {"message", made.error().message}};
-      fmt::print("{}\n", out.dump());
+      fmt::print("{}\n", out.dump(-1, ' ', true));
     } else {
       fmt::print("refused {}\n", made.error().to_string());
     }
     return kExitFound;
   }
   if (args.json) {
-    fmt::print("{}\n", plan_to_json(made.value()).dump());
+    fmt::print("{}\n", plan_to_json(made.value()).dump(-1, ' ', true));
   } else {
     print_summary(made.value(), *dtype);
   }

@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "commands.h"
+#include "shardcheck/escape.h"
 #include "shardcheck/gen/corruption.h"
 #include "shardcheck/gen/layout.h"
 #include "shardcheck/oracles/target.h"
@@ -89,14 +90,14 @@ std::string campaign_junit(const campaign::Report& report, const fs::path& out) 
   auto testcase = [&](const std::string& classname, const std::string& name, const std::string& failure_type,
                       const std::string& failure_message, const std::string& body, const std::string& system_out) {
     ++count;
-    cases += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"0\">\n", campaign::markup_escape(classname),
-                         campaign::markup_escape(name));
+    cases += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"0\">\n", escape::markup(classname),
+                         escape::markup(name));
     if (!failure_message.empty()) {
       ++failures;
-      cases += fmt::format("      <failure type=\"{}\" message=\"{}\">{}</failure>\n", campaign::markup_escape(failure_type),
-                           campaign::markup_escape(failure_message), campaign::markup_escape(body));
+      cases += fmt::format("      <failure type=\"{}\" message=\"{}\">{}</failure>\n", escape::markup(failure_type),
+                           escape::markup(failure_message), escape::markup(body));
     }
-    if (!system_out.empty()) cases += fmt::format("      <system-out>{}</system-out>\n", campaign::markup_escape(system_out));
+    if (!system_out.empty()) cases += fmt::format("      <system-out>{}</system-out>\n", escape::markup(system_out));
     cases += "    </testcase>\n";
   };
   for (const auto& finding : report.findings) {
@@ -128,13 +129,13 @@ std::string campaign_junit(const campaign::Report& report, const fs::path& out) 
                      count, failures, report.seconds);
   xml +=
       fmt::format("  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"0\" time=\"{:.3f}\">\n",
-                  campaign::markup_escape(suite), count, failures, report.seconds);
+                  escape::markup(suite), count, failures, report.seconds);
   xml += fmt::format(
       "    <properties>\n      <property name=\"seed\" value=\"{}\"/>\n"
       "      <property name=\"cases\" value=\"{}\"/>\n"
       "      <property name=\"implementation\" value=\"{}\"/>\n"
       "      <property name=\"complete\" value=\"{}\"/>\n    </properties>\n",
-      o.seed, report.cases, campaign::markup_escape(implementation_of(o)), report.complete ? "true" : "false");
+      o.seed, report.cases, escape::markup(implementation_of(o)), report.complete ? "true" : "false");
   xml += cases;
   xml += "  </testsuite>\n</testsuites>\n";
   return xml;
@@ -145,9 +146,9 @@ std::string campaign_markdown(const campaign::Report& report, const fs::path& ou
   std::string md;
   const bool failed = report.failed();
   md += fmt::format("## shardcheck campaign: {}\n\n", failed ? "FAIL" : "PASS");
-  md += fmt::format("{} cases{} in {:.1f} s, seed {}, {} `{}`, oracle {}{}.\n\n", report.cases,
+  md += fmt::format("{} cases{} in {:.1f} s, seed {}, {} {}, oracle {}{}.\n\n", report.cases,
                     report.complete ? "" : " (stopped early)", report.seconds, o.seed,
-                    o.eval.target.empty() ? "policy" : "target", implementation_of(o),
+                    o.eval.target.empty() ? "policy" : "target", escape::markdown_code(implementation_of(o)),
                     oracles::oracle_kind_name(o.eval.oracle),
                     o.generate.record_digest ? ", content digests recorded and verified" : "");
   const auto& t = report.total;
@@ -160,21 +161,20 @@ std::string campaign_markdown(const campaign::Report& report, const fs::path& ou
   for (const Row& row : table_rows(report)) {
     if (row.tally.cases == 0) continue;
     const auto& r = row.tally;
-    md += fmt::format("| {}: `{}` | {} | {} | {} | {} | {} | {} | {} |\n", row.section, row.name, r.cases, r.refused,
+    md += fmt::format("| {}: {} | {} | {} | {} | {} | {} | {} | {} |\n", row.section, escape::markdown_code(row.name),
+                      r.cases, r.refused,
                       r.exact, r.wrong, r.valid_but_different, r.crashed, r.target_faults);
   }
-  if (!report.ledger_error.empty()) md += fmt::format("\n**The ledger does not add up**: {}\n", report.ledger_error);
+  if (!report.ledger_error.empty()) {
+    md += fmt::format("\n**The ledger does not add up**: {}\n", escape::markdown_code(report.ledger_error));
+  }
   if (!report.findings.empty()) {
     md += fmt::format("\n### {} finding signatures\n\n| signature | cases | replay |\n|---|---:|---|\n",
                       report.findings.size());
     for (const auto& finding : report.findings) {
       const fs::path file = out / "findings" / campaign::finding_file_name(finding.signature);
-      std::string signature = finding.signature;
-      for (char& ch : signature) {
-        if (ch == '|' || ch == '`') ch = '/';
-      }
-      md += fmt::format("| `{}` | {} | {} |\n", signature, finding.occurrences,
-                        finding.has_case ? "`" + repro_command(file) + "`" : "(no case file)");
+      md += fmt::format("| {} | {} | {} |\n", escape::markdown_code(finding.signature), finding.occurrences,
+                        finding.has_case ? escape::markdown_code(repro_command(file)) : "(no case file)");
     }
   }
   if (t.valid_but_different > 0 && !o.eval.strict_layout) {
@@ -234,19 +234,19 @@ std::string repro_junit(const std::string& folder, const std::vector<ReplayedCas
     seconds += c.seconds;
     const std::string name = fs::path(c.path).filename().string();
     body += fmt::format("    <testcase classname=\"shardcheck.repro\" name=\"{}\" file=\"{}\" time=\"{:.3f}\">\n",
-                        campaign::markup_escape(name), campaign::markup_escape(c.path), c.seconds);
+                        escape::markup(name), escape::markup(c.path), c.seconds);
     std::string text = fmt::format("{}\n", fmt::join(c.lines, "\n"));
     if (c.exit_code == kExitFound) {
       ++failures;
       text += fmt::format("replayed with {}\nreplay: {}\n", c.implementation, repro_command(c.path));
       body += fmt::format("      <failure type=\"repro\" message=\"{}\">{}</failure>\n",
-                          campaign::markup_escape(c.lines.empty() ? "failed" : c.lines.front()), campaign::markup_escape(text));
+                          escape::markup(c.lines.empty() ? "failed" : c.lines.front()), escape::markup(text));
     } else if (c.exit_code != kExitOk) {
       ++errors;
       body += fmt::format("      <error type=\"unusable\" message=\"{}\">{}</error>\n",
-                          campaign::markup_escape(c.lines.empty() ? "cannot be replayed" : c.lines.front()), campaign::markup_escape(text));
+                          escape::markup(c.lines.empty() ? "cannot be replayed" : c.lines.front()), escape::markup(text));
     } else {
-      body += fmt::format("      <system-out>{}</system-out>\n", campaign::markup_escape(text));
+      body += fmt::format("      <system-out>{}</system-out>\n", escape::markup(text));
     }
     body += "    </testcase>\n";
   }
@@ -255,7 +255,7 @@ std::string repro_junit(const std::string& folder, const std::vector<ReplayedCas
                      cases.size(), failures, errors, seconds);
   xml += fmt::format(
       "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"0\" time=\"{:.3f}\">\n",
-      campaign::markup_escape("shardcheck repro " + folder), cases.size(), failures, errors, seconds);
+      escape::markup("shardcheck repro " + folder), cases.size(), failures, errors, seconds);
   xml += body;
   xml += "  </testsuite>\n</testsuites>\n";
   return xml;

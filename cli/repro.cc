@@ -16,6 +16,7 @@
 
 #include "commands.h"
 #include "reports.h"
+#include "shardcheck/escape.h"
 #include "shardcheck/case.h"
 #include "shardcheck/convert.h"
 #include "shardcheck/oracles/backends.h"
@@ -144,7 +145,8 @@ ReplayedCase replay(const ReproArgs& args, const std::string& path, Targets& tar
     if (!op.misreported.empty() && misreported.empty()) misreported = op.misreported;
   }
   if (args.json) {
-    print(oracles::outcome_to_json(c.value(), o).dump());
+    // ensure_ascii: the outcome carries an implementation's own words; none reach a terminal raw.
+    print(oracles::outcome_to_json(c.value(), o).dump(-1, ' ', true));
   } else {
     print(o.message);
     const bool digest_ignored =
@@ -208,9 +210,13 @@ int run_repro_file(const ReproArgs& args) {
   ReplayedCase replayed = replay(args, args.path, targets);
   replayed.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (replayed.exit_code == kExitUsage) {
-    fmt::print(stderr, "shardcheck: {}\n", replayed.lines.front());
+    fmt::print(stderr, "shardcheck: {}\n", escape::terminal(replayed.lines.front(), escape::Newlines::keep));
   } else {
-    for (const auto& line : replayed.lines) fmt::print("{}\n", line);
+    // --json lines are JSON written with every non-ASCII byte escaped: escaping them again
+    // for the terminal would break them.
+    for (const auto& line : replayed.lines) {
+      fmt::print("{}\n", args.json ? line : escape::terminal(line, escape::Newlines::keep));
+    }
   }
   if (!args.reports.junit.empty()) {
     if (std::string error = write_report_file(args.reports.junit, repro_junit(args.path, {replayed})); !error.empty()) {
@@ -264,9 +270,12 @@ int run_repro_folder(const ReproArgs& args) {
     const char* status = one.exit_code == kExitOk ? "PASS" : one.exit_code == kExitFound ? "FAIL" : "ERROR";
     failed += one.exit_code == kExitFound;
     errors += one.exit_code == kExitUsage;
-    fmt::print("{} {}: {}\n", status, file, one.lines.empty() ? "" : one.lines.front());
+    const std::string first = one.lines.empty() ? "" : one.lines.front();
+    fmt::print("{} {}: {}\n", status, escape::terminal(file), args.json ? first : escape::terminal(first));
     if (args.json) {
-      for (std::size_t i = 1; i < one.lines.size(); ++i) fmt::print("{}\n", one.lines[i]);
+      for (std::size_t i = 1; i < one.lines.size(); ++i) {
+        fmt::print("{}\n", args.json ? one.lines[i] : escape::terminal(one.lines[i], escape::Newlines::keep));
+      }
     }
     replayed.push_back(std::move(one));
   }

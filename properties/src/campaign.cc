@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "campaign_internal.h"
+#include "shardcheck/escape.h"
 #include "shardcheck/gen/choice.h"
 #include "shardcheck/splitmix.h"
 #include "shardcheck/gen/corruption.h"
@@ -129,27 +130,56 @@ Report run(const Options& options, const std::function<void(Index)>& progress,
 
 namespace {
 
-std::string table_row(std::string_view name, const Tally& t) {
-  return fmt::format("  {:<28} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}\n", name, t.cases, t.refused,
-                     t.exact, t.wrong, t.valid_but_different, t.crashed, t.target_faults);
-}
-
-std::string table_header(std::string_view title) {
-  return fmt::format("  {:<28} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}\n", title, "cases", "refused",
-                     "exact", "wrong", "valid-diff", "crashed", "target-fault");
-}
+// One part of the table: a title and its rows. Names are escaped for a terminal: a
+// refusal row may carry an implementation's own error type (escape.h).
+struct TableSection {
+  std::string title;
+  std::vector<std::pair<std::string, Tally>> rows;
+  std::size_t without_cases = 0;  // known names with no case, left out
+};
 
 // Rows for the known names in their order, then any other name seen (a worker that
-// died generating its case is tallied as "unknown").
-std::string table_section(std::string_view title, const std::vector<std::string_view>& names,
-                          const std::map<std::string, Tally>& tallies) {
-  std::string out = table_header(title);
+// died generating its case is tallied as "unknown"); a known name without a case is
+// counted, not shown (a reshard campaign's 36 pairs of constructors are mostly empty).
+TableSection table_section(std::string title, const std::vector<std::string_view>& names,
+                           const std::map<std::string, Tally>& tallies) {
+  TableSection section{std::move(title), {}, 0};
   for (std::string_view name : names) {
     auto it = tallies.find(std::string(name));
-    out += table_row(name, it == tallies.end() ? Tally{} : it->second);
+    if (it == tallies.end() || it->second.cases == 0) {
+      ++section.without_cases;
+    } else {
+      section.rows.emplace_back(name, it->second);
+    }
   }
   for (const auto& [name, tally] : tallies) {
-    if (std::find(names.begin(), names.end(), name) == names.end()) out += table_row(name, tally);
+    if (std::find(names.begin(), names.end(), name) == names.end()) section.rows.emplace_back(name, tally);
+  }
+  return section;
+}
+
+// The sections one under another, their first column as wide as the longest name.
+std::string render_table(const std::vector<TableSection>& sections) {
+  std::size_t width = 12;
+  for (const TableSection& section : sections) {
+    width = std::max(width, section.title.size());
+    for (const auto& row : section.rows) width = std::max(width, escape::terminal(row.first).size());
+  }
+  const auto line = [width](std::string_view name, const auto&... columns) {
+    return fmt::format("  {:<{}} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}\n", name, width, columns...);
+  };
+  std::string out;
+  for (const TableSection& section : sections) {
+    if (!out.empty()) out += "\n";
+    if (!section.title.empty()) {
+      out += line(section.title, "cases", "refused", "exact", "wrong", "valid-diff", "crashed", "target-fault");
+    }
+    for (const auto& [name, t] : section.rows) {
+      out += line(escape::terminal(name), t.cases, t.refused, t.exact, t.wrong, t.valid_but_different, t.crashed,
+                  t.target_faults);
+    }
+    if (section.without_cases > 0) out += fmt::format("  ({} more {} without a case)\n", section.without_cases,
+                                                      section.without_cases == 1 ? "row" : "rows");
   }
   return out;
 }
@@ -170,15 +200,13 @@ std::string format_table(const Report& report) {
                                                    gen::constructor_names().end());
   std::vector<std::string_view> kinds{gen::kNoCorruption};
   for (std::string_view kind : gen::corruption_kinds()) kinds.push_back(kind);
-  std::string out = table_section("constructor", constructors, report.by_constructor);
-  out += "\n" + table_section("corruption", kinds, report.by_corruption);
-  if (!report.by_refusal_kind.empty()) {
-    out += "\n" + table_header("refused as");
-    for (const auto& [kind, tally] : report.by_refusal_kind) out += table_row(kind, tally);
-  }
+  std::vector<TableSection> sections;
+  sections.push_back(table_section("constructor", constructors, report.by_constructor));
+  sections.push_back(table_section("corruption", kinds, report.by_corruption));
+  if (!report.by_refusal_kind.empty()) sections.push_back(table_section("refused as", {}, report.by_refusal_kind));
   // Per operation: a content digest closes the valid-but-different class for rebuild and
   // for a reshard whose source map is at fault, never for extract.
-  out += "\n" + table_header("operation");
+  TableSection operations{"operation", {}, 0};
   // Rebuild and extract always have a row (the table every campaign prints); other
   // operations where the campaign ran them.
   // A reshard its target answered by its documented fallback has a row of its own
@@ -188,21 +216,24 @@ std::string format_table(const Report& report) {
       const std::string label = props::op_label(op, after_fallback);
       auto it = report.by_op.find(label);
       if (it == report.by_op.end() && (after_fallback || (op != Op::rebuild && op != Op::extract))) continue;
-      out += table_row(label, it == report.by_op.end() ? Tally{} : it->second);
+      operations.rows.emplace_back(label, it == report.by_op.end() ? Tally{} : it->second);
     }
   }
-  out += "\n" + table_row("total", report.total);
+  sections.push_back(std::move(operations));
+  sections.push_back(TableSection{"", {{"total", report.total}}, 0});
+  std::string out = render_table(sections);
   const double rate = report.seconds > 0 ? static_cast<double>(report.cases) / report.seconds : 0.0;
   const Options& o = report.options;
   out += fmt::format("\n{} cases in {:.1f} s ({:.0f} cases/s, {} job{}{}); {} {}, oracle {}{}{}{}\n", report.cases,
                      report.seconds, rate, o.jobs, o.jobs == 1 ? "" : "s", o.isolate ? ", isolated" : "",
-                     o.eval.target.empty() ? "policy" : "target", implementation_name(o), oracle_name(o.eval.oracle),
+                     o.eval.target.empty() ? "policy" : "target", escape::terminal(implementation_name(o)),
+                     oracle_name(o.eval.oracle),
                      o.generate.record_digest ? ", content digests recorded and verified" : "",
                      o.generate.reshard ? ", reshard pairs" : "",
                      report.complete ? "" : "; stopped before the end (resume with --resume)");
   out += fmt::format("rerun: shardcheck campaign --seed {} --cases {} --{} {} --oracle {}{}{}{}\n", o.seed,
                      o.cases ? *o.cases : report.cases, o.eval.target.empty() ? "policy" : "target",
-                     oracles::shell_word(implementation_name(o)), oracle_name(o.eval.oracle),
+                     escape::terminal(oracles::shell_word(implementation_name(o))), oracle_name(o.eval.oracle),
                      o.shard_count > 1 ? fmt::format(" --shard {}/{}", o.shard_index, o.shard_count) : std::string(),
                      o.generate.record_digest ? " --digest" : "", o.generate.reshard ? " --op reshard" : "");
   if (!o.eval.backend.empty()) out.insert(out.size() - 1, " --backend " + o.eval.backend);

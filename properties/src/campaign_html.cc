@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "shardcheck/escape.h"
 #include "shardcheck/campaign.h"
 #include "shardcheck/gen/corruption.h"
 #include "shardcheck/gen/layout.h"
@@ -54,10 +55,10 @@ std::string stacked_bars(const std::string& title, const std::vector<std::pair<s
   std::string svg = fmt::format(
       "<figure><figcaption>{}</figcaption>\n<svg class=\"chart\" role=\"img\" aria-label=\"{}\" "
       "xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\">\n",
-      markup_escape(title), markup_escape(title), kLabel + kBar + 70, height, kLabel + kBar + 70, height);
+      escape::markup(title), escape::markup(title), kLabel + kBar + 70, height, kLabel + kBar + 70, height);
   int y = kTop;
   for (const auto& [name, t] : rows) {
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>", kLabel - 6, y + 14, markup_escape(name));
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>", kLabel - 6, y + 14, escape::markup(name));
     double x = kLabel;
     for (const Series& s : kSeries) {
       const Index count = t.*s.count;
@@ -66,7 +67,7 @@ std::string stacked_bars(const std::string& title, const std::vector<std::pair<s
       svg += fmt::format(
           "<rect x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\"><title>{}: {} {}"
           "</title></rect>",
-          x, y + 3, std::max(width, 0.5), kRowHeight - 6, s.colour, markup_escape(name), count, s.name);
+          x, y + 3, std::max(width, 0.5), kRowHeight - 6, s.colour, escape::markup(name), count, s.name);
       x += width;
     }
     svg += fmt::format("<text x=\"{:.2f}\" y=\"{}\">{}</text>\n", x + 4, y + 14, t.cases);
@@ -92,7 +93,7 @@ std::string line_chart(const std::string& title, const std::string& unit,
   std::string svg = fmt::format(
       "<figure><figcaption>{}</figcaption>\n<svg class=\"chart\" role=\"img\" aria-label=\"{}\" "
       "xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\">\n",
-      markup_escape(title), markup_escape(title), kLeft + kWidth + 20, kHeight, kLeft + kWidth + 20, kHeight);
+      escape::markup(title), escape::markup(title), kLeft + kWidth + 20, kHeight, kLeft + kWidth + 20, kHeight);
   const int axis_y = kHeight - kBottom;
   svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#888\"/>", kLeft, axis_y, kLeft + kWidth,
                      axis_y);
@@ -100,7 +101,7 @@ std::string line_chart(const std::string& title, const std::string& unit,
   svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:.0f}</text>", kLeft - 4, kTop + 10, max_y);
   svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">0</text>", kLeft - 4, axis_y);
   svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:.1f} s</text>", kLeft + kWidth, kHeight - 6, max_x);
-  svg += fmt::format("<text x=\"{}\" y=\"{}\">{}</text>", kLeft + 4, kHeight - 6, markup_escape(unit));
+  svg += fmt::format("<text x=\"{}\" y=\"{}\">{}</text>", kLeft + 4, kHeight - 6, escape::markup(unit));
   svg += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", path, colour);
   // A dot per sample: a single sample draws no line.
   for (const auto& [x, y] : points) {
@@ -114,7 +115,7 @@ std::string line_chart(const std::string& title, const std::string& unit,
 std::string tally_rows(const std::string& section, const std::vector<std::pair<std::string, Tally>>& rows) {
   std::string out;
   for (const auto& [name, t] : rows) {
-    out += fmt::format("<tr><td>{}</td><td>{}</td>", markup_escape(section), markup_escape(name));
+    out += fmt::format("<tr><td>{}</td><td>{}</td>", escape::markup(section), escape::markup(name));
     out += fmt::format("<td>{}</td>", t.cases);
     for (const Series& s : kSeries) {
       const Index count = t.*s.count;
@@ -162,7 +163,7 @@ std::string report_html(const Report& report, std::span<const TimelineSample> ti
                       report.complete ? "" : " (stopped early)", report.findings.size(), report.total.wrong);
   const double rate = report.seconds > 0 ? static_cast<double>(report.cases) / report.seconds : 0.0;
   html += fmt::format("<p>{} <code>{}</code>, oracle {}, {:.1f} s ({:.0f} cases/s){}{}.</p>\n",
-                      o.eval.target.empty() ? "Policy" : "Target", markup_escape(implementation),
+                      o.eval.target.empty() ? "Policy" : "Target", escape::markup(implementation),
                       oracles::oracle_kind_name(o.eval.oracle), report.seconds, rate,
                       o.shard_count > 1 ? fmt::format(", shard {}/{}", o.shard_index, o.shard_count) : "",
                       o.generate.record_digest ? ", content digests recorded and verified" : "");
@@ -198,16 +199,16 @@ std::string report_html(const Report& report, std::span<const TimelineSample> ti
     for (const auto& finding : report.findings) {
       const std::string file = "findings/" + finding_file_name(finding.signature);
       html += fmt::format("<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                          markup_escape(finding.signature), finding.occurrences, finding.first_case,
+                          escape::markup(finding.signature), finding.occurrences, finding.first_case,
                           finding.has_case
-                              ? fmt::format("<a href=\"{0}\"><code>shardcheck repro {0}</code></a>", markup_escape(file))
+                              ? fmt::format("<a href=\"{0}\"><code>shardcheck repro {0}</code></a>", escape::markup(file))
                               : std::string("(no case file)"));
     }
     html += "</table>\n";
   }
   if (!report.ledger_error.empty()) {
     html +=
-        fmt::format("<p class=\"verdict fail\">The ledger does not add up: {}</p>\n", markup_escape(report.ledger_error));
+        fmt::format("<p class=\"verdict fail\">The ledger does not add up: {}</p>\n", escape::markup(report.ledger_error));
   }
 
   html += "<h2>Table</h2>\n<table>\n<tr><th></th><th>row</th><th>cases</th>";
@@ -222,38 +223,6 @@ std::string report_html(const Report& report, std::span<const TimelineSample> ti
   html += tally_rows("", {{"total", report.total}});
   html += "</table>\n</body>\n</html>\n";
   return html;
-}
-
-std::string markup_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const auto ch = static_cast<unsigned char>(text[i]);
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        if (ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') {
-          out += "\xEF\xBF\xBD";  // U+FFFD: XML 1.0 has no way to carry these
-        } else {
-          out += static_cast<char>(ch);
-        }
-    }
-  }
-  return out;
 }
 
 }  // namespace shardcheck::campaign

@@ -212,10 +212,6 @@ struct TimelineSample {
 // constructor as stacked bars, cases/s and signatures found over time when `timeline`
 // has two samples or more, the findings with their repro commands, and the table.
 std::string report_html(const Report& report, std::span<const TimelineSample> timeline = {});
-// Text that XML 1.0 and HTML carry in an attribute or element as written: & < > " '
-// escaped, and the control characters XML forbids replaced by U+FFFD. The one escape of
-// every report shardcheck writes in markup (report.html, JUnit XML).
-std::string markup_escape(std::string_view text);
 // A ready regression case file for a finding (props::finding_case_file, with the
 // campaign's seed, case and policy or target).
 Json finding_case_file(const Report& report, const FindingRecord& finding);
