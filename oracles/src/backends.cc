@@ -9,6 +9,7 @@
 #include <iterator>
 
 #include "shardcheck/convert.h"
+#include "shardcheck/oracles/descendants.h"
 
 namespace shardcheck::oracles {
 
@@ -33,12 +34,13 @@ bool backend_present(std::string_view name) {
   if (!cuda_compiled()) return false;
   // CUDA's runtime, once initialised, is unusable in a child of fork(), and a campaign
   // forks its workers after asking: the device is looked for in a child of its own.
-  const pid_t child = ::fork();
+  const pid_t child = fork_own_child();
   if (child < 0) return false;
   if (child == 0) ::_exit(make_cuda_backend() ? 0 : 1);
   int status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
+  forget_own_child(child);
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 

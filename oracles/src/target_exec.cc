@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "shardcheck/digest.h"
+#include "shardcheck/oracles/descendants.h"
 
 extern char** environ;
 
@@ -163,11 +164,13 @@ std::string ExecTarget::spawn() {
   std::string dash_c = "-c";
   char* argv[] = {shell.data(), dash_c.data(), command_.data(), nullptr};
   const pid_t parent = getpid();
+  // Whatever the target starts and leaves comes back here to be ended (descendants.h).
+  adopt_orphans();
   // fork, not posix_spawn: the child must die with the thread that started it (a
   // campaign worker killed for a timeout must not leave its target behind), which
   // only prctl in the child can arrange. Between fork and exec the child calls only
   // async-signal-safe functions.
-  const pid_t pid = fork();
+  const pid_t pid = fork_own_child();
   if (pid < 0) {
     const int saved = errno;
     for (int fd : {io[0], io[1], err[0], err[1]}) close(fd);
@@ -276,6 +279,9 @@ void ExecTarget::stop(std::chrono::milliseconds grace) {
   int status = 0;
   while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
+  forget_own_child(pid_);
+  // What it started outside its group (setsid) is this process's now that it is gone.
+  end_stray_children();
   drain_stderr();
   if (err_fd_ >= 0) close(err_fd_);
   err_fd_ = -1;
@@ -436,7 +442,8 @@ TargetResult<Json> ExecTarget::exchange(Json request, double timeout_seconds, st
   }
   if (sent < out.size()) return garbage("answered-early", "an answer before the whole request was read");
   if (!pending_.empty()) return garbage("extra-output", "more than one line");
-  Json response = Json::parse(line, nullptr, false);
+  // nlohmann reads a NUL byte as the end of its input; JSON text cannot hold one.
+  Json response = line.find('\0') == std::string::npos ? Json::parse(line, nullptr, false) : Json(Json::value_t::discarded);
   if (response.is_discarded()) return garbage("not-json", "not JSON");
   if (!response.is_object()) return garbage("not-object", "not a JSON object");
   const auto id_field = response.find("id");

@@ -34,6 +34,7 @@
 #include <fmt/format.h>
 
 #include "campaign_internal.h"
+#include "shardcheck/oracles/descendants.h"
 #include "shardcheck/gen/corruption.h"
 #include "shardcheck/gen/layout.h"
 
@@ -390,6 +391,12 @@ void limit_data(Index limit) {
   setrlimit(RLIMIT_DATA, &r);
 }
 
+// A worker leaves nothing behind: its targets and whatever they started (descendants.h).
+[[noreturn]] void worker_exit(int code) {
+  oracles::end_stray_children(/*all=*/true);
+  _exit(code);
+}
+
 [[noreturn]] void worker_main(const Options& options, const Ledger& ledger, Shared& shared, Slot& slot,
                               int commands, int results, pid_t parent) {
   // Stopping is the parent's business: a Ctrl-C reaches the whole process group.
@@ -403,17 +410,18 @@ void limit_data(Index limit) {
     ::close(null);
   }
   limit_data(options.case_memory_limit);
+  oracles::adopt_orphans();
   const auto phase = [&slot](int p) { slot.phase.store(p, std::memory_order_release); };
   try {
     for (;;) {
       char header[8];
-      if (!read_exact(commands, header, sizeof header)) _exit(0);
+      if (!read_exact(commands, header, sizeof header)) worker_exit(0);
       std::uint32_t length = 0, type = 0;
       std::memcpy(&length, header, 4);
       std::memcpy(&type, header + 4, 4);
-      if (type != kRun || length != 16) _exit(3);
+      if (type != kRun || length != 16) worker_exit(3);
       char payload[16];
-      if (!read_exact(commands, payload, sizeof payload)) _exit(0);
+      if (!read_exact(commands, payload, sizeof payload)) worker_exit(0);
       Decoder d(payload, sizeof payload);
       const Range range{d.i64(), d.i64()};
       BatchResult result;
@@ -431,8 +439,8 @@ void limit_data(Index limit) {
           if (ledger.index_of(j) == planted) ++result.by_constructor.begin()->second.cases;
         }
       }
-      if (!write_all(results, batch_frame({range.first, k}, result))) _exit(0);
-      if (k < range.end) _exit(0);
+      if (!write_all(results, batch_frame({range.first, k}, result))) worker_exit(0);
+      if (k < range.end) worker_exit(0);
     }
   } catch (const std::bad_alloc&) {
     _exit(kExitOutOfMemory);
@@ -622,7 +630,7 @@ class Pool {
       return spawn_failed();
     }
     const pid_t parent = getpid();
-    const pid_t pid = fork();
+    const pid_t pid = oracles::fork_own_child();
     if (pid < 0) {
       for (int fd : {commands[0], commands[1], results[0], results[1]}) ::close(fd);
       return spawn_failed();
@@ -777,6 +785,10 @@ class Pool {
     int status = 0;
     while (waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
     }
+    oracles::forget_own_child(w.pid);
+    // What a worker killed in a case left running (its targets' descendants) was handed
+    // to this process (descendants.h).
+    oracles::end_stray_children();
     Slot& slot = memory_.slot(i);
     int phase = slot.phase.load(std::memory_order_acquire);
     Index k = slot.k.load(std::memory_order_relaxed);
@@ -886,7 +898,9 @@ class Pool {
       ::kill(w.pid, SIGKILL);
       while (waitpid(w.pid, nullptr, 0) < 0 && errno == EINTR) {
       }
+      oracles::forget_own_child(w.pid);
     }
+    oracles::end_stray_children();
   }
 
   void warn(const std::string& message) {
@@ -915,11 +929,15 @@ void run_processes(const Options& options, const Control& control, Ledger& ledge
   ignore.sa_handler = SIG_IGN;
   sigemptyset(&ignore.sa_mask);
   sigaction(SIGPIPE, &ignore, &previous);
+  // The descendants of a worker that dies (its targets' and theirs) are handed here.
+  oracles::adopt_orphans();
   {
     Pool pool(options, control, ledger, writer);
     pool.run(monitor, immediate);
     pool.give_back_singles();
   }
+  // The last workers' strays, handed over as their parents ended.
+  oracles::end_stray_children();
   sigaction(SIGPIPE, &previous, nullptr);
 }
 

@@ -25,6 +25,10 @@ finding files of a campaign must fail `shardcheck repro` with this target):
   --fork-server      serve from forked children (adapters/protocol_server.py): a crash
                      is reported in the protocol and the next child answers; N counts
                      each child's requests
+  --leave-behind DIR on every hello, leave processes running as a careless or hostile
+                     implementation would: a child in its process group, and a daemon
+                     (setsid, then a fork whose parent exits); each writes its pid into
+                     DIR, so that a test can see none outlives the harness
 """
 
 import argparse
@@ -385,6 +389,23 @@ def answer(request):
     return {'ok': False, 'error': {'type': 'UnsupportedOperation', 'message': f'op {op!r} is not supported'}}
 
 
+def leave_behind(directory):
+    """Two sleepers the harness must end: one in this process group, one that left it."""
+    def sleep_forever():
+        with open(os.path.join(directory, str(os.getpid())), 'w'):
+            pass
+        while True:
+            time.sleep(3600)
+
+    if os.fork() == 0:
+        sleep_forever()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            sleep_forever()
+        os._exit(0)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--crash-on', type=int, default=0)
@@ -395,6 +416,7 @@ def main():
     parser.add_argument('--ignore-scale', action='store_true')
     parser.add_argument('--crash-on-extract-of', type=int, default=-1)
     parser.add_argument('--fork-server', action='store_true')
+    parser.add_argument('--leave-behind', default='')
     args = parser.parse_args()
     global LAX_LOCATIONS, REFUSE_REPLICAS, IGNORE_SCALE
     LAX_LOCATIONS = args.lax_locations
@@ -405,6 +427,8 @@ def main():
         served = 0
         for line in requests:
             request = json.loads(line)
+            if request.get('op') == 'hello' and args.leave_behind:
+                leave_behind(args.leave_behind)
             if request.get('op') != 'hello':
                 served += 1
                 if served == args.crash_on or (request.get('op') == 'extract'
