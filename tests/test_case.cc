@@ -233,6 +233,28 @@ TEST(CaseCodec, ATargetTruthWithoutATargetMapIsRefusedAtItsPath) {
   EXPECT_TRUE(both.target_truth.has_value());
 }
 
+// Contract 9: a reshard's target map is under test too. One that does not decode is the
+// case's refusal (format, at its path under $.target_map), kept as given and written back
+// so; a target truth that does not decode makes the case unusable, as a truth does.
+TEST(CaseCodec, ATargetMapThatDoesNotDecodeIsRefusedNotUnusable) {
+  const std::string shapeless = R"({"logical_shape": [4], "ranks": {"0": {"shard_shape": [4],
+      "pieces": [{"source": [0, [1]], "dest": [0, [1]], "locations": [0]}]}}})";
+  Case c = decoded(case_with(std::string(R"(, "op": "reshard", "target_map": )") + shapeless));
+  ASSERT_TRUE(c.undecoded_target_map.has_value());
+  const Status refused = undecoded_map_error(c);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::format);
+  EXPECT_EQ(refused.error().path, "$.target_map.ranks.0.pieces[0].shape");
+  EXPECT_TRUE(undecoded_source_map_error(c).ok());
+  EXPECT_EQ(encode_case(c).at("target_map"), Json::parse(shapeless));
+  EXPECT_EQ(decoded(encode_case(c).dump()), c);
+
+  auto unusable = decode_case_text(case_with(std::string(R"(, "op": "reshard", "target_map": )") + kSplitMap +
+                                             R"(, "target_truth": )" + shapeless));
+  ASSERT_FALSE(unusable.ok());
+  EXPECT_EQ(unusable.error().path, "$.target_truth.ranks.0.pieces[0].shape");
+}
+
 // An inline map that JSON cannot hold is the map's refusal only when the case gives no
 // map_text: beside one, the file says two things about the map under test and is
 // unusable (the error of the whole text), never silently read with map_text replaced.

@@ -277,8 +277,9 @@ TEST(TruthOracle, PlantedBugIsCaughtSilentlyWrong) {
 }
 
 TEST(TruthOracle, UnusableCasesAreErrors) {
-  Case c = must_load("spec6-5-two-pieces-one-address.json");
-  c.truth = c.map;  // what the case claims wrote the shards is itself refused
+  Case c = must_load("valid-spec5-sub-param.json");
+  c.full.reset();
+  c.truth = must_load("spec6-5-two-pieces-one-address.json").map;  // what wrote the shards is itself refused
   auto refused_truth = oracles::run_case(c, ConvertOptions{});
   ASSERT_FALSE(refused_truth.ok());
   EXPECT_EQ(refused_truth.error().kind, ErrorKind::twice);
@@ -289,6 +290,26 @@ TEST(TruthOracle, UnusableCasesAreErrors) {
   auto short_full = oracles::run_case(counted, ConvertOptions{});
   ASSERT_FALSE(short_full.ok());
   EXPECT_EQ(short_full.error().kind, ErrorKind::shape);
+}
+
+// Contract 9: a refusal that needs no data is a verdict although the truth cannot write
+// the shards: the map under test fails contract 3 (here its own truth, so the truth fails
+// too), and strict refuses it with its kind; legacy, given what the producer wrote through
+// the truth unchecked, is judged against F.
+TEST(TruthOracle, ARefusalThatNeedsNoDataIsAVerdictThoughTheTruthCannotWrite) {
+  Case c = must_load("spec6-5-two-pieces-one-address.json");
+  c.shards.reset();
+  c.truth = c.map;
+  auto strict = oracles::run_case(c, ConvertOptions{});
+  ASSERT_TRUE(strict.ok()) << strict.error().to_string();
+  EXPECT_EQ(strict.value().verdict, Outcome::refused) << strict.value().message;
+  ASSERT_TRUE(strict.value().error.has_value());
+  EXPECT_EQ(strict.value().error->kind, ErrorKind::twice);
+  ConvertOptions legacy;
+  legacy.policy = Policy::legacy;
+  auto unchecked = oracles::run_case(c, legacy);
+  ASSERT_TRUE(unchecked.ok()) << unchecked.error().to_string();
+  EXPECT_NE(unchecked.value().verdict, Outcome::refused) << unchecked.value().message;
 }
 
 // Contract 9: a reported map with neither truth nor shards runs on the shards

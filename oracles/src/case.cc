@@ -365,13 +365,20 @@ Result<Case> decode_case(const Json& json) {
     if (!truth) return truth.error();
     c.truth = std::move(truth.value());
   }
-  // Resharding (contract 11): the target side. A target map that does not decode makes
-  // the case unusable; corruptions of the target side edit the map, not its text.
+  // Resharding (contract 11): the target side. A target map that does not decode is
+  // refused format like the source map (it is under test too); a target truth that does
+  // not decode makes the case unusable, as a truth does.
   for (const char* key : {"target_map", "target_truth"}) {
     if (!json.contains(key)) continue;
+    const bool under_test = std::string_view(key) == "target_map";
     auto map = decode_map(json[key], std::string("$.") + key);
+    if (!map && under_test) {
+      c.undecoded_target_map = json[key];
+      c.target_map = Map{};
+      continue;
+    }
     if (!map) return map.error();
-    (std::string_view(key) == "target_map" ? c.target_map : c.target_truth) = std::move(map.value());
+    (under_test ? c.target_map : c.target_truth) = std::move(map.value());
   }
   if (c.target_truth && !c.target_map) return format_error("$.target_truth", "a target_truth needs a target_map");
   if (json.contains("dtype")) {
@@ -462,6 +469,14 @@ std::optional<std::pair<std::size_t, std::size_t>> member_span(std::string_view 
 }  // namespace
 
 Status undecoded_map_error(const Case& c) {
+  if (Status source = undecoded_source_map_error(c); !source.ok()) return source;
+  if (!c.undecoded_target_map) return Status();
+  auto map = decode_map(*c.undecoded_target_map, "$.target_map");
+  if (!map) return map.error();
+  return format_error("$.target_map", "the target map under test was kept undecoded");
+}
+
+Status undecoded_source_map_error(const Case& c) {
   if (c.map_text) {
     auto map = parse_one_map(*c.map_text, c.map_text_inline ? "$.map" : "$.map_text");
     if (!map) return map.error();
@@ -511,7 +526,11 @@ Json encode_case(const Case& c) {
   else if (c.map_text) out["map_text"] = *c.map_text;
   else out["map"] = c.undecoded_map ? *c.undecoded_map : encode_map(c.map, RankOrder::as_given);
   if (c.truth) out["truth"] = encode_map(*c.truth, RankOrder::as_given);
-  if (c.target_map) out["target_map"] = encode_map(*c.target_map, RankOrder::as_given);
+  if (c.undecoded_target_map) {
+    out["target_map"] = *c.undecoded_target_map;
+  } else if (c.target_map) {
+    out["target_map"] = encode_map(*c.target_map, RankOrder::as_given);
+  }
   if (c.target_truth) out["target_truth"] = encode_map(*c.target_truth, RankOrder::as_given);
   out["dtype"] = std::string(dtype_name(c.dtype));
   if (c.full) out["full"] = encode_values(c.dtype, *c.full);

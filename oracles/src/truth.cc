@@ -116,7 +116,7 @@ Buffer* take_answer(OpOutcome& out, TargetResult<Buffer>& answer) {
 // its text or its JSON: an exec target reads it itself, a built-in policy refuses it.
 TargetMap target_map(const Case& c) {
   TargetMap out;
-  if (undecoded_map_error(c).ok()) {
+  if (undecoded_source_map_error(c).ok()) {
     out.map = &c.map;
   } else if (c.map_text) {
     out.text = &*c.map_text;
@@ -395,16 +395,29 @@ ShardSet producer_shards(const Map& map, const Buffer& full, int scale_power) {
   return out;
 }
 
+// Contract 9: a refusal that needs no data, the case's verdict even where its shards
+// cannot be written (the truth's own scale refused, an F too large to make): the map under
+// test fails contract 3, or a conversion of the case's dtype refuses its scale (1.2: zero,
+// subnormal or not finite in the arithmetic type, any scale on an integer dtype, a scaled
+// piece with a power other than 1). ok() when the map under test passes both.
+Status refusal_without_data(const Case& c) {
+  const ReferenceVerdict verdict = reference_check(c.map);
+  if (!verdict.valid()) {
+    if (verdict.error) return *verdict.error;
+    return make_error(*verdict.kind, verdict.reason);
+  }
+  return reference_scale_refusal(c.map, c.dtype, c.scale_power);
+}
+
 Result<Inputs> prepare_truth(const Case& c) {
   Inputs in;
   const Map& truth = c.truth_map();
   if (needs_full(c, OracleKind::truth) || c.full) {
     auto full = make_full(c, truth, "truth");
     if (!full) {
-      // With no truth given the map under test is all that describes the data; when it
-      // is invalid, an F that does not fit it is its fault, not the case's: the case
-      // runs with no data (contract 9), so strict refuses it with its kind.
-      Status invalid = c.truth ? Status() : check_map(c.map);
+      // An F that cannot be made: the case runs with no data where the map under test
+      // is refused without any (contract 9), so strict refuses it with its kind.
+      Status invalid = refusal_without_data(c);
       if (invalid.ok()) return full.error();
       in.full = Buffer(c.dtype, 0);
       if (c.shards) {
@@ -425,7 +438,20 @@ Result<Inputs> prepare_truth(const Case& c) {
       set_expected_from_truth(c, in);
       return in;
     }
-    if (c.truth) return reworded(shards.error(), "in the truth map, " + shards.error().sentence);
+    if (c.truth) {
+      // The truth cannot write the shards (its scale refused, say). Only when the map
+      // under test passes what needs no data is the case unusable (contract 9); else its
+      // refusal is the verdict, and an implementation is given what the producer would
+      // have written through the truth map unchecked, and owes that refusal.
+      if (refusal_without_data(c).ok()) {
+        return reworded(shards.error(), "in the truth map, " + shards.error().sentence);
+      }
+      in.shards = producer_shards(truth, *in.full, c.scale_power);
+      in.no_truth = shards.error();
+      // They were written from F: F is what a converter that accepts anyway must return.
+      in.expected = in.full;
+      return in;
+    }
     if (reference_check(c.map).valid()) {
       // A valid map that cannot write F. A scale no conversion of this dtype may apply
       // (contract 1.2) leaves no correct tensor, and strict owes its refusal whatever the
@@ -1095,7 +1121,11 @@ Result<CaseOutcome> run_case(const Case& c, Target& target, OracleKind oracle) {
     // A built-in policy reads the map with shardcheck's decoder, which refuses it with
     // kind format (contract 9); an implementation that reads maps itself is asked too.
     std::optional<Case> data;
-    if (target.reads_map_itself() && oracle == OracleKind::truth) data = as_read_by_the_implementation(c);
+    // An undecoded target map is refused by shardcheck's decoder alone: the protocol hands
+    // an implementation a reshard's target map decoded.
+    if (target.reads_map_itself() && oracle == OracleKind::truth && !c.undecoded_target_map) {
+      data = as_read_by_the_implementation(c);
+    }
     outcome = data ? run_truth(*data, target) : Result<CaseOutcome>(refused_outright(c, error.error(), oracle));
     not_asked = !data && target.reads_map_itself();
   } else if (oracle == OracleKind::same_map) {

@@ -132,7 +132,7 @@ bool reshard_pair_equivalent(const Case& c) {
 }
 
 bool equivalent_to_truth(const Case& c, bool map_valid) {
-  if (!map_valid || c.undecoded_map || c.shards || c.digest || c.expect || c.expect_error) return false;
+  if (!map_valid || c.undecoded_map || c.undecoded_target_map || c.shards || c.digest || c.expect || c.expect_error) return false;
   if (c.ops.has(Op::reshard) && !reshard_pair_equivalent(c)) return false;
   if (!c.truth) return true;
   if (c.map.content_digests != c.truth->content_digests) return false;

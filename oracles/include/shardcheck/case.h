@@ -93,6 +93,10 @@ struct Case {
   // really uses (its extract of F is the expected shard; default: target_map). The
   // source side is `map` and `truth`, as for every other operation.
   std::optional<Map> target_map;
+  // The target map as the case file gives it, when it does not decode: the target map is
+  // under test too, so the case is refused format, a verdict (contract 9), and re-encodes
+  // it as given. `target_map` then holds an empty map, unused.
+  std::optional<Json> undecoded_target_map;
   std::optional<Map> target_truth;
   std::optional<Outcome> expect;
   std::optional<ErrorKind> expect_error;
@@ -115,9 +119,11 @@ struct Case {
 // is kind format.
 Result<Map> decode_map_text(std::string_view text);
 
-// Why the map under test does not decode (kind format, its path under "$.map"), or
-// nullopt when it does.
+// Why a map under test does not decode (kind format, its path under "$.map", else under
+// "$.target_map" for a reshard's target map), or ok() when both do.
 Status undecoded_map_error(const Case& c);
+// The same for the source map alone (the map a target is handed for rebuild and extract).
+Status undecoded_source_map_error(const Case& c);
 
 // A rank id written as a JSON key: canonical decimal ("1", never "01" or "-1").
 std::optional<Rank> parse_rank_key(const std::string& key);
