@@ -122,7 +122,7 @@ namespace fault {
 namespace {
 
 std::string list_text(std::span<const Index> values) { return fmt::format("{}", fmt::join(values, ",")); }
-std::string ranks_text(std::span<const Rank> ranks) { return "{" + list_text(ranks) + "}"; }
+std::string ranks_text(std::span<const Rank> ranks) { return fmt::format("{{{}}}", list_text(ranks)); }
 
 Where where_of(const PieceAt& at) { return Where::in_piece(at.rank, at.written, *at.piece); }
 

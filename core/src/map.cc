@@ -127,7 +127,7 @@ std::string describe(const Map& map) {
     else
       out += " shard (missing)";
     out += ":";
-    for (const auto& piece : entry.pieces) out += " " + describe(piece) + ";";
+    for (const auto& piece : entry.pieces) out += fmt::format(" {};", describe(piece));
   }
   return out;
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "shardcheck/gen/corruption.h"
 #include "shardcheck/oracles/truth.h"
 #include "shardcheck/gen/values.h"
@@ -105,7 +107,7 @@ std::string digest_state_for(int scale_power) {
     case 1: return "param";
     case -1: return "exp_avg";
     case -2: return "exp_avg_sq";
-    default: return "p" + std::to_string(scale_power);
+    default: return fmt::format("p{}", scale_power);
   }
 }
 
