@@ -4,8 +4,10 @@
 // device: without one it is reported as skipped, never as passed; the CUDA code itself
 // is still compiled when the toolkit is present.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -84,6 +86,31 @@ TEST(Backends, ABackendThatCannotBeMadeIsAFindingNotAPass) {
   const props::Evaluation evaluation = props::evaluate_case(campaign::generate_indexed_case(options, 0), eval);
   ASSERT_TRUE(evaluation.finding.has_value());
   EXPECT_EQ(evaluation.finding->signature, "backend:no-such-backend-vs-cpu:unavailable");
+}
+
+// A campaign's OpenMP threads wait passively unless told otherwise: its workers fill the
+// cores, and spinning threads starved them (--backend device-omp at 64 cases/s against
+// 2,195 with passive waits, the other core busy). What its target inherits shows it.
+TEST(Backends, CampaignsWaitPassivelyUnlessToldOtherwise) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("shardcheck-omp-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto policy_seen = [&](const std::string& env) {
+    const std::filesystem::path seen = dir / "seen";
+    std::filesystem::remove(seen);
+    // A target that writes what it inherited and then fails to start (the campaign stops).
+    const std::string target = "exec:echo \"$OMP_WAIT_POLICY\" > " + seen.string() + "; exit 3";
+    const std::string command = env + " " + SHARDCHECK_BINARY + " campaign --cases 1 --target '" + target +
+                                "' --out " + (dir / "out").string() + " >/dev/null 2>&1";
+    EXPECT_NE(std::system(command.c_str()), 0);
+    std::ifstream in(seen);
+    std::string policy;
+    std::getline(in, policy);
+    return policy;
+  };
+  EXPECT_EQ(policy_seen("env -u OMP_WAIT_POLICY"), "passive");
+  EXPECT_EQ(policy_seen("env OMP_WAIT_POLICY=active"), "active");
+  std::filesystem::remove_all(dir);
 }
 
 std::vector<std::unique_ptr<Backend>> cpu_and(std::unique_ptr<Backend> other) {
