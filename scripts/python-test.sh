@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The Python package as a newcomer installs it: a fresh virtual environment that sees
-# Debian's numpy (and torch, where installed), `pip install .[test]` (scikit-build-core,
-# nanobind and Hypothesis come from PyPI), a check that the `shardcheck` command is on the
-# venv's PATH and prints its help, a smoke check, then the pytest suite (with junitparser
-# and Debian's chromium for the report tests). CI runs this.
+# The Python package as a user installs a release of it: the wheel scripts/release.sh
+# builds (the release workflow's own, repaired by auditwheel) installed offline into a
+# fresh virtual environment that sees Debian's numpy (and torch, where installed), a check
+# that the `shardcheck` command is on the venv's PATH and prints its help, a smoke check,
+# then the pytest suite (pytest, Hypothesis and junitparser from PyPI, Debian's chromium for
+# the report tests). CI runs this.
+#
+#   bash scripts/python-test.sh [WHEEL_DIR]   (a folder release.sh made; default: make one)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-${SHARDCHECK_JOBS:-$(nproc)}}
@@ -23,20 +26,27 @@ if ((${#missing[@]})); then
 fi
 
 venv=$(mktemp -d)
-trap 'rm -rf "$venv"' EXIT
+wheels=${1:-}
+cleanup=("$venv")
+if [ -z "$wheels" ]; then
+  wheels=$(mktemp -d)
+  cleanup+=("$wheels")
+  bash "$root/scripts/release.sh" "$wheels"
+fi
+trap 'rm -rf "${cleanup[@]}"' EXIT
 /usr/bin/python3 -m venv --system-site-packages "$venv"
 py="$venv/bin/python"
-# -v: pip shows the build's progress (scikit-build-core's steps, one line per compiled
-# file) instead of minutes of silence. [test] brings pytest and Hypothesis.
-"$py" -m pip install --disable-pip-version-check -v "$root[test]"
+# The release's wheel, offline: nothing of shardcheck comes from an index.
+"$py" -m pip install --disable-pip-version-check --no-index --no-deps "$wheels"/shardcheck-*.whl
+# What the tests need beside it ([test] extra, and the JUnit validator of
+# python/tests/test_reports.py), from PyPI.
+"$py" -m pip install --disable-pip-version-check --quiet pytest hypothesis junitparser
 "$py" -c "import pytest, hypothesis"
-# The JUnit validator of python/tests/test_reports.py (a test tool, not a [test] extra).
-"$py" -m pip install --disable-pip-version-check --quiet junitparser
 
 # The command line ships in the wheel: `shardcheck` is on the environment's PATH.
 command=$(PATH="$venv/bin:$PATH" command -v shardcheck || true)
 if [ "$command" != "$venv/bin/shardcheck" ]; then
-  echo "pip install . left no shardcheck command in $venv/bin (found: '${command:-nothing}')" >&2
+  echo "the wheel left no shardcheck command in $venv/bin (found: '${command:-nothing}')" >&2
   exit 1
 fi
 help=$(PATH="$venv/bin:$PATH" shardcheck --help)
