@@ -21,7 +21,10 @@ be in CPU memory, C-contiguous and aligned; they are read in place, never copied
 non-contiguous array is refused with a TypeError rather than copied silently). Each shard
 and the full tensor are read as flat row-major buffers of the map's element count, as
 DeepSpeed does. Results are new arrays of the map's shape: torch tensors when the inputs
-are torch tensors, NumPy arrays otherwise.
+are torch tensors, NumPy arrays otherwise. NumPy has no bfloat16: ``rebuild`` and
+``reshard`` with ``dtype="bfloat16"`` read uint16 NumPy shards as bfloat16 bit patterns
+and return the result's bit patterns as uint16 arrays (what
+``shardcheck.torchfile.BFloat16Array`` holds).
 
 Resharding (contract 11) copies shard to shard through a transfer plan, without the
 full tensor in one place: ``reshard`` returns ``{target rank: shard}`` bit-exact to what
@@ -196,9 +199,11 @@ def _torch_tensor_type() -> _Any:
     return getattr(torch, "Tensor", None) if torch is not None else None
 
 
-def _array(value: _Any, what: str) -> tuple[_Any, bool, bool]:
+def _array(value: _Any, what: str, bfloat16_bits: bool = False) -> tuple[_Any, bool, bool]:
     """The array to hand to the core, whether it is a torch tensor, and whether it is a
-    uint8 view of a torch bool tensor (DLPack in torch cannot carry bool)."""
+    uint8 view of a torch bool tensor (DLPack in torch cannot carry bool).
+    ``bfloat16_bits``: the caller named dtype bfloat16, so a uint16 NumPy array holds its
+    bit patterns."""
     tensor_type = _torch_tensor_type()
     if tensor_type is not None and isinstance(value, tensor_type):
         # A parameter that requires grad cannot be exported; detaching shares its memory.
@@ -209,7 +214,9 @@ def _array(value: _Any, what: str) -> tuple[_Any, bool, bool]:
             return value.view(torch.uint8), True, True
         return value, True, False
     if isinstance(value, _numpy.ndarray):
-        if value.dtype.name not in DTYPES:
+        if bfloat16_bits and value.dtype.kind == "u" and value.dtype.itemsize == 2:
+            pass  # bfloat16 bit patterns (the core reads uint16 as bfloat16 when that dtype is named)
+        elif value.dtype.name not in DTYPES:
             raise TypeError(f"{what} has dtype {value.dtype}, which shardcheck does not convert ({', '.join(DTYPES)})")
         if value.dtype.byteorder not in ("=", "|") and value.dtype.byteorder != _NATIVE_ORDER:
             raise TypeError(
@@ -278,16 +285,16 @@ def _segments(max_segments: _Any) -> int:
     return budget
 
 
-def _shard_items(shards: _Any) -> tuple[list, bool]:
+def _shard_items(shards: _Any, dtype: _Optional[str] = None) -> tuple[list, bool]:
     """The shards as the core takes them, [(rank, array, as_bool)], and whether they are
-    torch tensors (so the result is too)."""
+    torch tensors (so the result is too). ``dtype``: the dtype the caller named, if any."""
     if not isinstance(shards, _Mapping):
         raise TypeError(f"shards must be a mapping of rank to array, not {type(shards).__name__}")
     items = []
     kinds = set()
     for key, value in shards.items():
         rank = _rank(key, "A shard key")
-        array, is_torch, as_bool = _array(value, f"The shard of rank {rank}")
+        array, is_torch, as_bool = _array(value, f"The shard of rank {rank}", dtype == "bfloat16")
         kinds.add(is_torch)
         items.append((rank, array, as_bool))
     if len(kinds) > 1:
@@ -298,7 +305,8 @@ def _shard_items(shards: _Any) -> tuple[list, bool]:
 def check(map: _Any, *, max_input_bytes: _Optional[int] = None) -> None:
     """Raises :class:`MapError` unless the map passes every check on the map alone
     (contract 3, conditions 1-6). ``max_input_bytes`` replaces the default input limit."""
-    _core.check(_map_text(map), _limit(max_input_bytes))
+    limit = _limit(max_input_bytes)
+    _core.check(_map_text(map), limit)
 
 
 def rebuild(
@@ -317,17 +325,19 @@ def rebuild(
     replicas that disagree, a shard of the wrong size or dtype. ``scale_power`` is 1 for
     a parameter, -1 for Adam's ``exp_avg``, -2 for ``exp_avg_sq``. ``dtype`` (a name
     such as ``"float32"``, a NumPy or a torch dtype) is needed only when no shard is
-    given; otherwise the shards' dtype is used and they must all agree.
+    given; otherwise the shards' dtype is used and they must all agree. With
+    ``dtype="bfloat16"``, uint16 NumPy shards are read as bfloat16 bit patterns and the
+    result is a uint16 array of the rebuilt bit patterns (NumPy has no bfloat16).
     ``digest_state`` (``"param"``, ``"exp_avg"``, ...) also verifies the content digest the
     map records for that state (contract 10): a rebuilt tensor whose digest differs, or a
     map without that record, is refused with kind ``digest``. ``max_input_bytes`` replaces
     the default input limit.
     """
-    items, torch = _shard_items(shards)
+    items, torch = _shard_items(shards, _dtype_name(dtype))
+    limit = _limit(max_input_bytes)
     text = _map_text(map)
     if digest_state is not None and not isinstance(digest_state, str):
         raise TypeError(f"digest_state must be a state name such as 'param', not {type(digest_state).__name__}")
-    limit = _limit(max_input_bytes)
     return _core.rebuild(text, items, _power(scale_power), _dtype_name(dtype), torch, digest_state, limit)
 
 
@@ -340,8 +350,8 @@ def extract(map: _Any, full: _Any, rank: int, scale_power: int = 1, *, max_input
     default input limit.
     """
     array, is_torch, as_bool = _array(full, "The full tensor")
-    text = _map_text(map)
     limit = _limit(max_input_bytes)
+    text = _map_text(map)
     return _core.extract(text, array, as_bool, _rank(rank, "rank"), _power(scale_power), is_torch, limit)
 
 
@@ -368,9 +378,10 @@ def plan(
     error. ``compare_replicas`` also plans comparisons of every holder of a replicated
     source element (counted in ``replica_checks``), not only a read of the lowest rank's.
     """
+    limit = _limit(max_input_bytes)
     source_text = _map_text(source_map)
     target_text = _map_text(target_map)
-    text = _core.plan(source_text, target_text, bool(compare_replicas), _segments(max_segments), _limit(max_input_bytes))
+    text = _core.plan(source_text, target_text, bool(compare_replicas), _segments(max_segments), limit)
     return _json.loads(text)
 
 
@@ -405,9 +416,11 @@ def reshard(
     ``digest``), then F as the target shards hold it, each target replica against its
     lowest holder's copy. A target map that records another value for the state is
     refused too. ``scale_power`` says which tensor the shards hold (the digest is of F
-    after unscaling); the copy itself never rescales.
+    after unscaling); the copy itself never rescales. With ``dtype="bfloat16"``, uint16
+    NumPy shards are bfloat16 bit patterns, and so are the uint16 results.
     """
-    items, torch = _shard_items(shards)
+    items, torch = _shard_items(shards, _dtype_name(dtype))
+    limit = _limit(max_input_bytes)
     source_text = _map_text(source_map)
     target_text = _map_text(target_map)
     if digest_state is not None and not isinstance(digest_state, str):
@@ -422,5 +435,5 @@ def reshard(
         _segments(max_segments),
         _power(scale_power),
         digest_state,
-        _limit(max_input_bytes),
+        limit,
     )

@@ -99,11 +99,18 @@ std::string dtype_text(nb::dlpack::dtype t) {
   return t.lanes == 1 ? fmt::format("{}{}", code, t.bits) : fmt::format("{}{}x{}", code, t.bits, t.lanes);
 }
 
+// Whether an array holds 16-bit unsigned integers: NumPy's stand-in for bfloat16 (it has
+// no bfloat16), read as bfloat16 bit patterns when the caller names that dtype.
+bool is_uint16(nb::dlpack::dtype t) {
+  return t.lanes == 1 && t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt) && t.bits == 16;
+}
+
 // A view of the caller's array as a flat row-major buffer, without copying. Only what
 // can be read that way in place is accepted; anything else is refused rather than
 // copied behind the caller's back. `as_bool`: the array is a uint8 view of a bool
-// tensor (torch cannot export bool through DLPack).
-Buffer borrow(const Array& a, const std::string& what, bool as_bool = false) {
+// tensor (torch cannot export bool through DLPack). `bfloat16_bits`: a uint16 array
+// holds bfloat16 bit patterns.
+Buffer borrow(const Array& a, const std::string& what, bool as_bool = false, bool bfloat16_bits = false) {
   const bool on_cuda = a.device_type() == nb::device::cuda::value;
   if (a.device_type() != nb::device::cpu::value && !on_cuda) {
     throw nb::type_error(
@@ -111,6 +118,7 @@ Buffer borrow(const Array& a, const std::string& what, bool as_bool = false) {
   }
   auto dtype = dtype_of(a.dtype());
   if (as_bool && dtype == DType::uint8) dtype = DType::boolean;
+  if (bfloat16_bits && is_uint16(a.dtype())) dtype = DType::bfloat16;
   if (!dtype) {
     throw nb::type_error(fmt::format("{} has dtype {}, which shardcheck does not convert (float16/32/64, "
                                      "bfloat16, int8/16/32/64, uint8, bool).",
@@ -191,14 +199,16 @@ Map decode(nb::handle text, std::optional<std::uint64_t> max_input_bytes) {
 }
 
 // Hands the core's result buffer to Python: the array owns it through a capsule.
-// A torch bool result goes out as uint8 and is viewed as bool again.
-nb::object to_array(Buffer&& result, const Extents& shape, bool torch, int device_id = -1) {
+// A torch bool result goes out as uint8 and is viewed as bool again; a bfloat16 result
+// goes to NumPy as its uint16 bit patterns when the inputs came that way
+// (`bfloat16_bits`).
+nb::object to_array(Buffer&& result, const Extents& shape, bool torch, int device_id = -1, bool bfloat16_bits = false) {
   const bool on_cuda = result.memory() == Memory::device;
   if (on_cuda && !torch) throw nb::type_error("A result on a CUDA device can only be returned as a torch tensor.");
   auto owned = std::make_unique<Buffer>(std::move(result));
   std::vector<std::size_t> extents(shape.begin(), shape.end());
   const DType dtype = owned->dtype();
-  if (!torch && dtype == DType::bfloat16) {
+  if (!torch && dtype == DType::bfloat16 && !bfloat16_bits) {
     throw nb::type_error("A bfloat16 result can only be returned as a torch tensor (NumPy has no bfloat16).");
   }
   const DType exported = torch && dtype == DType::boolean ? DType::uint8 : dtype;
@@ -213,7 +223,10 @@ nb::object to_array(Buffer&& result, const Extents& shape, bool torch, int devic
     if (exported != dtype) out = out.attr("view")(nb::module_::import_("torch").attr("bool"));
     return out;
   }
-  return nb::cast(nb::ndarray<nb::numpy>(data, extents.size(), extents.data(), owner, nullptr, dlpack_of(dtype)),
+  const nb::dlpack::dtype numpy_dtype =
+      dtype == DType::bfloat16 ? nb::dlpack::dtype{static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt), 16, 1}
+                               : dlpack_of(dtype);
+  return nb::cast(nb::ndarray<nb::numpy>(data, extents.size(), extents.data(), owner, nullptr, numpy_dtype),
                   nb::rv_policy::reference);
 }
 
@@ -232,14 +245,18 @@ Map decode_side(nb::handle text, std::optional<std::uint64_t> max_input_bytes, c
 struct BorrowedShards {
   ShardSet set;
   DType dtype = DType::float32;
-  int device_id = -1;  // the CUDA device of shards there
+  int device_id = -1;          // the CUDA device of shards there
+  bool bfloat16_bits = false;  // NumPy uint16 shards read as bfloat16 (dtype "bfloat16" named)
 };
 
 BorrowedShards borrow_shards(const std::vector<std::tuple<Rank, Array, bool>>& shards,
                              const std::optional<std::string>& dtype_name) {
   BorrowedShards out;
+  const bool bfloat16_named = dtype_name && parse_dtype(*dtype_name) == DType::bfloat16;
   for (const auto& [rank, array, as_bool] : shards) {
-    if (!out.set.emplace(rank, borrow(array, fmt::format("The shard of rank {}", rank), as_bool)).second) {
+    const bool bits = bfloat16_named && is_uint16(array.dtype());
+    out.bfloat16_bits = out.bfloat16_bits || bits;
+    if (!out.set.emplace(rank, borrow(array, fmt::format("The shard of rank {}", rank), as_bool, bits)).second) {
       throw nb::value_error(fmt::format("Two shards were supplied for rank {}.", rank).c_str());
     }
     if (array.device_type() != nb::device::cuda::value) continue;
@@ -295,7 +312,7 @@ nb::object py_rebuild(nb::handle text, const std::vector<std::tuple<Rank, Array,
     full.emplace(rebuild(map, in.set, in.dtype, options));
   }
   if (!*full) throw MapFailure{full->error()};
-  return to_array(std::move(*full).value(), map.logical_shape, torch, in.device_id);
+  return to_array(std::move(*full).value(), map.logical_shape, torch, in.device_id, in.bfloat16_bits);
 }
 
 nb::object py_extract(nb::handle text, const Array& full, bool as_bool, Rank rank, int scale_power,
@@ -353,7 +370,8 @@ nb::dict py_reshard(nb::handle source_text, nb::handle target_text,
   nb::dict result;
   for (auto& [rank, buffer] : out->value()) {
     // execute writes the shard of every target rank with a shard shape, and only those.
-    result[nb::cast(rank)] = to_array(std::move(buffer), *target.find_rank(rank)->shard_shape, torch);
+    result[nb::cast(rank)] =
+        to_array(std::move(buffer), *target.find_rank(rank)->shard_shape, torch, -1, in.bfloat16_bits);
   }
   return result;
 }

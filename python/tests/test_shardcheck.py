@@ -384,6 +384,34 @@ def test_unsupported_arrays_are_type_errors():
         shardcheck.extract(column_split(), misaligned, 0)
 
 
+BFLOAT16_PATTERNS = [0x7FC1, 0x7F81, 0x8000, 0x0001] + list(range(0x3F00, 0x3F14))  # NaNs, -0, subnormal
+
+
+def test_numpy_uint16_shards_are_bfloat16_bits_when_that_dtype_is_named():
+    """NumPy has no bfloat16: with dtype="bfloat16", uint16 shards are its bit patterns and
+    the result comes back as uint16 bit patterns (how shardcheck.torchfile hands bfloat16
+    tensors over without torch)."""
+    full = np.array(BFLOAT16_PATTERNS, dtype=np.uint16).reshape(4, 6)
+    shards = {0: np.ascontiguousarray(full[:, :4]), 1: np.ascontiguousarray(full[:, 4:])}
+    rebuilt = shardcheck.rebuild(column_split(), shards, dtype="bfloat16")
+    assert isinstance(rebuilt, np.ndarray) and rebuilt.dtype == np.uint16 and rebuilt.shape == (4, 6)
+    assert np.array_equal(rebuilt, full)
+    target = json.loads(json.dumps(column_split()))
+    resharded = shardcheck.reshard(column_split(), target, shards, dtype="bfloat16")
+    assert all(out.dtype == np.uint16 and np.array_equal(out, shards[r]) for r, out in resharded.items())
+    # Read as bfloat16, not as integers: a scale of 2 halves 2.0 (0x4000) to 1.0 (0x3f80),
+    # where an integer dtype with a scale is refused (contract 1.2).
+    scaled = {"logical_shape": [2], "ranks": {"0": {"shard_shape": [2], "pieces": [
+        {"shape": [2], "source": [0, [1]], "dest": [0, [1]], "locations": [0], "scale": 2.0}]}}}
+    two = np.array([0x4000, 0xC080], dtype=np.uint16)  # 2.0, -4.0
+    assert shardcheck.rebuild(scaled, {0: two}, dtype="bfloat16").tolist() == [0x3F80, 0xC000]
+    with pytest.raises(TypeError, match="uint16"):
+        shardcheck.rebuild(column_split(), shards)  # uint16 without the dtype named: no such dtype
+    with pytest.raises(MapError) as refused:
+        shardcheck.rebuild(scaled, {0: two.view(np.int16)}, dtype="int16")
+    assert refused.value.kind == "scale"
+
+
 @needs_torch
 def test_torch_tensors_in_and_out_bfloat16_bit_exact():
     patterns = [0x7FC1, 0x7F81, 0x8000, 0x0001] + list(range(0x3F00, 0x3F14))  # NaNs, -0, subnormal
