@@ -14,7 +14,9 @@ tuples) or an object with such a ``to_dict()``. It is always turned into JSON te
 decoded by shardcheck's C++ codec, so one validator judges every form; text and files
 reach the codec as they are, without a Python object per value. Text longer than
 ``max_input_bytes`` (by default an eighth of the machine's memory, at least 64 MiB) is
-refused with a ``format`` MapError that names the limit.
+refused with a ``format`` MapError that names the limit; a file is read no further than
+one byte past it, and one that is not a regular file (a FIFO, a socket, a device) is
+read as its input comes and refused once it gives nothing for 10 seconds.
 
 Arrays are NumPy arrays or, through DLPack, torch tensors (bfloat16 included). They must
 be in CPU memory, C-contiguous and aligned; they are read in place, never copied (a
@@ -35,6 +37,8 @@ full tensor in one place: ``reshard`` returns ``{target rank: shard}`` bit-exact
 import json as _json
 import numbers as _numbers
 import os as _os
+import select as _select
+import stat as _stat
 import sys as _sys
 from collections.abc import Mapping as _Mapping
 from importlib import metadata as _metadata
@@ -98,6 +102,10 @@ _DEFAULT_MAX_SEGMENTS = _core.default_max_segments()  # the core's ReshardOption
 _INT64_MAX = (1 << 63) - 1
 _MAX_INPUT_BYTES_CEILING = (1 << 32) - 1  # the core's kMaxInputBytesCeiling
 _NATIVE_ORDER = "<" if _sys.byteorder == "little" else ">"
+# How long a map path that is not a regular file (a FIFO, a socket, a device) may give
+# nothing before it is refused: reading a path never waits forever (contract 2).
+_INPUT_WAIT_SECONDS = 10.0
+_READ_CHUNK = 1 << 20
 
 
 class _Unwritable(Exception):
@@ -157,13 +165,66 @@ def _key_text(key: _Any) -> str:
     raise _Unwritable(f"a key of type {type(key).__name__}")
 
 
-def _map_text(map: _Any) -> _Any:
-    """The map as JSON text, str or bytes (the core reads either in place)."""
+def _read_path(path: _Any, limit: int) -> bytes:
+    """A map file's bytes, read no further than one byte past ``limit`` (more is refused,
+    ``format``, naming the limit). A regular file is read to its end; anything else (a
+    FIFO, a socket, a device) as its input comes, refused once it gives nothing for
+    _INPUT_WAIT_SECONDS. Opened without blocking, so a FIFO without a writer does not
+    stop the open either."""
+    flags = _os.O_RDONLY | getattr(_os, "O_NONBLOCK", 0) | getattr(_os, "O_CLOEXEC", 0) | getattr(_os, "O_NOCTTY", 0)
+    fd = _os.open(path, flags)
+    try:
+        info = _os.fstat(fd)
+        if _stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(21, "Is a directory", _os.fspath(path))
+        regular = _stat.S_ISREG(info.st_mode)
+        if regular and info.st_size > limit:
+            raise _too_long(path, limit)
+        poller = None
+        if not regular:
+            poller = _select.poll()
+            poller.register(fd, _select.POLLIN)
+        chunks, total = [], 0
+        while total <= limit:
+            if poller is not None and not poller.poll(_INPUT_WAIT_SECONDS * 1000):
+                raise MapError(
+                    f"$: {_os.fspath(path)} gave no input for {_INPUT_WAIT_SECONDS:g} seconds (it is not a regular "
+                    "file, and shardcheck does not wait longer for one).",
+                    kind="format",
+                    path="$",
+                )
+            try:
+                # A regular file in one read where it can (one buffer, not two); else by chunks.
+                chunk = _os.read(fd, min(info.st_size + 1 if regular else _READ_CHUNK, limit + 1 - total))
+            except BlockingIOError:
+                continue
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise _too_long(path, limit)
+        return b"".join(chunks)
+    finally:
+        _os.close(fd)
+
+
+def _too_long(path: _Any, limit: int) -> MapError:
+    return MapError(
+        f"$: {_os.fspath(path)} holds more than the limit of {limit} bytes (by default an eighth of this machine's "
+        "memory; max_input_bytes= raises it); it is read no further.",
+        kind="format",
+        path="$",
+    )
+
+
+def _map_text(map: _Any, limit: _Optional[int] = None) -> _Any:
+    """The map as JSON text, str or bytes (the core reads either in place). ``limit``: the
+    caller's input limit (None: the core's default), which bounds reading a path."""
     if isinstance(map, str):
         return map
     if isinstance(map, _os.PathLike):
-        with open(map, "rb") as file:
-            map = file.read()
+        map = _read_path(map, limit if limit is not None else _core.default_max_input_bytes())
     if isinstance(map, (bytes, bytearray)):
         map = bytes(map)
         if map.isascii():  # plain JSON: no copy, no decoding
@@ -306,7 +367,7 @@ def check(map: _Any, *, max_input_bytes: _Optional[int] = None) -> None:
     """Raises :class:`MapError` unless the map passes every check on the map alone
     (contract 3, conditions 1-6). ``max_input_bytes`` replaces the default input limit."""
     limit = _limit(max_input_bytes)
-    _core.check(_map_text(map), limit)
+    _core.check(_map_text(map, limit), limit)
 
 
 def rebuild(
@@ -335,7 +396,7 @@ def rebuild(
     """
     items, torch = _shard_items(shards, _dtype_name(dtype))
     limit = _limit(max_input_bytes)
-    text = _map_text(map)
+    text = _map_text(map, limit)
     if digest_state is not None and not isinstance(digest_state, str):
         raise TypeError(f"digest_state must be a state name such as 'param', not {type(digest_state).__name__}")
     return _core.rebuild(text, items, _power(scale_power), _dtype_name(dtype), torch, digest_state, limit)
@@ -351,7 +412,7 @@ def extract(map: _Any, full: _Any, rank: int, scale_power: int = 1, *, max_input
     """
     array, is_torch, as_bool = _array(full, "The full tensor")
     limit = _limit(max_input_bytes)
-    text = _map_text(map)
+    text = _map_text(map, limit)
     return _core.extract(text, array, as_bool, _rank(rank, "rank"), _power(scale_power), is_torch, limit)
 
 
@@ -379,8 +440,8 @@ def plan(
     source element (counted in ``replica_checks``), not only a read of the lowest rank's.
     """
     limit = _limit(max_input_bytes)
-    source_text = _map_text(source_map)
-    target_text = _map_text(target_map)
+    source_text = _map_text(source_map, limit)
+    target_text = _map_text(target_map, limit)
     text = _core.plan(source_text, target_text, bool(compare_replicas), _segments(max_segments), limit)
     return _json.loads(text)
 
@@ -421,8 +482,8 @@ def reshard(
     """
     items, torch = _shard_items(shards, _dtype_name(dtype))
     limit = _limit(max_input_bytes)
-    source_text = _map_text(source_map)
-    target_text = _map_text(target_map)
+    source_text = _map_text(source_map, limit)
+    target_text = _map_text(target_map, limit)
     if digest_state is not None and not isinstance(digest_state, str):
         raise TypeError(f"digest_state must be a state name such as 'param', not {type(digest_state).__name__}")
     return _core.reshard(

@@ -5,6 +5,9 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -410,6 +413,69 @@ def test_numpy_uint16_shards_are_bfloat16_bits_when_that_dtype_is_named():
     with pytest.raises(MapError) as refused:
         shardcheck.rebuild(scaled, {0: two.view(np.int16)}, dtype="int16")
     assert refused.value.kind == "scale"
+
+
+def test_a_path_is_read_no_further_than_the_input_limit(tmp_path):
+    """Contract 2: every reader is bounded before it reads. /dev/zero never ends: it is
+    read to one byte past the limit and refused, format, naming the limit."""
+    for path in (Path("/dev/zero"), tmp_path / "big.json"):
+        if path.name == "big.json":
+            path.write_text(" " * 5000 + json.dumps(column_split()))
+        started = time.monotonic()
+        with pytest.raises(MapError) as refused:
+            shardcheck.check(path, max_input_bytes=4096)
+        assert refused.value.kind == "format" and refused.value.path == "$"
+        assert "more than the limit of 4096 bytes" in str(refused.value) and str(path) in str(refused.value)
+        assert time.monotonic() - started < 5
+    (tmp_path / "map.json").write_text(json.dumps(column_split()))
+    shardcheck.check(tmp_path / "map.json", max_input_bytes=4096)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_a_fifo_never_makes_a_reader_wait_forever(tmp_path, monkeypatch):
+    """A path that is not a regular file is read as its input comes and refused once it
+    gives nothing for shardcheck._INPUT_WAIT_SECONDS (10 s; shortened here): a FIFO
+    without a writer, and one whose writer never writes. One whose writer writes a map
+    and closes is read."""
+    monkeypatch.setattr(shardcheck, "_INPUT_WAIT_SECONDS", 0.5)
+    fifo = tmp_path / "map.fifo"
+    os.mkfifo(fifo)
+    for label in ("no writer", "a writer that never writes"):
+        writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK) if label != "no writer" else None
+        started = time.monotonic()
+        try:
+            with pytest.raises(MapError) as refused:
+                shardcheck.check(fifo)
+        finally:
+            if writer is not None:
+                os.close(writer)
+        assert time.monotonic() - started < 5, label
+        assert refused.value.kind == "format" and "gave no input for 0.5 seconds" in str(refused.value), label
+
+    def write_map():
+        with open(fifo, "w") as f:  # blocks until the reader has opened the FIFO
+            f.write(json.dumps(column_split()))
+
+    writer_thread = threading.Thread(target=write_map)
+    writer_thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while True:  # the writer may open only after the reader: retry an empty read
+            try:
+                shardcheck.check(fifo)
+                break
+            except MapError:
+                if time.monotonic() > deadline:
+                    raise
+    finally:
+        writer_thread.join(timeout=10)
+    read_end, write_end = os.pipe()  # an anonymous pipe, as /dev/stdin or <(cat map.json) are
+    os.write(write_end, json.dumps(column_split()).encode())
+    os.close(write_end)
+    try:
+        shardcheck.check(Path(f"/dev/fd/{read_end}"))
+    finally:
+        os.close(read_end)
 
 
 @needs_torch
