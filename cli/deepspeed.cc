@@ -1,6 +1,6 @@
 // `shardcheck deepspeed inspect CHECKPOINT_DIR`: lives in the Python package
-// (shardcheck.deepspeed_checkpoint reads torch-saved checkpoints), so this command hands
-// its arguments to `python -m shardcheck deepspeed ...`. The interpreter is
+// (shardcheck.deepspeed_checkpoint reads torch-saved checkpoints with shardcheck.torchfile,
+// without torch), so this command hands its arguments to `python -m shardcheck deepspeed ...`. The interpreter is
 // $SHARDCHECK_PYTHON, else the one the package was built for (a `pip install .` build),
 // else python3 on PATH.
 #include <unistd.h>
@@ -39,7 +39,7 @@ int run_deepspeed(const std::vector<std::string>& args) {
   ::execvp(argv[0], argv.data());
   fmt::print(stderr,
              "shardcheck deepspeed: cannot run {}: {} (set SHARDCHECK_PYTHON to a Python with the "
-             "shardcheck package and torch: pip install .)\n",
+             "shardcheck package: pip install .; torch only for --unsafe-load)\n",
              python, std::strerror(errno));
   return kExitUsage;
 }

@@ -21,22 +21,27 @@ What is read, as ``deepspeed/checkpoint/ds_to_universal.py`` reads it:
   ``autoep_affine.validate_autoep_placement_descriptor`` does and lowered as
   ``autoep_placement_to_affine_map`` does.
 
-torch is imported only here, when a checkpoint is read, with ``weights_only=True``
-(``--unsafe-load`` allows full unpickling, which DeepSpeed itself uses, for checkpoints
-that pickle other objects: only for files you trust).
+Files are read by ``shardcheck.torchfile``, which runs nothing from them and needs no
+torch: tensors come back as NumPy arrays (bfloat16 as ``BFloat16Array``, its bit
+patterns), and anything but tensors, containers, strings and numbers is refused, exit
+2, naming the file and the global (contract 2). ``--unsafe-load`` is full unpickling with
+``torch.load(weights_only=False)``, as DeepSpeed itself loads: it runs code from the file,
+so it is only for files you trust.
 """
 
 import argparse
 import json
 import os
-import pickle
 import re
 import sys
-import types
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
+
 import shardcheck
+from shardcheck import torchfile
+from shardcheck.torchfile import CheckpointError
 
 # DeepSpeed 0.19.8, deepspeed/checkpoint/constants.py.
 MODEL_FILE_PREFIX = "mp_rank_"
@@ -69,6 +74,18 @@ _BIT_VIEWS = {"float64": "int64", "float32": "int32", "float16": "int16", "bfloa
 # Shards are written into a case file (so that a data-dependent refusal replays) up to this
 # many elements per parameter; above it the case holds the map alone.
 _MAX_CASE_ELEMENTS = 1 << 16
+# A `latest` tag file names a folder: a line of text.
+_MAX_LATEST_BYTES = 4096
+
+
+def default_max_checkpoint_bytes():
+    """The most bytes of model-state files one inspect reads (all files together): half of
+    this machine's memory, at least 64 MiB. Reading holds every file in memory once."""
+    try:
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        physical = 0
+    return max(physical // 2, 64 << 20)
 
 
 @dataclass
@@ -87,10 +104,6 @@ class ParamReport:
     case_file: str = ""
 
 
-class CheckpointError(Exception):
-    """The checkpoint cannot be read as DeepSpeed 0.19.8 writes it."""
-
-
 def model_files(directory, prefix=MODEL_FILE_PREFIX):
     """ds_to_universal's model-state files: get_files_with_prefix(get_files(dir), 'mp_rank_')
     (with prefix "": every *_model_states.pt, ZeRO-3's zero_pp_rank_R_mp_rank_XX ones too)."""
@@ -102,47 +115,56 @@ def model_files(directory, prefix=MODEL_FILE_PREFIX):
     return sorted(found)
 
 
-class _TensorsOnlyUnpickler(pickle.Unpickler):
-    """What weights_only=True allows (tensors, storages, containers, numbers, strings), for
-    a torch whose own weights_only unpickler cannot read what DeepSpeed writes (torch
-    1.13's refuses every float, universal_checkpoint_version among them)."""
-
-    ALLOWED = {("collections", "OrderedDict"), ("torch._utils", "_rebuild_tensor_v2"),
-               ("torch._utils", "_rebuild_parameter"), ("torch._tensor", "_rebuild_from_type_v2"),
-               ("torch", "Size"), ("torch", "device"), ("torch.serialization", "_get_layout"),
-               ("torch", "strided"), ("torch._utils", "_rebuild_parameter_with_state")}
-
-    def find_class(self, module, name):
-        if (module, name) in self.ALLOWED or (module == "torch" and name.endswith("Storage")):
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"{module}.{name} is not a tensor, a container or a number")
-
-
-_tensors_only = types.SimpleNamespace(Unpickler=_TensorsOnlyUnpickler, __name__="shardcheck_tensors_only",
-                                      load=lambda f, **kw: _TensorsOnlyUnpickler(f, **kw).load())
-
-
-def _load(path, unsafe):
-    """torch.load as ds_to_universal does, but with weights_only where the torch allows it:
-    torch's own weights_only unpickler, else one as strict (tensors, containers, numbers,
-    strings), else (--unsafe-load only) full unpickling."""
-    import torch
-
-    if unsafe:
+def _load(path, unsafe, max_bytes):
+    """One model-state file, by shardcheck.torchfile (no code from the file runs, no torch
+    needed), or with ``unsafe`` by torch.load(weights_only=False), which runs whatever the
+    file holds. Either way only a regular file of at most ``max_bytes`` is opened."""
+    if not unsafe:
         try:
-            return torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as error:
-            raise CheckpointError(f"{path}: {type(error).__name__}: {error}") from None
+            return torchfile.load(path, max_bytes=max_bytes)
+        except CheckpointError as error:
+            raise CheckpointError(f"{error}; pass --unsafe-load only if you trust the file") from None
+    torchfile.check_regular(path, max_bytes, what="torch.save file")
+    import torch  # only here: --unsafe-load is torch's own full unpickling
+
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:
-        pass
-    try:
-        return torch.load(path, map_location="cpu", weights_only=False, pickle_module=_tensors_only)
+        return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:
-        raise CheckpointError(
-            f"{path} holds more than tensors, containers and numbers ({type(error).__name__}: "
-            f"{str(error).splitlines()[0] if str(error) else ''}); if you trust the file, pass --unsafe-load") from None
+        raise CheckpointError(f"{path}: {type(error).__name__}: {error}") from None
+
+
+def _read_latest(path):
+    """The tag a `latest` file names (a line of text), read bounded like every input."""
+    try:
+        text = torchfile.read_bounded(path, _MAX_LATEST_BYTES, what="latest tag file")
+    except CheckpointError:
+        return None
+    try:
+        return text.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return None
+
+
+def _is_torch_tensor(value):
+    torch = sys.modules.get("torch")  # present only after --unsafe-load imported it
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _is_tensor(value):
+    return isinstance(value, np.ndarray) or _is_torch_tensor(value)
+
+
+def _dtype_of(tensor):
+    if isinstance(tensor, np.ndarray):
+        return torchfile.dtype_name(tensor)
+    return "bool" if str(tensor.dtype) == "torch.bool" else str(tensor.dtype).replace("torch.", "")
+
+
+def _flat(tensor):
+    """The tensor as the flat row-major buffer a shard is (no copy where it already is one)."""
+    if isinstance(tensor, np.ndarray):
+        return np.ascontiguousarray(tensor).reshape(-1)
+    return tensor.detach().contiguous().reshape(-1)
 
 
 def _rank_of(path, prefix):
@@ -247,12 +269,14 @@ def placement_to_map(descriptor, logical_shape):
 
 
 def _bits(tensor):
-    import torch
-
-    flat = tensor.detach().contiguous().reshape(-1)
-    name = "bool" if flat.dtype == torch.bool else str(flat.dtype).replace("torch.", "")
-    width = {"int64": 16, "int32": 8, "int16": 4, "int8": 2, "uint8": 2}[_BIT_VIEWS[name]]
-    values = flat.view(getattr(torch, _BIT_VIEWS[name])).tolist()
+    name = _dtype_of(tensor)
+    flat = _flat(tensor)
+    view = _BIT_VIEWS[name]
+    width = {"int64": 16, "int32": 8, "int16": 4, "int8": 2, "uint8": 2}[view]
+    if isinstance(flat, np.ndarray):
+        values = flat.view(np.dtype(view)).tolist()
+    else:
+        values = flat.view(getattr(sys.modules["torch"], view)).tolist()
     return [f"0x{v & ((1 << (4 * width)) - 1):0{width}x}" for v in values]
 
 
@@ -279,7 +303,7 @@ def _write_case(cases_dir, report, amap, shards, digest_state=None):
     }
     if digest_state:
         case["digest_state"] = digest_state
-    numel = sum(int(t.numel()) for t in shards.values())
+    numel = sum(int(np.prod(t.shape, dtype=object)) for t in shards.values())
     if shards and numel <= _MAX_CASE_ELEMENTS:
         case["shards"] = {str(rank): _bits(t) for rank, t in sorted(shards.items())}
     with open(path, "w", encoding="utf-8") as f:
@@ -291,14 +315,24 @@ def _write_case(cases_dir, report, amap, shards, digest_state=None):
 def _judge(report, amap, shards, cases_dir, rebuilt):
     """Checks the map, then rebuilds the parameter from its shards with strict conversion."""
     report.ranks = sorted(shards)
+    for rank, tensor in sorted(shards.items()):
+        if not _is_tensor(tensor):
+            report.verdict, report.kind = "refused", "format"
+            report.message = f"rank {rank} holds {type(tensor).__name__} under this name, not a tensor"
+            return
     if shards:
-        first = next(iter(shards.values()))
-        report.dtype = "bool" if str(first.dtype) == "torch.bool" else str(first.dtype).replace("torch.", "")
-    digest_state = "param" if isinstance(amap, dict) and "param" in (amap.get("content_digests") or {}) else None
+        report.dtype = _dtype_of(next(iter(shards.values())))
+    digests = amap.get("content_digests") if isinstance(amap, dict) else None
+    digest_state = "param" if isinstance(digests, dict) and "param" in digests else None
+    # NumPy has no bfloat16: the reader's bfloat16 arrays are uint16 bit patterns, which
+    # shardcheck reads as bfloat16 when that dtype is named.
+    bits16 = any(isinstance(t, torchfile.BFloat16Array) for t in shards.values())
     try:
         shardcheck.check(amap)
-        flat = {rank: tensor.detach().contiguous().reshape(-1) for rank, tensor in shards.items()}
-        full = shardcheck.rebuild(amap, flat, digest_state=digest_state)
+        flat = {rank: _flat(tensor) for rank, tensor in shards.items()}
+        full = shardcheck.rebuild(amap, flat, digest_state=digest_state, dtype="bfloat16" if bits16 else None)
+        if bits16:
+            full = full.view(torchfile.BFloat16Array)
         report.shape = list(full.shape)
         report.verdict = "exact"
         if rebuilt is not None:
@@ -307,18 +341,29 @@ def _judge(report, amap, shards, cases_dir, rebuilt):
     except shardcheck.MapError as error:
         report.verdict, report.kind, report.message = "refused", error.kind, str(error)
         report.case_file = _write_case(cases_dir, report, amap, shards, digest_state)
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, RecursionError) as error:
         report.verdict, report.kind, report.message = "refused", "format", str(error)
         report.case_file = _write_case(cases_dir, report, amap if isinstance(amap, dict) else {}, {})
 
 
-def _affine_params(info):
-    affine = info.get(AFFINE_MAP, {}) if isinstance(info, dict) else {}
+def _affine_params(info, path):
+    """The affine-map envelope's {pattern: map}, the envelope checked as DeepSpeed reads it."""
+    if not isinstance(info, dict):
+        return {}
+    affine = info.get(AFFINE_MAP, {})
+    if not isinstance(affine, dict):
+        raise CheckpointError(f"{path} holds an affine map envelope that is a {type(affine).__name__}, not a dict")
     version = affine.get(AFFINE_MAP_VERSION, AFFINE_MAP_FORMAT_VERSION)
+    if type(version) is not int:
+        raise CheckpointError(f"{path} records the affine map format version as a {type(version).__name__}, not "
+                              f"an integer")
     if version > AFFINE_MAP_FORMAT_VERSION:
         raise CheckpointError(f"the checkpoint records affine map format version {version}, but DeepSpeed 0.19.8 "
                               f"understands up to {AFFINE_MAP_FORMAT_VERSION}")
-    return affine.get(AFFINE_MAP_PARAMS, {})
+    params = affine.get(AFFINE_MAP_PARAMS, {})
+    if not isinstance(params, dict) or not all(isinstance(pattern, str) for pattern in params):
+        raise CheckpointError(f"{path} holds affine map params that are not a dict keyed by patterns")
+    return params
 
 
 def _autoep_entries(states):
@@ -327,47 +372,74 @@ def _autoep_entries(states):
         entries = state.get(AUTOEP_LAYERS_KEY)
         if entries is None:
             entries = state.get(AUTOEP_LAYERS_KEY_LEGACY)
-        for entry in entries or []:
-            if isinstance(entry, dict) and entry.get(AUTOEP_EXPERT_KEY_PREFIX):
+        if not isinstance(entries, (list, tuple)):
+            continue
+        for entry in entries:
+            if isinstance(entry, dict) and isinstance(entry.get(AUTOEP_EXPERT_KEY_PREFIX), str) and \
+                    entry.get(AUTOEP_EXPERT_KEY_PREFIX):
                 yield key, entry
 
 
-def inspect(directory, cases_dir="shardcheck-inspect", unsafe_load=False, rebuilt=None):
+def _module(state, path):
+    module = state.get(MODULE_KEY)
+    if module is None:
+        return {}
+    if not isinstance(module, dict) or not all(isinstance(name, str) for name in module):
+        raise CheckpointError(f"{path} holds a module state that is not a dict keyed by parameter names")
+    return module
+
+
+def inspect(directory, cases_dir="shardcheck-inspect", unsafe_load=False, rebuilt=None, max_bytes=None):
     """Every parameter an affine map or an AutoEP placement describes, judged: a list of
-    ParamReport. ``rebuilt``, a dict, receives each exactly rebuilt tensor by name.
-    Raises CheckpointError when the checkpoint cannot be read."""
+    ParamReport. ``rebuilt``, a dict, receives each exactly rebuilt tensor by name (NumPy
+    arrays, bfloat16 ones as BFloat16Array; torch tensors with ``unsafe_load``).
+    ``max_bytes``: the most bytes of model-state files read, all together (default
+    default_max_checkpoint_bytes()). Raises CheckpointError when the checkpoint cannot be
+    read."""
     if not os.path.isdir(directory):
         raise CheckpointError(f"{directory} is not a directory")
     latest = os.path.join(directory, "latest")
     if os.path.isfile(latest):  # DeepSpeed's save_checkpoint tag file
-        with open(latest, encoding="utf-8") as f:
-            tagged = os.path.join(directory, f.read().strip())
-        if os.path.isdir(tagged):
+        tag = _read_latest(latest)
+        tagged = os.path.join(directory, tag) if tag else None
+        if tagged and os.path.isdir(tagged):
             directory = tagged
     every_file = model_files(directory, prefix="")
     if not every_file:
         raise CheckpointError(f"{directory} holds no *{MODEL_FILE_SUFFIX} files")
-    loaded = {path: _load(path, unsafe_load) for path in every_file}
+    limit = default_max_checkpoint_bytes() if max_bytes is None else max_bytes
+    budget = limit
+    loaded = {}
+    for path in every_file:
+        size = torchfile.check_regular(path, None, what="torch.save file")
+        if size > budget:
+            raise CheckpointError(f"{path} is {size} bytes, more than the {budget} bytes left of the limit of {limit} "
+                                  f"bytes for a checkpoint's model-state files (--max-checkpoint-bytes), so it is "
+                                  f"not read")
+        loaded[path] = _load(path, unsafe_load, budget)
+        budget -= size
     for path, state in loaded.items():
         if not isinstance(state, dict):
             raise CheckpointError(f"{path} holds a {type(state).__name__}, not a model-state dict")
+    modules = {path: _module(state, path) for path, state in loaded.items()}  # checked once, for every file
     # Tensor parallel ranks: the mp_rank_XX files (ZeRO-3's per-rank files are AutoEP's).
     states = {}
     files = model_files(directory)
+    rank_modules = {}
     for path in files:
         rank = _rank_of(path, MODEL_FILE_PREFIX)
         if rank in states:
             raise CheckpointError(f"two model-state files for tensor parallel rank {rank}")
         states[rank] = loaded[path]
+        rank_modules[rank] = modules[path]
     info = states[_rank_of(files[0], MODEL_FILE_PREFIX)].get(UNIVERSAL_CHECKPOINT_INFO, {}) if files else {}
-    affine_params = _affine_params(info)
+    affine_params = _affine_params(info, files[0] if files else directory)
 
     reports = []
-    names = []
-    for state in states.values():
-        for name in (state.get(MODULE_KEY) or {}):
-            if name not in names:
-                names.append(name)
+    names = {}  # every parameter name, in order of first appearance
+    for module in rank_modules.values():
+        for name in module:
+            names.setdefault(name, None)
     for name in names:
         matched = [pattern for pattern in affine_params if re.match(pattern, name)]
         if not matched:
@@ -378,7 +450,7 @@ def inspect(directory, cases_dir="shardcheck-inspect", unsafe_load=False, rebuil
             report.message = f"more than one affine map pattern matches: {matched}"
             reports.append(report)
             continue
-        shards = {rank: state[MODULE_KEY][name] for rank, state in states.items() if name in (state.get(MODULE_KEY) or {})}
+        shards = {rank: module[name] for rank, module in rank_modules.items() if name in module}
         _judge(report, affine_params[matched[0]], shards, cases_dir, rebuilt)
         reports.append(report)
 
@@ -393,13 +465,21 @@ def inspect(directory, cases_dir="shardcheck-inspect", unsafe_load=False, rebuil
         by_ep_rank = {}
         for path, other in _autoep_entries(loaded):
             if other.get(AUTOEP_EXPERT_KEY_PREFIX) == prefix:
-                by_ep_rank[int(other.get(AUTOEP_PARAM_EP_RANK, 0))] = loaded[path].get(MODULE_KEY) or {}
+                ep_rank = other.get(AUTOEP_PARAM_EP_RANK, 0)
+                if type(ep_rank) is not int:
+                    raise CheckpointError(f"{path} gives the AutoEP layer {prefix!r} the ep_rank "
+                                          f"{type(ep_rank).__name__}, not an integer")
+                by_ep_rank[ep_rank] = modules[path]
         for weight in AUTOEP_EXPERT_WEIGHTS:
             name = f"{prefix}.{weight}"
             shards = {ep: module[name] for ep, module in by_ep_rank.items() if name in module}
             if not shards:
                 continue
             report = ParamReport(name=name, source=f"autoep {prefix}")
+            if not all(_is_tensor(t) for t in shards.values()):
+                _judge(report, {}, shards, cases_dir, rebuilt)  # refused: not a tensor
+                reports.append(report)
+                continue
             try:
                 placement = entry.get(AUTOEP_EXPERT_PLACEMENT)
                 if placement is None:
@@ -414,7 +494,7 @@ def inspect(directory, cases_dir="shardcheck-inspect", unsafe_load=False, rebuil
                 elif json.loads(json.dumps(amap)) != json.loads(json.dumps(lowered)):
                     # As autoep_metadata_to_affine_map: a serialized map must be the placement's.
                     raise ValueError("AutoEP affine map disagrees with the expert placement descriptor.")
-            except (ValueError, KeyError, TypeError) as error:
+            except (ValueError, KeyError, TypeError, RecursionError) as error:
                 report.verdict, report.kind, report.message = "refused", "placement", str(error)
                 reports.append(report)
                 continue
@@ -447,16 +527,24 @@ def main(argv=None):
     inspect_parser.add_argument("--cases", default="shardcheck-inspect",
                                 help="folder for a case file per refused map (default shardcheck-inspect)")
     inspect_parser.add_argument("--json", action="store_true", help="print one JSON object per parameter")
+    inspect_parser.add_argument("--max-checkpoint-bytes", type=int, default=None, metavar="N",
+                                help="the most bytes of model-state files read, all files together (default half "
+                                     "of this machine's memory, at least 64 MiB)")
     inspect_parser.add_argument("--unsafe-load", action="store_true",
-                                help="torch.load with weights_only=False (full unpickling: trusted files only)")
+                                help="full unpickling with torch.load(weights_only=False): runs code from the file; "
+                                     "only for files you trust (needs torch). Without it, files are read by "
+                                     "shardcheck's own reader, which runs nothing from them and refuses anything but "
+                                     "tensors, containers, strings and numbers")
     args = parser.parse_args(argv)
+    if args.max_checkpoint_bytes is not None and args.max_checkpoint_bytes < 1:
+        parser.error("--max-checkpoint-bytes must be at least 1")
     try:
-        reports = inspect(args.checkpoint, args.cases, args.unsafe_load)
+        reports = inspect(args.checkpoint, args.cases, args.unsafe_load, max_bytes=args.max_checkpoint_bytes)
     except CheckpointError as error:
         print(f"shardcheck deepspeed inspect: {error}", file=sys.stderr)
         return 2
     except ImportError as error:
-        print(f"shardcheck deepspeed inspect: {error} (reading a checkpoint needs torch)", file=sys.stderr)
+        print(f"shardcheck deepspeed inspect: {error} (--unsafe-load needs torch)", file=sys.stderr)
         return 2
     if args.json:
         for r in reports:

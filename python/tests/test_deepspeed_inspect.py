@@ -2,16 +2,21 @@
 torch.save (a two-layer tensor parallel 2 model with affine maps in
 universal_checkpoint_info, an AutoEP layer of ZeRO-3 per-rank files), clean ones rebuilt
 bit-exact, planted map corruptions each refused with its kind and a case file that
-`shardcheck repro` replays."""
+`shardcheck repro` replays. inspect reads them with shardcheck.torchfile (NumPy arrays
+out, no torch); the tests write them with torch."""
 
 import copy
 import json
+import os
 import re
 import subprocess
+import sys
 
+import numpy as np
 import pytest
 
 from shardcheck import deepspeed_checkpoint as inspect_module
+from shardcheck import torchfile
 from test_package import command_path
 
 torch = pytest.importorskip("torch", reason="reading DeepSpeed checkpoints needs torch (Debian: python3-torch)")
@@ -91,7 +96,9 @@ def test_a_clean_tp2_checkpoint_rebuilds_bit_exact(tmp_path):
     assert sorted(r.name for r in reports) == sorted(full)
     assert all(r.verdict == "exact" for r in reports), [(r.name, r.message) for r in reports]
     for name, tensor in full.items():
-        assert torch.equal(rebuilt[name].view(torch.int32), tensor.view(torch.int32)), name
+        assert isinstance(rebuilt[name], np.ndarray) and rebuilt[name].dtype == np.float32, name
+        assert rebuilt[name].shape == tuple(tensor.shape), name
+        assert np.array_equal(rebuilt[name].view(np.int32), tensor.numpy().view(np.int32)), name
     assert not (tmp_path / "cases").exists()
 
 
@@ -106,9 +113,10 @@ def test_deepspeed_reads_the_same_maps(tmp_path):
         pytest.skip(f"DeepSpeed's sdist is not here ({missing})")
     full = save_tp2(tmp_path / "ckpt")
     name = "layers.1.mlp.dense_4h_to_h.weight"
-    states = [torch.load(tmp_path / "ckpt" / f"mp_rank_{r:02d}_model_states.pt") for r in (0, 1)]
+    states = [torchfile.load(tmp_path / "ckpt" / f"mp_rank_{r:02d}_model_states.pt") for r in (0, 1)]
     amap = affine.ParamAffineMap.from_dict(row_split())
-    assert torch.equal(amap.rebuild({r: states[r]["module"][name].reshape(-1) for r in (0, 1)}), full[name])
+    shards = {r: torch.from_numpy(np.array(states[r]["module"][name])).reshape(-1) for r in (0, 1)}
+    assert torch.equal(amap.rebuild(shards), full[name])
 
 
 def corrupt_map(pattern, edit):
@@ -204,7 +212,9 @@ def test_an_autoep_layer_rebuilds_bit_exact(tmp_path):
     (report,) = inspect_module.inspect(str(tmp_path / "ckpt"), str(tmp_path / "cases"), rebuilt=rebuilt)
     assert report.verdict == "exact", report.message
     assert report.source == "autoep layers.0.moe.experts" and report.ranks == [0, 1]
-    assert torch.equal(rebuilt["layers.0.moe.experts.w1"], full)
+    out = rebuilt["layers.0.moe.experts.w1"]
+    assert out.shape == tuple(full.shape) and out.dtype == np.float32
+    assert np.array_equal(out.view(np.int32), full.numpy().view(np.int32))
 
 
 def test_the_placement_lowering_is_deepspeeds(tmp_path):
@@ -279,3 +289,64 @@ def test_a_recorded_content_digest_is_verified(tmp_path):
     assert reports["layers.1.input_layernorm.weight"].kind == "digest"
     others = [r for n, r in reports.items() if "input_layernorm" not in n]
     assert all(r.verdict == "exact" and r.digest == "" for r in others)
+
+
+BLOCK_TORCH = ("import sys; sys.modules['torch'] = None; from shardcheck.__main__ import run; "
+               "sys.exit(run(sys.argv[1:]))")
+
+
+def test_the_same_table_verdicts_and_case_files_with_torch_without_it_and_with_torch_load(tmp_path):
+    """inspect needs no torch: run where `import torch` fails, it prints the same table and
+    writes the same case files as with torch installed, and as --unsafe-load (torch.load)
+    does; --json the same objects. A bfloat16 checkpoint too."""
+    folders = {"fp32": tmp_path / "fp32", "bf16": tmp_path / "bf16"}
+    overlap = corrupt_map(QKV, lambda m: m["ranks"]["1"]["pieces"][0]["source"].__setitem__(0, 8))
+    save_tp2(folders["fp32"], maps=overlap,
+             shard_edit=lambda rank, module: rank == 1 and module["layers.1.input_layernorm.weight"].add_(1.0))
+
+    def to_bf16(rank, module):
+        for name in module:
+            module[name] = module[name].to(torch.bfloat16)
+        if rank == 1:
+            module["layers.0.input_layernorm.weight"].add_(1.0)
+    save_tp2(folders["bf16"], shard_edit=to_bf16)
+    for label, folder in folders.items():
+        outputs = {}
+        for how, head, extra in (("with torch", [sys.executable, "-m", "shardcheck"], []),
+                                 ("without torch", [sys.executable, "-c", BLOCK_TORCH], []),
+                                 ("torch.load", [sys.executable, "-m", "shardcheck"], ["--unsafe-load"])):
+            cases = tmp_path / f"cases-{label}-{how.replace(' ', '-')}"
+            runs = [subprocess.run(head + ["deepspeed", "inspect", str(folder), "--cases", str(cases)] + extra + json,
+                                   capture_output=True, text=True, timeout=120) for json in ([], ["--json"])]
+            assert [r.returncode for r in runs] == [1, 1], (label, how, runs[0].stdout + runs[0].stderr)
+            files = {p.name: p.read_text() for p in sorted(cases.glob("*.json"))}
+            outputs[how] = ([r.stdout.replace(str(cases), "CASES") for r in runs], files)
+        assert outputs["with torch"] == outputs["without torch"] == outputs["torch.load"], label
+        table, files = outputs["without torch"]
+        assert "refused different_data" in table[0] and files, label
+        if label == "bf16":
+            rows = [json.loads(line) for line in table[1].splitlines() if line.startswith("{")]
+            assert {r["dtype"] for r in rows} == {"bfloat16"} and sum(r["verdict"] == "exact" for r in rows) == 5
+            case = json.loads(next(iter(files.values())))
+            assert case["dtype"] == "bfloat16" and all(len(v) == 6 for s in case["shards"].values() for v in s)
+
+
+def test_bfloat16_rebuilt_bit_exact_without_torch(tmp_path):
+    full = save_tp2(tmp_path / "ckpt", shard_edit=lambda rank, module: module.update(
+        {name: tensor.to(torch.bfloat16) for name, tensor in module.items()}))
+    rebuilt = {}
+    reports = inspect_module.inspect(str(tmp_path / "ckpt"), str(tmp_path / "cases"), rebuilt=rebuilt)
+    assert len(reports) == 6 and all(r.verdict == "exact" and r.dtype == "bfloat16" for r in reports)
+    for name, tensor in full.items():
+        bits = tensor.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+        assert isinstance(rebuilt[name], torchfile.BFloat16Array) and np.array_equal(rebuilt[name], bits), name
+
+
+def test_latest_names_the_tag_folder_and_is_read_bounded(tmp_path):
+    save_tp2(tmp_path / "ckpt" / "global_step3")
+    (tmp_path / "ckpt" / "latest").write_text("global_step3\n")
+    assert len(inspect_module.inspect(str(tmp_path / "ckpt"), str(tmp_path / "cases"))) == 6
+    (tmp_path / "ckpt" / "latest").unlink()
+    os.mkfifo(tmp_path / "ckpt" / "latest")  # not a file: never opened (a plain open would block)
+    assert len(inspect_module.inspect(str(tmp_path / "ckpt"), str(tmp_path / "cases"))) == 6  # found by the walk
+    assert inspect_module._read_latest("/dev/zero") is None  # more than a tag's 4096 bytes: not a tag
