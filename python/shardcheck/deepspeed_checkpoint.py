@@ -26,10 +26,13 @@ torch: tensors come back as NumPy arrays (bfloat16 as ``BFloat16Array``, its bit
 patterns), and anything but tensors, containers, strings and numbers is refused, exit
 2, naming the file and the global (contract 2). ``--unsafe-load`` is full unpickling with
 ``torch.load(weights_only=False)``, as DeepSpeed itself loads: it runs code from the file,
-so it is only for files you trust.
+so it is only for files you trust. Affine-map patterns are matched with ``re.match``
+semantics by the ``regex`` package, each match in at most ``MATCH_TIMEOUT_S`` seconds; a
+pattern that does not finish is a refusal in the parameter's row.
 """
 
 import argparse
+import collections
 import json
 import os
 import re
@@ -38,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
+import regex
 
 import shardcheck
 from shardcheck import torchfile
@@ -74,6 +78,12 @@ _BIT_VIEWS = {"float64": "int64", "float32": "int32", "float16": "int16", "bfloa
 # Shards are written into a case file (so that a data-dependent refusal replays) up to this
 # many elements per parameter; above it the case holds the map alone.
 _MAX_CASE_ELEMENTS = 1 << 16
+# Matching one affine-map pattern against one parameter name may take this long (contract
+# 2: a pattern from a checkpoint is matched in bounded time, or refused). A pattern that has
+# run out of time on MAX_PATTERN_TIMEOUTS names is not tried again: every later name's row
+# is then refused, since whether the pattern matches it is unknown.
+MATCH_TIMEOUT_S = 1.0
+MAX_PATTERN_TIMEOUTS = 5
 # A `latest` tag file names a folder: a line of text.
 _MAX_LATEST_BYTES = 4096
 
@@ -366,6 +376,48 @@ def _affine_params(info, path):
     return params
 
 
+def _compile_patterns(params, path):
+    """Each envelope pattern compiled by `regex` (re.match's syntax and meaning, plus a
+    timeout); a pattern that does not compile makes the envelope unreadable."""
+    compiled = {}
+    for pattern in params:
+        try:
+            compiled[pattern] = regex.compile(pattern)
+        except (regex.error, ValueError, OverflowError, RecursionError) as error:
+            raise CheckpointError(f"{path} holds the affine map pattern {pattern!r}, which does not compile "
+                                  f"({error})") from None
+    return compiled
+
+
+class _PatternClock:
+    """How often each pattern has run out of time; MAX_PATTERN_TIMEOUTS retires it."""
+
+    def __init__(self):
+        self.timeouts = collections.Counter()
+        self.first = {}  # pattern -> the first name it ran out of time on
+
+    def match(self, compiled, name):
+        """(patterns that match ``name``, [(pattern, why it is undecided for ``name``)])."""
+        matched, undecided = [], []
+        for pattern, rx in compiled.items():
+            if self.timeouts[pattern] >= MAX_PATTERN_TIMEOUTS:
+                undecided.append((pattern, f"the affine map pattern {pattern!r} ran out of its {MATCH_TIMEOUT_S:g} s "
+                                           f"on {self.timeouts[pattern]} names (the first {self.first[pattern]!r}) "
+                                           f"and is not tried again, so whether its map applies to this name is "
+                                           f"unknown"))
+                continue
+            try:
+                if rx.match(name, timeout=MATCH_TIMEOUT_S):
+                    matched.append(pattern)
+            except TimeoutError:
+                self.timeouts[pattern] += 1
+                self.first.setdefault(pattern, name)
+                undecided.append((pattern, f"matching the affine map pattern {pattern!r} against this name did not "
+                                           f"finish within {MATCH_TIMEOUT_S:g} s, so whether its map applies is "
+                                           f"unknown"))
+        return matched, undecided
+
+
 def _autoep_entries(states):
     """(file, entry) of every AutoEP metadata entry of every model state."""
     for key, state in states.items():
@@ -434,17 +486,25 @@ def inspect(directory, cases_dir="shardcheck-inspect", unsafe_load=False, rebuil
         rank_modules[rank] = modules[path]
     info = states[_rank_of(files[0], MODEL_FILE_PREFIX)].get(UNIVERSAL_CHECKPOINT_INFO, {}) if files else {}
     affine_params = _affine_params(info, files[0] if files else directory)
+    compiled = _compile_patterns(affine_params, files[0] if files else directory)
 
     reports = []
     names = {}  # every parameter name, in order of first appearance
     for module in rank_modules.values():
         for name in module:
             names.setdefault(name, None)
+    clock = _PatternClock()
     for name in names:
-        matched = [pattern for pattern in affine_params if re.match(pattern, name)]
-        if not matched:
+        matched, undecided = clock.match(compiled, name)
+        if not matched and not undecided:
             continue
-        report = ParamReport(name=name, source=f"affine_map {'|'.join(matched)}")
+        patterns = matched + [pattern for pattern, _ in undecided]
+        report = ParamReport(name=name, source=f"affine_map {'|'.join(patterns)}")
+        if undecided:
+            report.verdict, report.kind = "refused", "format"
+            report.message = "; ".join(why for _, why in undecided)
+            reports.append(report)
+            continue
         if len(matched) > 1:
             report.verdict, report.kind = "refused", "format"
             report.message = f"more than one affine map pattern matches: {matched}"

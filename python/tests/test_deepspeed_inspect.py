@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -340,6 +341,39 @@ def test_bfloat16_rebuilt_bit_exact_without_torch(tmp_path):
     for name, tensor in full.items():
         bits = tensor.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
         assert isinstance(rebuilt[name], torchfile.BFloat16Array) and np.array_equal(rebuilt[name], bits), name
+
+
+def test_a_pattern_is_matched_in_bounded_time_or_refused(tmp_path, monkeypatch):
+    """Contract 2: (a+)+$ against 'a'*40 + '!' (2**40 steps for Python's re) finishes at
+    once; (a|a)*$ runs out of its 1 s and that parameter's row is refused format, naming
+    the pattern and the limit. A pattern out of time on MAX_PATTERN_TIMEOUTS names is not
+    tried again: every later name is refused, since whether it applies is unknown."""
+    evil = "a" * 40 + "!"
+    maps = {pattern: make() for pattern, make in PATTERNS.items()}
+    maps.update({"(a+)+$": replicated(), "(a|a)*$": replicated()})
+    save_tp2(tmp_path / "ckpt", maps=maps,
+             shard_edit=lambda rank, module: module.__setitem__(evil, torch.ones(HIDDEN)))
+    started = time.monotonic()
+    reports = {r.name: r for r in inspect_module.inspect(str(tmp_path / "ckpt"), str(tmp_path / "cases"))}
+    assert time.monotonic() - started < 10
+    assert reports[evil].verdict == "refused" and reports[evil].kind == "format"
+    assert reports[evil].message == ("matching the affine map pattern '(a|a)*$' against this name did not finish "
+                                     "within 1 s, so whether its map applies is unknown")
+    assert all(r.verdict == "exact" for name, r in reports.items() if name != evil), reports
+    monkeypatch.setattr(inspect_module, "MATCH_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(inspect_module, "MAX_PATTERN_TIMEOUTS", 2)
+    evils = ["a" * n + "!" for n in (30, 31, 32)]
+
+    def evils_first(rank, module):  # the module's names in this order: 3 evil ones, then the model's
+        model = dict(module)
+        module.clear()
+        module.update({e: torch.ones(HIDDEN) for e in evils}, **model)
+    save_tp2(tmp_path / "more", maps={"(a|a)*$": replicated()}, shard_edit=evils_first)
+    reports = inspect_module.inspect(str(tmp_path / "more"), str(tmp_path / "cases"))
+    assert [r.name for r in reports] == evils + list(tp2_model()) and all(r.kind == "format" for r in reports)
+    assert all("did not finish within 0.05 s" in r.message for r in reports[:2])
+    assert all("ran out of its 0.05 s on 2 names (the first 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!') and is not tried "
+               "again" in r.message for r in reports[2:])
 
 
 def test_latest_names_the_tag_folder_and_is_read_bounded(tmp_path):
