@@ -28,7 +28,8 @@ patterns), and anything but tensors, containers, strings and numbers is refused,
 ``torch.load(weights_only=False)``, as DeepSpeed itself loads: it runs code from the file,
 so it is only for files you trust. Affine-map patterns are matched with ``re.match``
 semantics by the ``regex`` package, each match in at most ``MATCH_TIMEOUT_S`` seconds; a
-pattern that does not finish is a refusal in the parameter's row.
+pattern that does not finish is a refusal in the parameter's row. Text from the
+checkpoint (names, patterns, messages) is printed with control characters escaped.
 """
 
 import argparse
@@ -37,6 +38,7 @@ import json
 import os
 import re
 import sys
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -112,6 +114,12 @@ class ParamReport:
     message: str = ""
     digest: str = ""  # verified, or empty
     case_file: str = ""
+    # The source's parts, each shown escaped in the table ("affine_map", then patterns;
+    # or "autoep", then the prefix); not part of --json, whose `source` says the same.
+    _source_parts: list = field(default_factory=list, repr=False)
+
+    def public(self):
+        return {key: value for key, value in self.__dict__.items() if not key.startswith("_")}
 
 
 def model_files(directory, prefix=MODEL_FILE_PREFIX):
@@ -499,7 +507,8 @@ def inspect(directory, cases_dir="shardcheck-inspect", unsafe_load=False, rebuil
         if not matched and not undecided:
             continue
         patterns = matched + [pattern for pattern, _ in undecided]
-        report = ParamReport(name=name, source=f"affine_map {'|'.join(patterns)}")
+        report = ParamReport(name=name, source=f"affine_map {'|'.join(patterns)}",
+                             _source_parts=["affine_map"] + patterns)
         if undecided:
             report.verdict, report.kind = "refused", "format"
             report.message = "; ".join(why for _, why in undecided)
@@ -535,7 +544,7 @@ def inspect(directory, cases_dir="shardcheck-inspect", unsafe_load=False, rebuil
             shards = {ep: module[name] for ep, module in by_ep_rank.items() if name in module}
             if not shards:
                 continue
-            report = ParamReport(name=name, source=f"autoep {prefix}")
+            report = ParamReport(name=name, source=f"autoep {prefix}", _source_parts=["autoep", prefix])
             if not all(_is_tensor(t) for t in shards.values()):
                 _judge(report, {}, shards, cases_dir, rebuilt)  # refused: not a tensor
                 reports.append(report)
@@ -563,14 +572,45 @@ def inspect(directory, cases_dir="shardcheck-inspect", unsafe_load=False, rebuil
     return reports
 
 
+# Characters shown as escapes when text from a checkpoint is printed: the table's and the
+# lines' own separators, Markdown's and HTML's, besides every control and format character.
+_SHOWN_AS_ESCAPES = {"|": "\\x7c", "`": "\\x60", "<": "\\x3c", ">": "\\x3e", "&": "\\x26",
+                     "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_UNPRINTED_CATEGORIES = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
+
+
+def shown(text, cell=False):
+    """Text from a checkpoint (a parameter name, a pattern, a message) as inspect prints
+    it: control and format characters (line breaks, terminal escapes, bidirectional
+    overrides), `|`, backticks and HTML's `<`, `>` and `&` as Python-style escapes (\\n,
+    \\x1b, \\x7c, \\u202e), so that it can neither end a line nor recolour a terminal nor
+    open markup. ``cell``: a table cell, where spaces are escaped too, so that the columns
+    stay whitespace-separated."""
+    out = []
+    for char in str(text):
+        if char in _SHOWN_AS_ESCAPES:
+            out.append(_SHOWN_AS_ESCAPES[char])
+            continue
+        category = unicodedata.category(char)
+        if category in _UNPRINTED_CATEGORIES or (cell and category == "Zs"):
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000
+                       else f"\\U{code:08x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
 def format_table(reports):
     rows = [("parameter", "map", "shape", "dtype", "ranks", "verdict")]
     for r in reports:
         verdict = r.verdict if r.verdict == "exact" else f"{r.verdict} {r.kind}"
         if r.digest:
             verdict += ", digest verified"
-        rows.append((r.name, r.source, "x".join(map(str, r.shape)) if r.shape else "-", r.dtype or "-",
-                     ",".join(map(str, r.ranks)) or "-", verdict))
+        parts = r._source_parts or [r.source]
+        source = parts[0] + (" " + "|".join(shown(part, cell=True) for part in parts[1:]) if parts[1:] else "")
+        rows.append((shown(r.name, cell=True), source, "x".join(map(str, r.shape)) if r.shape else "-",
+                     shown(r.dtype, cell=True) or "-", ",".join(map(str, r.ranks)) or "-", verdict))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     return "\n".join(lines) + "\n"
@@ -601,19 +641,20 @@ def main(argv=None):
     try:
         reports = inspect(args.checkpoint, args.cases, args.unsafe_load, max_bytes=args.max_checkpoint_bytes)
     except CheckpointError as error:
-        print(f"shardcheck deepspeed inspect: {error}", file=sys.stderr)
+        print(f"shardcheck deepspeed inspect: {shown(error)}", file=sys.stderr)
         return 2
     except ImportError as error:
-        print(f"shardcheck deepspeed inspect: {error} (--unsafe-load needs torch)", file=sys.stderr)
+        print(f"shardcheck deepspeed inspect: {shown(error)} (--unsafe-load needs torch)", file=sys.stderr)
         return 2
     if args.json:
         for r in reports:
-            print(json.dumps(r.__dict__))
+            print(json.dumps(r.public()))
     else:
         sys.stdout.write(format_table(reports))
         for r in reports:
             if r.verdict != "exact":
-                print(f"{r.name}: {r.kind}: {r.message}" + (f" -> {r.case_file}" if r.case_file else ""))
+                print(f"{shown(r.name)}: {r.kind}: {shown(r.message)}" +
+                      (f" -> {shown(r.case_file)}" if r.case_file else ""))
     refused = [r for r in reports if r.verdict != "exact"]
     if not reports:
         print("verdict: nothing to inspect, exit 1: no parameter matches an affine map or an AutoEP layer")

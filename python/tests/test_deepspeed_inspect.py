@@ -376,6 +376,35 @@ def test_a_pattern_is_matched_in_bounded_time_or_refused(tmp_path, monkeypatch):
                "again" in r.message for r in reports[2:])
 
 
+def test_text_from_the_checkpoint_is_escaped_in_the_table_and_lines(tmp_path):
+    """A parameter name or pattern with line breaks, `|`, backticks, HTML or terminal escapes
+    neither splits nor recolours inspect's output: control characters show as escapes
+    (\\n, \\x1b), separators as \\x7c and the like; --json stays JSON with the name as it is."""
+    name = "layers.9.norm\n\x1b[31mRED|`code`<b>&\u202e\r\tx y"
+    maps = {pattern: make() for pattern, make in PATTERNS.items()}
+    broken = replicated()
+    broken["ranks"]["1"]["pieces"][0]["locations"] = [1]  # refused holders: a message line too
+    maps["(?s)layers\\.9\\.norm.*"] = broken
+    save_tp2(tmp_path / "ckpt", maps=maps,
+             shard_edit=lambda rank, module: module.__setitem__(name, torch.ones(HIDDEN)))
+    run = subprocess.run([sys.executable, "-m", "shardcheck", "deepspeed", "inspect", str(tmp_path / "ckpt"),
+                          "--cases", str(tmp_path / "cases")], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert len(lines) == 1 + 7 + 1 + 1  # header, 7 rows, one refused line, the verdict
+    shown = "layers.9.norm\\n\\x1b[31mRED\\x7c\\x60code\\x60\\x3cb\\x3e\\x26\\u202e\\r\\tx\\x20y"
+    row = next(line for line in lines if line.startswith(shown))
+    assert row.split()[1:] == ["affine_map", "(?s)layers\\.9\\.norm.*", "-", "float32", "0,1", "refused", "holders"]
+    assert lines[-2].startswith(shown.replace("\\x20", " ") + ": holders: ")
+    ours = run.stdout.replace(" -> ", " ")  # the line's own arrow to the case file
+    for bad in ("\x1b", "\u202e", "\r", "\t", "|", "`", "<", ">", "&"):
+        assert bad not in ours, repr(bad)
+    rows = subprocess.run([sys.executable, "-m", "shardcheck", "deepspeed", "inspect", str(tmp_path / "ckpt"),
+                           "--cases", str(tmp_path / "cases"), "--json"], capture_output=True, text=True, timeout=120)
+    parsed = [json.loads(line) for line in rows.stdout.splitlines() if line.startswith("{")]
+    assert len(parsed) == 7 and name in [r["name"] for r in parsed]
+
+
 def test_latest_names_the_tag_folder_and_is_read_bounded(tmp_path):
     save_tp2(tmp_path / "ckpt" / "global_step3")
     (tmp_path / "ckpt" / "latest").write_text("global_step3\n")
