@@ -35,10 +35,9 @@ be stored (not compressed), lie inside the file, not overlap, and carry the size
 pickle declares for their storage. A tensor that is a row-major contiguous run of its
 storage is a view of the file's bytes (no copy); any other view (transposed, strided,
 overlapping) is copied, and the copies together may not exceed COPY_FACTOR (4) times the
-file's size. The
-pickle interpreter keeps no more than the pickle's own length in stack and memo
-entries, and refuses dict and set keys whose hashes could be chosen to collide (only
-strings, bytes, booleans, None and integers below 2**61 are keys).
+file's size. The pickle interpreter keeps no more than the pickle's own length in stack
+and memo entries, and refuses dict and set keys whose hashes could be chosen to collide
+(only strings, bytes, booleans, None and integers below 2**61 are keys).
 """
 
 import io

@@ -20,7 +20,9 @@ from shardcheck import deepspeed_checkpoint as inspect_module
 from shardcheck import torchfile
 from test_package import command_path
 
-torch = pytest.importorskip("torch", reason="reading DeepSpeed checkpoints needs torch (Debian: python3-torch)")
+WRITTEN_BY_TORCH = "these tests write their checkpoints with torch.save (inspect reads them without torch; " \
+                   "Debian: python3-torch)"
+torch = pytest.importorskip("torch", reason=WRITTEN_BY_TORCH)
 
 HIDDEN = 4
 
