@@ -73,6 +73,10 @@ AUTOEP_PLACEMENT_RANKS = "ranks"
 AUTOEP_PLACEMENT_RANK = "rank"
 AUTOEP_PLACEMENT_EXPERTS = "experts"
 AUTOEP_EXPERT_WEIGHTS = ("w1", "w2", "w3")  # ds_to_universal._autoep_expert_param_info
+# The most experts an AutoEP placement may declare here (DeepSpeed sets no bound; its
+# models have at most thousands). Three integers of metadata could otherwise make inspect
+# enumerate 10**15 experts (contract 2: a checkpoint is untrusted).
+MAX_EXPERTS = 1 << 20
 MODULE_KEY = "module"
 
 _BIT_VIEWS = {"float64": "int64", "float32": "int32", "float16": "int16", "bfloat16": "int16", "int64": "int64",
@@ -204,6 +208,7 @@ def _validate_placement(descriptor):
         return value
 
     num_experts = positive(descriptor.get(AUTOEP_PLACEMENT_NUM_EXPERTS), AUTOEP_PLACEMENT_NUM_EXPERTS)
+    _check_expert_count(num_experts)
     ep_size = positive(descriptor.get(AUTOEP_PLACEMENT_EP_SIZE), AUTOEP_PLACEMENT_EP_SIZE)
     ranks = descriptor.get(AUTOEP_PLACEMENT_RANKS)
     if not isinstance(ranks, list) or len(ranks) != ep_size:
@@ -227,14 +232,25 @@ def _validate_placement(descriptor):
             covered.add(expert)
     missing = sorted(set(range(num_experts)) - covered)
     if missing:
-        raise ValueError(f"AutoEP placement descriptor does not cover global expert IDs {missing}.")
+        shown = missing if len(missing) <= 32 else f"{missing[:32]} and {len(missing) - 32} more"
+        raise ValueError(f"AutoEP placement descriptor does not cover global expert IDs {shown}.")
+
+
+def _check_expert_count(num_experts):
+    if num_experts > MAX_EXPERTS:
+        raise ValueError(f"AutoEP metadata declares {num_experts} experts, more than the {MAX_EXPERTS} shardcheck "
+                         f"inspects.")
 
 
 def _legacy_placement(num_experts, num_local_experts, ep_size):
-    """autoep_affine.legacy_uniform_autoep_placement_descriptor."""
+    """autoep_affine.legacy_uniform_autoep_placement_descriptor (the three values checked to
+    be integers first: a list times an integer would be a list that long)."""
+    if not all(type(value) is int for value in (num_experts, num_local_experts, ep_size)):
+        raise ValueError("Legacy AutoEP metadata must give num_experts, num_local_experts and ep_size as integers.")
     if num_local_experts * ep_size != num_experts:
         raise ValueError(f"Inconsistent legacy AutoEP metadata: num_local_experts ({num_local_experts}) * "
                          f"ep_size ({ep_size}) != num_experts ({num_experts}).")
+    _check_expert_count(num_experts)
     ranks = [{AUTOEP_PLACEMENT_RANK: r, AUTOEP_PLACEMENT_EXPERTS: list(range(r * num_local_experts,
                                                                              (r + 1) * num_local_experts))}
              for r in range(ep_size)]
@@ -260,7 +276,10 @@ def placement_to_map(descriptor, logical_shape):
         raise ValueError(f"Expert parameter logical shape must start with num_experts ({num_experts}); "
                          f"got {tuple(logical_shape)}.")
     by_rank = {e[AUTOEP_PLACEMENT_RANK]: e[AUTOEP_PLACEMENT_EXPERTS] for e in descriptor[AUTOEP_PLACEMENT_RANKS]}
-    holders = {expert: sorted(r for r, experts in by_rank.items() if expert in experts) for expert in range(num_experts)}
+    holders = {expert: [] for expert in range(num_experts)}  # each expert's ranks, ascending
+    for rank in sorted(by_rank):
+        for expert in by_rank[rank]:  # validated: no expert twice in one rank's list
+            holders[expert].append(rank)
     expert_shape = logical_shape[1:]
     expert_numel = 1
     for extent in expert_shape:

@@ -253,6 +253,27 @@ def test_autoep_corruptions_are_refused(tmp_path, label, experts, descriptor_exp
     assert report.verdict == "refused" and report.kind == kind, (label, report.message)
 
 
+@pytest.mark.parametrize("label, edit, message", [
+    ("10**12 experts", lambda rank, entry: entry["expert_placement"].__setitem__("num_experts", 10 ** 12),
+     "declares 1000000000000 experts, more than the 1048576"),
+    ("legacy, 10**12 experts", lambda rank, entry: entry.update(
+        {"expert_placement": None, "num_experts": 10 ** 12, "num_local_experts": 10 ** 6, "ep_size": 10 ** 6}),
+     "declares 1000000000000 experts"),
+    ("legacy, a list times 10**9", lambda rank, entry: entry.update(
+        {"expert_placement": None, "num_experts": [0] * 1000, "num_local_experts": [0], "ep_size": 10 ** 9}),
+     "as integers"),
+])
+def test_autoep_metadata_cannot_make_inspect_enumerate_without_bound(tmp_path, label, edit, message):
+    """Three integers of AutoEP metadata (contract 2: untrusted) are refused `placement`
+    at once rather than enumerated: a placement of more than MAX_EXPERTS experts, and
+    legacy values that are not integers (a list times 10**9 would be 10**12 items)."""
+    save_autoep(tmp_path / "ckpt", placement([[0, 1], [2, 3]]), [[0, 1], [2, 3]], entry_edit=edit)
+    started = time.monotonic()
+    (report,) = inspect_module.inspect(str(tmp_path / "ckpt"), str(tmp_path / "cases"))
+    assert time.monotonic() - started < 10, label
+    assert report.verdict == "refused" and report.kind == "placement" and message in report.message, report.message
+
+
 def test_the_command_line_prints_the_table_and_the_verdict(tmp_path):
     save_tp2(tmp_path / "ckpt", maps=corrupt_map(QKV, lambda m: m["ranks"]["1"]["pieces"][0]["source"].__setitem__(0, 8)))
     run = subprocess.run([str(command_path()), "deepspeed", "inspect", str(tmp_path / "ckpt"), "--cases",
