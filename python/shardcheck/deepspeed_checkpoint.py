@@ -321,7 +321,8 @@ def _write_case(cases_dir, report, amap, shards, digest_state=None):
     """A case file for a refused map: the map and (small enough) the shards the checkpoint
     holds, expecting the refusal strict conversion gave; `shardcheck repro FILE --target
     deepspeed` then shows what DeepSpeed does with it. None for a shard that does not fit
-    its map (kind shape): a case file cannot hold shards of the wrong size."""
+    its map (kind shape): a case file cannot hold shards of the wrong size; nor for a map
+    JSON cannot hold (bytes, a set, a cycle), which a checkpoint may pickle."""
     if report.kind == "shape":
         return ""
     os.makedirs(cases_dir, exist_ok=True)
@@ -343,9 +344,12 @@ def _write_case(cases_dir, report, amap, shards, digest_state=None):
     numel = sum(int(np.prod(t.shape, dtype=object)) for t in shards.values())
     if shards and numel <= _MAX_CASE_ELEMENTS:
         case["shards"] = {str(rank): _bits(t) for rank, t in sorted(shards.items())}
+    try:  # a map from the checkpoint may hold what JSON cannot (bytes, sets, cycles): no case file then
+        text = json.dumps(case, indent=2)
+    except (TypeError, ValueError, RecursionError):
+        return ""
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(case, f, indent=2)
-        f.write("\n")
+        f.write(text + "\n")
     return path
 
 

@@ -274,6 +274,19 @@ def test_autoep_metadata_cannot_make_inspect_enumerate_without_bound(tmp_path, l
     assert report.verdict == "refused" and report.kind == "placement" and message in report.message, report.message
 
 
+def test_a_map_json_cannot_hold_is_refused_without_a_case_file(tmp_path):
+    """A checkpoint may pickle bytes or a set inside a map: refused format (the codec never
+    sees it), and no case file, instead of a traceback while writing one."""
+    maps = {pattern: make() for pattern, make in PATTERNS.items()}
+    maps[NORM]["logical_shape"] = b"\x04"
+    maps[QKV]["ranks"]["0"]["pieces"][0]["locations"] = {0}
+    save_tp2(tmp_path / "ckpt", maps=maps)
+    reports = {r.name: r for r in inspect_module.inspect(str(tmp_path / "ckpt"), str(tmp_path / "cases"))}
+    odd = [r for r in reports.values() if "norm" in r.name or "query_key_value" in r.name]
+    assert len(odd) == 4 and all(r.kind == "format" and r.case_file == "" for r in odd), odd
+    assert not (tmp_path / "cases").exists() or not list((tmp_path / "cases").iterdir())
+
+
 def test_the_command_line_prints_the_table_and_the_verdict(tmp_path):
     save_tp2(tmp_path / "ckpt", maps=corrupt_map(QKV, lambda m: m["ranks"]["1"]["pieces"][0]["source"].__setitem__(0, 8)))
     run = subprocess.run([str(command_path()), "deepspeed", "inspect", str(tmp_path / "ckpt"), "--cases",
