@@ -79,14 +79,17 @@ constexpr HelpSection kSections[] = {
       Exit: as the campaign's; 2 also for shards of different campaigns, a shard given
       twice, missing or unfinished.
 )"},
-    {"deepspeed", R"(  deepspeed inspect CHECKPOINT_DIR [--cases DIR] [--json] [--unsafe-load]
+    {"deepspeed",
+     R"(  deepspeed inspect CHECKPOINT_DIR [--cases DIR] [--json] [--max-checkpoint-bytes N] [--unsafe-load]
       Reads a DeepSpeed 0.19.8 checkpoint's affine maps (universal_checkpoint_info) and
       AutoEP placements, checks each with the core and rebuilds every parameter they
       describe with strict conversion; prints a table, writes a case file per refused
       map into --cases (default shardcheck-inspect/). Runs the Python package
-      (python -m shardcheck; $SHARDCHECK_PYTHON picks the interpreter), needs torch.
-      Exit: 0 every parameter rebuilt exactly; 1 some map refused; 2 unreadable
-      checkpoint or no Python package.
+      (python -m shardcheck; $SHARDCHECK_PYTHON picks the interpreter), which reads the
+      files without torch and runs nothing from them (contract 2); --unsafe-load is full
+      unpickling with torch.load (runs code from the file: trusted files only).
+      Exit: 0 every parameter rebuilt exactly; 1 some map refused; 2 unreadable or
+      refused checkpoint (stderr names the file and why), or no Python package.
 )"},
     {"plan", R"(  plan SOURCE.json TARGET.json [--json] [--dtype D] [--compare-replicas] [--max-segments N]
       Plans the transfer from the shards of the source map to those of the target map

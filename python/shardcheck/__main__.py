@@ -8,7 +8,8 @@ from .deepspeed_checkpoint import main
 
 def run(argv):
     if not argv or argv[0] != "deepspeed":
-        print("usage: python -m shardcheck deepspeed inspect CHECKPOINT_DIR [--cases DIR] [--json]", file=sys.stderr)
+        print("usage: python -m shardcheck deepspeed inspect CHECKPOINT_DIR [--cases DIR] [--json] "
+              "[--max-checkpoint-bytes N] [--unsafe-load]", file=sys.stderr)
         return 2
     return main(argv[1:])
 

@@ -184,6 +184,10 @@ def test_unsafe_load_is_torch_load_and_says_so(corpus, tmp_path):
     help_text = " ".join(helped.stdout.split())
     assert "full unpickling with torch.load(weights_only=False): runs code from the file; only for files you trust" \
         in help_text
+    overview = " ".join(subprocess.run([str(command_path()), "--help"], capture_output=True, text=True,
+                                       timeout=60).stdout.split())
+    assert "reads the files without torch and runs nothing from them (contract 2); --unsafe-load is full unpickling " \
+        "with torch.load (runs code from the file: trusted files only)" in overview and "needs torch" not in overview
     if torch is None:
         pytest.skip("--unsafe-load needs torch (Debian: python3-torch)")
     marker = tmp_path / "RAN"
