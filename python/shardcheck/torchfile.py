@@ -28,7 +28,8 @@ defect. Nothing is imported by name from the file, so what is installed (torch o
 changes nothing.
 
 Bounds: the file must be a regular file no larger than ``max_bytes``; it is read once
-(memory: its size). Every size the file declares -- a pickle string's length, a zip
+(memory: its size; a storage misaligned in it, as the legacy layout's usually are, or in
+the other byte order is copied once more). Every size the file declares -- a pickle string's length, a zip
 member's size and offset, a storage's element count, a tensor's view -- is checked
 against the bytes actually there before anything is allocated for it. Zip members must
 be stored (not compressed), lie inside the file, not overlap, and carry the size the
