@@ -16,7 +16,7 @@ reach the codec as they are, without a Python object per value. Text longer than
 ``max_input_bytes`` (by default an eighth of the machine's memory, at least 64 MiB) is
 refused with a ``format`` MapError that names the limit; a file is read no further than
 one byte past it, and one that is not a regular file (a FIFO, a socket, a device) is
-read as its input comes and refused once it gives nothing for 10 seconds.
+read as its input comes and refused once it gives nothing for 3 seconds.
 
 Arrays are NumPy arrays or, through DLPack, torch tensors (bfloat16 included). They must
 be in CPU memory, C-contiguous and aligned; they are read in place, never copied (a
@@ -104,7 +104,7 @@ _MAX_INPUT_BYTES_CEILING = (1 << 32) - 1  # the core's kMaxInputBytesCeiling
 _NATIVE_ORDER = "<" if _sys.byteorder == "little" else ">"
 # How long a map path that is not a regular file (a FIFO, a socket, a device) may give
 # nothing before it is refused: reading a path never waits forever (contract 2).
-_INPUT_WAIT_SECONDS = 10.0
+_INPUT_WAIT_SECONDS = 3.0  # as the command line's --input-timeout default
 _READ_CHUNK = 1 << 20
 
 

@@ -434,7 +434,7 @@ def test_a_path_is_read_no_further_than_the_input_limit(tmp_path):
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
 def test_a_fifo_never_makes_a_reader_wait_forever(tmp_path, monkeypatch):
     """A path that is not a regular file is read as its input comes and refused once it
-    gives nothing for shardcheck._INPUT_WAIT_SECONDS (10 s; shortened here): a FIFO
+    gives nothing for shardcheck._INPUT_WAIT_SECONDS (3 s; shortened here): a FIFO
     without a writer, and one whose writer never writes. One whose writer writes a map
     and closes is read."""
     monkeypatch.setattr(shardcheck, "_INPUT_WAIT_SECONDS", 0.5)
