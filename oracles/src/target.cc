@@ -168,11 +168,22 @@ std::unique_ptr<Target> make_policy_target(const ConvertOptions& options, const 
 
 std::span<const NamedTarget> named_targets() { return kNamedTargets; }
 
-std::string adapter_command(const NamedTarget& target) {
+namespace {
+// $SHARDCHECK_<NAME>_<WHAT>, NAME upper case with '-' as '_' (a valid variable name).
+const char* target_variable(const NamedTarget& target, std::string_view what) {
   std::string variable = "SHARDCHECK_";
-  for (char ch : target.name) variable += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  variable += "_COMMAND";
-  if (const char* command = std::getenv(variable.c_str()); command && *command) return command;
+  for (char ch : target.name) {
+    variable += ch == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  }
+  variable += '_';
+  variable += what;
+  const char* value = std::getenv(variable.c_str());
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+}  // namespace
+
+std::string adapter_command(const NamedTarget& target) {
+  if (const char* command = target_variable(target, "COMMAND")) return command;
   namespace fs = std::filesystem;
   const fs::path relative(target.adapter);
   fs::path script = relative;
@@ -180,9 +191,17 @@ std::string adapter_command(const NamedTarget& target) {
 #ifdef SHARDCHECK_SOURCE_TREE
   if (!fs::exists(script, ec)) script = fs::path(SHARDCHECK_SOURCE_TREE) / relative;
 #endif
+  // The interpreter: $SHARDCHECK_<NAME>_PYTHON, else $SHARDCHECK_TARGET_PYTHON (a torch 2
+  // environment for every adapter, scripts/torch2-env.sh), else Debian's python3.
+  std::string python = "/usr/bin/python3";
+  if (const char* chosen = target_variable(target, "PYTHON")) {
+    python = chosen;
+  } else if (const char* every = std::getenv("SHARDCHECK_TARGET_PYTHON"); every != nullptr && *every != '\0') {
+    python = every;
+  }
   // exec: the interpreter takes the shell's place, so it is the process the harness
   // watches, signals and outlives.
-  return "exec /usr/bin/python3 " + shell_word(script.string());
+  return "exec " + shell_word(python) + " " + shell_word(script.string());
 }
 
 MadeTarget make_target(std::string_view spec, const TargetOptions& options) {

@@ -169,9 +169,10 @@ struct NamedTarget {
 };
 std::span<const NamedTarget> named_targets();
 
-// The command an adapter runs: $SHARDCHECK_<NAME>_COMMAND (upper case), else
-// /usr/bin/python3 on the adapter script (found relative to the working directory, else
-// in the source tree shardcheck was built from).
+// The command an adapter runs: $SHARDCHECK_<NAME>_COMMAND (NAME upper case, '-' as '_'),
+// else an interpreter on the adapter script (found relative to the working directory,
+// else in the source tree shardcheck was built from): $SHARDCHECK_<NAME>_PYTHON, else
+// $SHARDCHECK_TARGET_PYTHON, else /usr/bin/python3.
 std::string adapter_command(const NamedTarget& target);
 
 // Base64 (RFC 4648, with padding) for the protocol's tensor bytes.
