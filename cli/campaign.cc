@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include <fmt/ranges.h>
 
 #include "commands.h"
+#include "outputs.h"
 #include "reports.h"
 #include "shardcheck/campaign.h"
 #include "shardcheck/escape.h"
@@ -274,30 +276,63 @@ int options_from_checkpoint(const CampaignArgs& args, campaign::Checkpoint& chec
   return kExitOk;
 }
 
-// The last line of a campaign: its verdict and what its exit code means.
-std::string verdict_line(const campaign::Report& report, const std::filesystem::path& out) {
-  const std::string ran =
-      report.complete ? fmt::format("{} cases", report.cases) : fmt::format("{} cases (stopped early)", report.cases);
-  if (!report.failed()) {
-    return fmt::format("verdict: PASS, exit 0: nothing silently wrong and no finding in {}\n", ran);
-  }
+// The command that continues the campaign in `out` (or rewrites its outputs, for a
+// finished one), with the report files this run was asked for.
+std::string resume_command(const std::filesystem::path& out, const ReportFiles& reports) {
+  std::string command = "shardcheck campaign --resume " + oracles::shell_word(out.string());
+  if (!reports.junit.empty()) command += " --junit " + oracles::shell_word(reports.junit);
+  if (!reports.markdown.empty()) command += " --markdown " + oracles::shell_word(reports.markdown);
+  return command;
+}
+
+// What a campaign found, for its verdict line; empty when nothing.
+std::string found_text(const campaign::Report& report) {
   std::vector<std::string> what;
   if (!report.findings.empty()) what.push_back(fmt::format("{} finding signatures", report.findings.size()));
   if (report.total.wrong > 0) what.push_back(fmt::format("{} silently wrong cases", report.total.wrong));
   if (report.options.eval.strict_layout && report.total.valid_but_different > 0) {
     what.push_back(fmt::format("{} valid-but-different cases (--strict-layout)", report.total.valid_but_different));
   }
-  return fmt::format("verdict: FAIL, exit 1: {} in {}; replay one with: shardcheck repro {}/findings/FILE\n",
-                     fmt::join(what, ", "), ran, out.string());
+  return fmt::format("{}", fmt::join(what, ", "));
 }
 
-int run_campaign(const CampaignArgs& args) {
-  if (args.isolate && args.no_isolate) {
-    std::fprintf(stderr, "shardcheck campaign: --isolate and --no-isolate exclude each other\n");
-    return kExitUsage;
+// The verdict of a campaign whose outputs are not all on disk (exit 3): what could not be
+// written, what the campaign found, and how to write them again.
+std::string incomplete_outputs_line(const campaign::Report& report, const std::filesystem::path& out,
+                                    const std::vector<campaign::OutputError>& unwritten, const ReportFiles& reports) {
+  const campaign::OutputError& first = unwritten.front();
+  const std::string others =
+      unwritten.size() > 1 ? fmt::format(" (and {} other files)", unwritten.size() - 1) : std::string();
+  const std::string found = found_text(report);
+  std::error_code ec;
+  // Resuming a campaign rewrites its outputs, a finished one's too; without any
+  // checkpoint on disk there is nothing to resume from.
+  const std::string again = std::filesystem::exists(out / "checkpoint.json", ec)
+                                ? "write them again with: " + resume_command(out, reports)
+                                : "run the campaign again";
+  return fmt::format(
+      "verdict: INCOMPLETE, exit {}: the outputs are incomplete: {} could not be written: {}{}; the campaign found {} "
+      "in {} cases; once there is room, {}\n",
+      kExitIncomplete, first.path.string(), first.why, others, found.empty() ? "nothing" : found, report.cases, again);
+}
+
+// The last line of a campaign: its verdict and what its exit code means.
+std::string verdict_line(const campaign::Report& report, const std::filesystem::path& out,
+                         const std::vector<campaign::OutputError>& unwritten, const ReportFiles& reports) {
+  if (!unwritten.empty()) return incomplete_outputs_line(report, out, unwritten, reports);
+  const std::string found = found_text(report);
+  const std::string ran =
+      report.complete ? fmt::format("{} cases", report.cases) : fmt::format("{} cases (stopped early)", report.cases);
+  if (!report.failed()) {
+    return fmt::format("verdict: PASS, exit 0: nothing silently wrong and no finding in {}\n", ran);
   }
-  campaign::Checkpoint checkpoint;
-  campaign::Options options;
+  return fmt::format("verdict: FAIL, exit 1: {} in {}; replay one with: shardcheck repro {}/findings/FILE\n", found,
+                     ran, out.string());
+}
+
+// The options of this run: a new campaign's from the command line, or a stopped one's
+// from its checkpoint; and how this run executes (jobs, isolation, limits, test hooks).
+int campaign_options(const CampaignArgs& args, campaign::Checkpoint& checkpoint, campaign::Options& options) {
   if (!args.resume.empty()) {
     if (int code = options_from_checkpoint(args, checkpoint); code != kExitOk) return code;
     options = checkpoint.report.options;
@@ -323,32 +358,39 @@ int run_campaign(const CampaignArgs& args) {
   options.plant_hang_at = args.plant_hang_at;
   options.plant_oom_at = args.plant_oom_at;
   options.plant_garbage_at = args.plant_garbage_at;
+  return kExitOk;
+}
 
-  if (!options.eval.target.empty()) {
-    // Started once here (and stopped again before any worker starts) so that a target
-    // that cannot run is a usage error, not a finding per case; each worker process or
-    // thread then starts its own.
-    oracles::TargetOptions target_options;
-    target_options.timeout_seconds = options.eval.target_timeout_seconds;
-    auto probe = oracles::make_target(options.eval.target, target_options);
-    if (!probe.target) {
-      std::fprintf(stderr, "shardcheck campaign: %s\n", probe.error.c_str());
-      return kExitUsage;
-    }
-    if (options.generate.reshard && !probe.target->supports(Op::reshard)) {
-      std::fprintf(stderr, "shardcheck campaign: target %s does not implement reshard\n", options.eval.target.c_str());
-      return kExitUsage;
-    }
-  }
-
-  const std::filesystem::path out(args.resume.empty() ? args.out : args.resume);
-  std::error_code ec;
-  std::filesystem::create_directories(out / "findings", ec);
-  if (ec) {
-    std::fprintf(stderr, "shardcheck campaign: cannot create %s: %s\n", out.c_str(), ec.message().c_str());
+// Started once here (and stopped again before any worker starts) so that a target that
+// cannot run is a usage error, not a finding per case; each worker process or thread
+// then starts its own.
+int probe_target(const campaign::Options& options) {
+  if (options.eval.target.empty()) return kExitOk;
+  oracles::TargetOptions target_options;
+  target_options.timeout_seconds = options.eval.target_timeout_seconds;
+  auto probe = oracles::make_target(options.eval.target, target_options);
+  if (!probe.target) {
+    std::fprintf(stderr, "shardcheck campaign: %s\n", probe.error.c_str());
     return kExitUsage;
   }
-  const Index already_done = args.resume.empty() ? 0 : checkpoint.report.cases;
+  if (options.generate.reshard && !probe.target->supports(Op::reshard)) {
+    std::fprintf(stderr, "shardcheck campaign: target %s does not implement reshard\n", options.eval.target.c_str());
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
+// Before any case runs: the report files can be written, and `out` takes files.
+int prepare_outputs(const CampaignArgs& args, const std::filesystem::path& out) {
+  std::string error = probe_report_files(args.reports);
+  if (error.empty()) error = prepare_out_dir(out, args.resume.empty() ? "--out" : "folder");
+  if (error.empty()) return kExitOk;
+  std::fprintf(stderr, "shardcheck campaign: %s\n", error.c_str());
+  return kExitUsage;
+}
+
+void print_header(const CampaignArgs& args, const campaign::Options& options, const std::filesystem::path& out,
+                  Index already_done) {
   // An unsharded run (1/1) names no shard.
   const std::string shard =
       options.shard_count > 1 ? fmt::format(", shard {}/{}", options.shard_index, options.shard_count) : "";
@@ -362,6 +404,78 @@ int run_campaign(const CampaignArgs& args) {
       options.eval.target.empty() ? std::string(policy_name(options.eval.policy)).c_str() : options.eval.target.c_str(),
       std::string(oracles::oracle_kind_name(options.eval.oracle)).c_str(), options.jobs,
       options.isolate ? " (isolated)" : "", shard.c_str(), options.generate.record_digest ? ", digests" : "");
+}
+
+bool unwritten_has(const std::vector<campaign::OutputError>& unwritten, const std::filesystem::path& path) {
+  return std::any_of(unwritten.begin(), unwritten.end(),
+                     [&](const campaign::OutputError& e) { return e.path == path; });
+}
+
+// After the table: the findings not announced yet, a note on valid-but-different cases,
+// where the report is.
+void print_summary(const CampaignArgs& args, const campaign::Report& report, const std::filesystem::path& out,
+                   const std::set<std::string>& announced) {
+  for (const auto& finding : report.findings) {
+    if (!args.verbose && announced.count(finding.signature) > 0) continue;
+    const auto path = out / "findings" / campaign::finding_file_name(finding.signature);
+    const std::string file = !finding.has_case                           ? "(no case file)"
+                             : unwritten_has(report.output_errors, path) ? "(its case file could not be written)"
+                                                                         : path.string();
+    std::printf("finding: %s (%lld cases) -> %s\n", escape::terminal(finding.signature).c_str(),
+                static_cast<long long>(finding.occurrences), escape::terminal(file).c_str());
+  }
+  const Index different = report.total.valid_but_different;
+  if (different > 0 && !report.options.eval.strict_layout) {
+    std::printf(
+        "note: %lld valid-but-different cases do not fail the run: their maps pass every check, so no map check can "
+        "see the difference (contract section 10); content digests close it for rebuild and for a reshard's source "
+        "side (--digest), "
+        "--strict-layout makes them findings\n",
+        static_cast<long long>(different));
+  }
+  if (!unwritten_has(report.output_errors, out / "report.json")) {
+    std::printf("report: %s\n", (out / "report.json").c_str());
+  }
+}
+
+// The end of a campaign: table, findings, reports, verdict; returns the exit code.
+int conclude(const CampaignArgs& args, const campaign::Report& report, const std::filesystem::path& out,
+             const std::set<std::string>& announced) {
+  std::fputs(campaign::format_table(report).c_str(), stdout);
+  print_summary(args, report, out, announced);
+  std::vector<campaign::OutputError> unwritten = report.output_errors;
+  for (auto& error : write_campaign_reports(report, out, args.reports, "campaign")) unwritten.push_back(error);
+  if (!report.complete) {
+    std::fprintf(stderr, "shardcheck campaign: stopped after %lld cases; continue with: %s\n",
+                 static_cast<long long>(report.cases), resume_command(out, args.reports).c_str());
+  }
+  if (!report.ledger_error.empty()) {
+    // The engine lost or doubled cases: its table is not the campaign it claims to be.
+    std::printf("verdict: ERROR, exit 2: the campaign's cases are not exactly the cases it ran: %s\n",
+                report.ledger_error.c_str());
+    std::fprintf(stderr, "shardcheck campaign: the ledger does not add up: %s\n", report.ledger_error.c_str());
+    return kExitUsage;
+  }
+  std::fputs(verdict_line(report, out, unwritten, args.reports).c_str(), stdout);
+  if (!unwritten.empty()) return kExitIncomplete;
+  return report.failed() ? kExitFound : kExitOk;
+}
+
+int run_campaign(const CampaignArgs& args) {
+  if (args.isolate && args.no_isolate) {
+    std::fprintf(stderr, "shardcheck campaign: --isolate and --no-isolate exclude each other\n");
+    return kExitUsage;
+  }
+  campaign::Checkpoint checkpoint;
+  campaign::Options options;
+  if (int code = campaign_options(args, checkpoint, options); code != kExitOk) return code;
+  if (int code = probe_target(options); code != kExitOk) return code;
+  const std::filesystem::path out(args.resume.empty() ? args.out : args.resume);
+  if (int code = prepare_outputs(args, out); code != kExitOk) return code;
+  // Before the header line: a stop signal from then on is this campaign's to honour.
+  install_stop_handlers();
+  const Index already_done = args.resume.empty() ? 0 : checkpoint.report.cases;
+  print_header(args, options, out, already_done);
   ProgressPrinter printer(options.cases, options.time_seconds, already_done,
                           args.resume.empty() ? 0.0 : checkpoint.report.seconds, args.quiet);
   campaign::Control control;
@@ -386,44 +500,9 @@ int run_campaign(const CampaignArgs& args) {
     printer.clear_line();
     std::fprintf(stderr, "shardcheck campaign: %s\n", escape::terminal(message).c_str());
   };
-  install_stop_handlers();
   const campaign::Report report = campaign::run(options, control);
   printer.finish();
-
-  std::fputs(campaign::format_table(report).c_str(), stdout);
-  for (const auto& finding : report.findings) {
-    if (!args.verbose && announced.count(finding.signature) > 0) continue;
-    const auto path = out / "findings" / campaign::finding_file_name(finding.signature);
-    std::printf("finding: %s (%lld cases) -> %s\n", escape::terminal(finding.signature).c_str(),
-                static_cast<long long>(finding.occurrences),
-                finding.has_case ? escape::terminal(path.string()).c_str() : "(no case file)");
-  }
-  const Index different = report.total.valid_but_different;
-  if (different > 0 && !options.eval.strict_layout) {
-    std::printf(
-        "note: %lld valid-but-different cases do not fail the run: their maps pass every check, so no map check can "
-        "see the difference (contract section 10); content digests close it for rebuild and for a reshard's source "
-        "side (--digest), "
-        "--strict-layout makes them findings\n",
-        static_cast<long long>(different));
-  }
-  std::printf("report: %s\n", (out / "report.json").c_str());
-  const bool reports_written = write_campaign_reports(report, out, args.reports, "campaign");
-  if (!report.complete) {
-    std::fprintf(stderr,
-                 "shardcheck campaign: stopped after %lld cases; continue with: shardcheck campaign --resume %s\n",
-                 static_cast<long long>(report.cases), out.c_str());
-  }
-  if (!report.ledger_error.empty()) {
-    // The engine lost or doubled cases: its table is not the campaign it claims to be.
-    std::printf("verdict: ERROR, exit 2: the campaign's cases are not exactly the cases it ran: %s\n",
-                report.ledger_error.c_str());
-    std::fprintf(stderr, "shardcheck campaign: the ledger does not add up: %s\n", report.ledger_error.c_str());
-    return kExitUsage;
-  }
-  std::fputs(verdict_line(report, out).c_str(), stdout);
-  if (!reports_written) return kExitUsage;
-  return report.failed() ? kExitFound : kExitOk;
+  return conclude(args, report, out, announced);
 }
 
 }  // namespace

@@ -201,7 +201,7 @@ int run_merge(const MergeArgs& args) {
     fmt::print(stderr, "shardcheck campaign merge: {}\n", error);
     return kExitUsage;
   }
-  const bool reports_written = write_campaign_reports(report, out, args.reports, "campaign merge");
+  const bool reports_written = write_campaign_reports(report, out, args.reports, "campaign merge").empty();
   std::fputs(campaign::format_table(report).c_str(), stdout);
   for (const auto& finding : report.findings) {
     fmt::print("finding: {} ({} cases) -> {}\n", finding.signature, finding.occurrences,

@@ -20,6 +20,9 @@ namespace shardcheck::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFound = 1;  // something refused, silently wrong, or not as expected
 inline constexpr int kExitUsage = 2;  // unreadable input, unusable case, bad usage
+// `campaign` and `campaign merge`: an output could not be written (a full disk), so the
+// files on disk do not show the whole verdict.
+inline constexpr int kExitIncomplete = 3;
 
 // A subcommand's callback runs inside CLI::App::parse and stores its exit code here.
 struct RunState {

@@ -186,43 +186,62 @@ std::string campaign_markdown(const campaign::Report& report, const fs::path& ou
   return md;
 }
 
-std::string write_report_file(const fs::path& path, const std::string& text) {
-  const fs::path temp = path.string() + fmt::format(".{}.tmp", static_cast<long>(getpid()));
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return fmt::format("cannot write {}: {}", path.string(), std::strerror(errno));
+namespace {
+
+// Writes all of `text` to `fd`: empty, or the system's reason.
+std::string write_all(int fd, const std::string& text) {
   std::size_t written = 0;
   while (written < text.size()) {
     const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string error = std::strerror(errno);
-      ::close(fd);
-      ::unlink(temp.c_str());
-      return fmt::format("cannot write {}: {}", path.string(), error);
-    }
+    if (n <= 0) return n < 0 ? std::strerror(errno) : "the disk took no more bytes";
     written += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0 || ::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string error = std::strerror(errno);
-    ::unlink(temp.c_str());
-    return fmt::format("cannot write {}: {}", path.string(), error);
   }
   return {};
 }
 
-bool write_campaign_reports(const campaign::Report& report, const fs::path& out, const ReportFiles& files,
-                            const char* command) {
-  bool ok = true;
+}  // namespace
+
+std::string write_report_reason(const fs::path& path, const std::string& text) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (fs::exists(status) && !fs::is_regular_file(status)) {
+    // A device or a pipe (/dev/stdout, /dev/full) is written in place: a rename would
+    // replace the device node itself with a file.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return std::strerror(errno);
+    std::string why = write_all(fd, text);
+    if (::close(fd) != 0 && why.empty()) why = std::strerror(errno);
+    return why;
+  }
+  const fs::path temp = path.string() + fmt::format(".{}.tmp", static_cast<long>(getpid()));
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return std::strerror(errno);
+  std::string why = write_all(fd, text);
+  if (::close(fd) != 0 && why.empty()) why = std::strerror(errno);
+  if (why.empty() && ::rename(temp.c_str(), path.c_str()) != 0) why = std::strerror(errno);
+  if (!why.empty()) ::unlink(temp.c_str());
+  return why;
+}
+
+std::string write_report_file(const fs::path& path, const std::string& text) {
+  const std::string why = write_report_reason(path, text);
+  return why.empty() ? std::string() : fmt::format("cannot write {}: {}", path.string(), why);
+}
+
+std::vector<campaign::OutputError> write_campaign_reports(const campaign::Report& report, const fs::path& out,
+                                                          const ReportFiles& files, const char* command) {
+  std::vector<campaign::OutputError> errors;
   auto write = [&](const std::string& path, const std::string& text) {
     if (path.empty()) return;
-    if (std::string error = write_report_file(path, text); !error.empty()) {
-      fmt::print(stderr, "shardcheck {}: {}\n", command, error);
-      ok = false;
+    if (std::string why = write_report_reason(path, text); !why.empty()) {
+      fmt::print(stderr, "shardcheck {}: cannot write {}: {}\n", command, path, why);
+      errors.push_back(campaign::OutputError{path, why});
     }
   };
   write(files.junit, campaign_junit(report, out));
   write(files.markdown, campaign_markdown(report, out));
-  return ok;
+  return errors;
 }
 
 std::string repro_junit(const std::string& folder, const std::vector<ReplayedCase>& cases) {

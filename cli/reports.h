@@ -33,10 +33,11 @@ std::string campaign_junit(const campaign::Report& report, const std::filesystem
 // commands, and the table's non-empty rows.
 std::string campaign_markdown(const campaign::Report& report, const std::filesystem::path& out);
 
-// Writes what `files` asks for; false after printing "shardcheck <command>: cannot
-// write ..." to stderr.
-bool write_campaign_reports(const campaign::Report& report, const std::filesystem::path& out, const ReportFiles& files,
-                            const char* command);
+// Writes what `files` asks for; the files that could not be written, each also printed
+// to stderr as "shardcheck <command>: cannot write PATH: WHY".
+std::vector<campaign::OutputError> write_campaign_reports(const campaign::Report& report,
+                                                          const std::filesystem::path& out, const ReportFiles& files,
+                                                          const char* command);
 
 // One replayed case file of `shardcheck repro DIR`.
 struct ReplayedCase {
@@ -51,7 +52,10 @@ struct ReplayedCase {
 // replay's lines and its command, exit 2 (unreadable, not a case) an error.
 std::string repro_junit(const std::string& folder, const std::vector<ReplayedCase>& cases);
 
-// Writes `text` to `path` (replacing it by rename); an error sentence, or empty.
+// Writes `text` to `path`, replacing a file by rename (a reader sees the old one or the
+// new one) and writing a device or a pipe in place; an error sentence, or empty.
 std::string write_report_file(const std::filesystem::path& path, const std::string& text);
+// The same, giving the system's reason alone ("No space left on device"), or empty.
+std::string write_report_reason(const std::filesystem::path& path, const std::string& text);
 
 }  // namespace shardcheck::cli

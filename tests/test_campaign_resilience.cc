@@ -5,15 +5,18 @@
 // test-only hooks) must become one finding while every other case still runs.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -42,7 +45,9 @@ constexpr auto kExitTimeout = 180s;
 // The shardcheck executable running in the background, its stdout collected as it comes.
 class Running {
  public:
-  Running(const std::vector<std::string>& args, const fs::path& stderr_file) {
+  // `in_child` runs in the child before exec (limits for the program).
+  Running(const std::vector<std::string>& args, const fs::path& stderr_file,
+          const std::function<void()>& in_child = {}) {
     int out[2];
     if (pipe(out) != 0) throw std::runtime_error("pipe");
     pid_ = fork();
@@ -50,6 +55,7 @@ class Running {
       // A test runner may have been started with SIGINT ignored, which exec keeps.
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
+      if (in_child) in_child();
       dup2(out[1], STDOUT_FILENO);
       close(out[0]);
       close(out[1]);
@@ -104,6 +110,7 @@ class Running {
   }
 
   void send(int signal) { kill(pid_, signal); }
+  pid_t pid() const { return pid_; }
 
   double elapsed_since(SteadyClock::time_point t) const {
     return std::chrono::duration<double>(SteadyClock::now() - t).count();
@@ -294,6 +301,106 @@ TEST_F(CampaignResilience, SecondInterruptStopsAtOnce) {
   const Json report = read_json(out / "report.json");
   ASSERT_FALSE(report.is_discarded());
   expect_consistent_report(report);
+}
+
+// --- outputs that cannot be written --------------------------------------------------------
+
+std::set<std::string> file_names(const fs::path& folder) {
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(folder)) names.insert(entry.path().filename().string());
+  return names;
+}
+
+// The case files report.json lists.
+std::set<std::string> reported_files(const fs::path& out) {
+  std::set<std::string> names;
+  const Json report = read_json(out / "report.json");
+  for (const auto& finding : report.at("findings")) {
+    names.insert(fs::path(finding.at("file").get<std::string>()).filename().string());
+  }
+  return names;
+}
+
+// A campaign whose output directory fills up: exit 3, a verdict that says the outputs are
+// incomplete and invites no replay of files that are not there, and, once there is room,
+// the command its verdict gives writes them.
+void expect_incomplete(const fs::path& out, const std::string& stdout_text, const std::string& why) {
+  EXPECT_NE(stdout_text.find("verdict: INCOMPLETE, exit 3: the outputs are incomplete: " + out.string()),
+            std::string::npos)
+      << stdout_text;
+  EXPECT_NE(stdout_text.find(" could not be written: " + why), std::string::npos) << stdout_text;
+  EXPECT_EQ(stdout_text.find("verdict: FAIL"), std::string::npos) << stdout_text;
+  EXPECT_EQ(stdout_text.find("replay one with"), std::string::npos) << stdout_text;
+  for (const auto& [signature, path] : announced(stdout_text)) {
+    EXPECT_TRUE(fs::exists(path)) << signature << " was announced but " << path << " is not on disk";
+  }
+}
+
+const std::vector<std::string> kFillingCampaign{"campaign", "--policy", "legacy", "--seed", "3",
+                                                "--cases",  "2000",     "--jobs", "2",      "--quiet"};
+
+// A 64 KiB tmpfs at `dir` for one test (root only), that can grow.
+class SmallDisk {
+ public:
+  explicit SmallDisk(const fs::path& dir) : dir_(dir) {
+    fs::create_directories(dir);
+    mounted_ = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=64k") == 0;
+    if (!mounted_) error_ = std::strerror(errno);
+  }
+  ~SmallDisk() {
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& error() const { return error_; }
+  bool grow() { return ::mount("tmpfs", dir_.c_str(), "tmpfs", MS_REMOUNT, "size=16m") == 0; }
+
+ private:
+  fs::path dir_;
+  bool mounted_ = false;
+  std::string error_;
+};
+
+TEST_F(CampaignResilience, AFullDiskIsAnIncompleteCampaignUntilResumed) {
+  SmallDisk disk(dir_ / "disk");
+  if (!disk.mounted()) {
+    GTEST_SKIP() << "cannot mount a 64 KiB tmpfs (" << disk.error()
+                 << "): it takes root; FileSizeLimitIsAnIncompleteCampaign shows the same with RLIMIT_FSIZE";
+  }
+  const fs::path out = dir_ / "disk" / "out";
+  std::vector<std::string> args = kFillingCampaign;
+  args.insert(args.end(), {"--out", out.string()});
+  std::string stdout_text;
+  {
+    Running run(args, dir_ / "stderr1.txt");
+    EXPECT_EQ(exit_code(run.wait()), 3) << read_text(dir_ / "stderr1.txt");
+    stdout_text = run.output();
+  }
+  expect_incomplete(out, stdout_text, "No space left on device");
+  ASSERT_TRUE(disk.grow()) << std::strerror(errno);
+  // The verdict says what to run once there is room: a resume, or the campaign again.
+  const bool resume = stdout_text.find("write them again with: shardcheck campaign --resume " + out.string() + "\n") !=
+                      std::string::npos;
+  EXPECT_TRUE(resume || stdout_text.find("run the campaign again\n") != std::string::npos) << stdout_text;
+  Running again(resume ? std::vector<std::string>{"campaign", "--resume", out.string(), "--quiet"} : args,
+                dir_ / "stderr2.txt");
+  EXPECT_EQ(exit_code(again.wait()), 1) << read_text(dir_ / "stderr2.txt");
+  EXPECT_TRUE(read_json(out / "report.json").at("complete").get<bool>());
+  EXPECT_EQ(file_names(out / "findings"), reported_files(out));
+  EXPECT_EQ(read_json(out / "report.json").at("findings").size(), 156u);
+}
+
+// The same without root: every file over 8 KiB fails as on a full disk (EFBIG).
+TEST_F(CampaignResilience, FileSizeLimitIsAnIncompleteCampaign) {
+  const fs::path out = dir_ / "out";
+  std::vector<std::string> args = kFillingCampaign;
+  args.insert(args.end(), {"--out", out.string()});
+  Running run(args, dir_ / "stderr.txt", [] {
+    signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails instead of killing
+    rlimit limit{8192, 8192};
+    setrlimit(RLIMIT_FSIZE, &limit);
+  });
+  EXPECT_EQ(exit_code(run.wait()), 3) << read_text(dir_ / "stderr.txt");
+  expect_incomplete(out, run.output(), "File too large");
 }
 
 // --- resume ------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -696,6 +697,40 @@ TEST_F(CliTest, CampaignMergeOfTwoShardsIsTheUnshardedRun) {
   }
 }
 
+// --- what a campaign writes, and where -----------------------------------------------
+
+// A report path that cannot be written is found before any case runs (exit 2, and no
+// output folder made); one that fails only when written (/dev/full) makes the campaign
+// incomplete (exit 3), never a verdict of PASS followed by an error, and a device is
+// written in place, not replaced by a file.
+TEST_F(CliTest, CampaignReportPathsAreTriedBeforeTheRun) {
+  const std::string out = " --cases 20 --jobs 1 --no-isolate --quiet --out " + quoted((dir_ / "out").string());
+  fs::create_directories(dir_ / "a-folder");
+  const std::vector<std::pair<std::string, std::string>> unwritable{
+      {"--junit /dev/full/junit.xml", "cannot write --junit /dev/full/junit.xml: Not a directory"},
+      {"--markdown " + quoted((dir_ / "nowhere" / "summary.md").string()),
+       "cannot write --markdown " + (dir_ / "nowhere" / "summary.md").string() + ": No such file or directory"},
+      {"--junit " + quoted((dir_ / "a-folder").string()),
+       "cannot write --junit " + (dir_ / "a-folder").string() + ": it is a directory, not a file"}};
+  for (const auto& [flag, sentence] : unwritable) {
+    Ran run = shardcheck("campaign " + flag + out, true);
+    EXPECT_EQ(run.exit_code, 2) << flag;
+    EXPECT_EQ(run.out, "shardcheck campaign: " + sentence + "; choose a path that can be written\n") << flag;
+    EXPECT_FALSE(fs::exists(dir_ / "out")) << flag << ": the campaign started";
+  }
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here: a report that fails when written is not tried";
+  Ran full = shardcheck("campaign --junit /dev/full" + out);
+  EXPECT_EQ(full.exit_code, 3) << full.out;
+  EXPECT_NE(full.out.find("verdict: INCOMPLETE, exit 3: the outputs are incomplete: /dev/full could not be written: "
+                          "No space left on device; the campaign found nothing in 20 cases; once there is room, write "
+                          "them again with: shardcheck campaign --resume " +
+                          (dir_ / "out").string() + " --junit /dev/full\n"),
+            std::string::npos)
+      << full.out;
+  EXPECT_EQ(full.out.find("PASS"), std::string::npos) << full.out;
+  EXPECT_TRUE(fs::is_character_file("/dev/full")) << "/dev/full was replaced";
+}
+
 // --- check --json -------------------------------------------------------------------
 
 std::vector<nlohmann::json> json_lines(const std::string& out) {
@@ -779,8 +814,7 @@ TEST_F(CliTest, HelpCoversSubcommandsExitCodesAndOutputs) {
   for (const char* usage :
        {"  check MAP.json [--json]", "  repro CASE.json ", "  digest MAP.json ", "  digest CASE.json ",
         "  campaign [--seed S]", "  campaign --resume DIR", "findings/SIGNATURE.json", "report.json", "table.txt",
-        "checkpoint.json", "--jobs 0 (the default) means one worker per core", "130 stopped at once",
-        "  plan SOURCE.json TARGET.json"}) {
+        "checkpoint.json", "--jobs 0 (the default) means one worker per core", "130 stopped at once", "  plan SOURCE.json TARGET.json"}) {
     EXPECT_NE(help.out.find(usage), std::string::npos) << usage << "\n" << help.out;
   }
   // One "Exit:" line per subcommand (check, repro, digest, campaign, deepspeed, plan;

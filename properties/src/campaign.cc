@@ -114,6 +114,7 @@ Report run(const Options& options, const Control& control) {
   if (writer) writer->finish(complete);
   Report report = ledger.snapshot(total_seconds, complete).report;
   report.ledger_error = ledger.audit(complete);
+  if (writer) report.output_errors = writer->output_errors();
   for (auto& finding : report.findings) {
     if (finding.has_case) finding.reproducer = generate_indexed_case(options, finding.first_case);
   }

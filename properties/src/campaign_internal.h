@@ -182,6 +182,8 @@ class Writer {
   // Drains the queue, makes every case file match the committed findings, writes the
   // final report, table and checkpoint, and stops the thread.
   void finish(bool complete);
+  // The files whose last write failed (Report::output_errors); call after finish().
+  std::vector<OutputError> output_errors();
 
  private:
   struct Written {
@@ -207,6 +209,7 @@ class Writer {
   std::mutex write_mutex_;                 // one writer of the files at a time
   std::map<std::string, Written> on_disk_;  // what each case file holds (under write_mutex_)
   std::vector<TimelineSample> timeline_;    // one per report written (under write_mutex_), for report.html
+  std::map<std::filesystem::path, std::string> failing_;  // path -> why its last write failed (under write_mutex_)
   std::thread thread_;
 };
 

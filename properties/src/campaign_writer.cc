@@ -152,34 +152,42 @@ void Writer::finish(bool complete) {
 }
 
 // Writes a sibling temporary file and renames it over `path`: a reader (or a campaign
-// killed mid-write) sees the old file or the new one, never part of one.
+// killed mid-write) sees the old file or the new one, never part of one. The temporary's
+// name (".NAME.PID.N.tmp") is what a later run clears as a killed writer's leftover.
 bool Writer::write_file(const fs::path& path, const std::string& text) {
   static std::atomic<unsigned> counter{0};
   const fs::path temp = path.parent_path() / fmt::format(".{}.{}.{}.tmp", path.filename().string(),
                                                          static_cast<long>(getpid()), counter.fetch_add(1));
+  std::string why;
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    warn(fmt::format("cannot write {}: {}", temp.string(), std::strerror(errno)));
-    return false;
-  }
+  if (fd < 0) why = std::strerror(errno);
   std::size_t written = 0;
-  while (written < text.size()) {
+  while (why.empty() && written < text.size()) {
     const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      warn(fmt::format("cannot write {}: {}", temp.string(), std::strerror(errno)));
-      ::close(fd);
-      ::unlink(temp.c_str());
-      return false;
-    }
-    written += static_cast<std::size_t>(n);
+    if (n <= 0)
+      why = n < 0 ? std::strerror(errno) : "the disk took no more bytes";
+    else
+      written += static_cast<std::size_t>(n);
   }
-  if (::close(fd) != 0 || ::rename(temp.c_str(), path.c_str()) != 0) {
-    warn(fmt::format("cannot write {}: {}", path.string(), std::strerror(errno)));
-    ::unlink(temp.c_str());
-    return false;
+  if (fd >= 0 && ::close(fd) != 0 && why.empty()) why = std::strerror(errno);
+  if (why.empty() && ::rename(temp.c_str(), path.c_str()) != 0) why = std::strerror(errno);
+  if (why.empty()) {
+    failing_.erase(path);
+    return true;
   }
-  return true;
+  if (fd >= 0) ::unlink(temp.c_str());
+  // A full disk fails every write for as long as it lasts: one warning per file.
+  if (failing_.count(path) == 0) warn(fmt::format("cannot write {}: {}", path.string(), why));
+  failing_[path] = why;
+  return false;
+}
+
+std::vector<OutputError> Writer::output_errors() {
+  std::lock_guard lock(write_mutex_);
+  std::vector<OutputError> errors;
+  for (const auto& [path, why] : failing_) errors.push_back(OutputError{path, why});
+  return errors;
 }
 
 void Writer::warn(const std::string& message) {

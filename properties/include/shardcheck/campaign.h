@@ -109,6 +109,12 @@ struct FindingRecord {
   bool has_case = true;
 };
 
+// A file of the output directory that could not be written (a full disk, a folder gone).
+struct OutputError {
+  std::filesystem::path path;
+  std::string why;  // the system's reason ("No space left on device")
+};
+
 struct Report {
   Options options;
   Index cases = 0;
@@ -127,6 +133,11 @@ struct Report {
   // once; otherwise what was lost or duplicated. A campaign with a ledger error failed,
   // whatever its findings: its table does not describe the cases it claims.
   std::string ledger_error;
+  // The files of Control::out whose last write failed, in path order: empty when the
+  // directory holds the whole report, every finding's case file included. A write that
+  // fails and later succeeds (space freed) leaves nothing here. Not part of failed(): the
+  // campaign's verdict stands, but its outputs do not show all of it.
+  std::vector<OutputError> output_errors;
   // Exit status of the campaign: anything silently wrong, any other property finding,
   // (with strict_layout) any valid-but-different case, or a ledger error.
   bool failed() const;
@@ -178,7 +189,8 @@ struct Control {
   double progress_interval = 0.5;
   // Called from the writer thread once a new signature's case file is on disk.
   std::function<void(const FindingRecord& finding, const std::filesystem::path& file)> on_new_finding;
-  // Called with a sentence when a file cannot be written.
+  // Called with a sentence when a file cannot be written (once per file until a write of
+  // it succeeds again), and on other trouble the campaign survives.
   std::function<void(const std::string& message)> on_warning;
   // Polled every few milliseconds. kStopGraceful: no new case starts, the cases running
   // finish and run() returns an incomplete report. kStopImmediate: the workers are
