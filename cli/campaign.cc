@@ -51,6 +51,7 @@ struct CampaignArgs {
   bool quiet = false;
   bool verbose = false;  // every finding again at the end, with its count of cases
   std::string resume;
+  bool overwrite = false;  // a used --out: its outputs are removed first
   bool isolate = false;
   bool no_isolate = false;
   std::optional<double> case_time_limit;
@@ -309,7 +310,7 @@ std::string incomplete_outputs_line(const campaign::Report& report, const std::f
   // checkpoint on disk there is nothing to resume from.
   const std::string again = std::filesystem::exists(out / "checkpoint.json", ec)
                                 ? "write them again with: " + resume_command(out, reports)
-                                : "run the campaign again";
+                                : "run the campaign again with --overwrite";
   return fmt::format(
       "verdict: INCOMPLETE, exit {}: the outputs are incomplete: {} could not be written: {}{}; the campaign found {} "
       "in {} cases; once there is room, {}\n",
@@ -331,9 +332,18 @@ std::string verdict_line(const campaign::Report& report, const std::filesystem::
 }
 
 // The options of this run: a new campaign's from the command line, or a stopped one's
-// from its checkpoint; and how this run executes (jobs, isolation, limits, test hooks).
-int campaign_options(const CampaignArgs& args, campaign::Checkpoint& checkpoint, campaign::Options& options) {
+// from its checkpoint, read under the lock of its folder (no other run writes it then);
+// and how this run executes (jobs, isolation, limits, test hooks).
+int campaign_options(const CampaignArgs& args, OutDirLock& lock, campaign::Checkpoint& checkpoint,
+                     campaign::Options& options) {
   if (!args.resume.empty()) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(args.resume, ec)) {
+      if (std::string held = lock.acquire(args.resume, "wait for it to end"); !held.empty()) {
+        std::fprintf(stderr, "shardcheck campaign: %s\n", held.c_str());
+        return kExitUsage;
+      }
+    }
     if (int code = options_from_checkpoint(args, checkpoint); code != kExitOk) return code;
     options = checkpoint.report.options;
   } else if (int code = options_from_args(args, options); code != kExitOk) {
@@ -380,10 +390,21 @@ int probe_target(const campaign::Options& options) {
   return kExitOk;
 }
 
-// Before any case runs: the report files can be written, and `out` takes files.
-int prepare_outputs(const CampaignArgs& args, const std::filesystem::path& out) {
+// Before any case runs: the report files can be written, and `out` is this run's alone,
+// holds no other campaign's outputs (a resumed one: none its checkpoint does not record)
+// and takes files.
+int prepare_outputs(const CampaignArgs& args, const std::filesystem::path& out, const campaign::Checkpoint& checkpoint,
+                    OutDirLock& lock) {
+  const Reuse reuse = !args.resume.empty() ? Reuse::resume : args.overwrite ? Reuse::overwrite : Reuse::refuse;
   std::string error = probe_report_files(args.reports);
-  if (error.empty()) error = prepare_out_dir(out, args.resume.empty() ? "--out" : "folder");
+  if (error.empty()) error = prepare_out_dir(out, reuse, reuse == Reuse::resume ? "folder" : "--out", lock);
+  if (error.empty() && reuse == Reuse::resume) {
+    std::set<std::string> recorded;
+    for (const auto& finding : checkpoint.report.findings) {
+      if (finding.has_case) recorded.insert(campaign::finding_file_name(finding.signature));
+    }
+    error = remove_unrecorded_findings(out, recorded);
+  }
   if (error.empty()) return kExitOk;
   std::fprintf(stderr, "shardcheck campaign: %s\n", error.c_str());
   return kExitUsage;
@@ -466,12 +487,19 @@ int run_campaign(const CampaignArgs& args) {
     std::fprintf(stderr, "shardcheck campaign: --isolate and --no-isolate exclude each other\n");
     return kExitUsage;
   }
+  if (args.overwrite && !args.resume.empty()) {
+    std::fprintf(stderr,
+                 "shardcheck campaign: --overwrite starts a new campaign and cannot be given with --resume, which "
+                 "continues one\n");
+    return kExitUsage;
+  }
+  OutDirLock lock;
   campaign::Checkpoint checkpoint;
   campaign::Options options;
-  if (int code = campaign_options(args, checkpoint, options); code != kExitOk) return code;
+  if (int code = campaign_options(args, lock, checkpoint, options); code != kExitOk) return code;
   if (int code = probe_target(options); code != kExitOk) return code;
   const std::filesystem::path out(args.resume.empty() ? args.out : args.resume);
-  if (int code = prepare_outputs(args, out); code != kExitOk) return code;
+  if (int code = prepare_outputs(args, out, checkpoint, lock); code != kExitOk) return code;
   // Before the header line: a stop signal from then on is this campaign's to honour.
   install_stop_handlers();
   const Index already_done = args.resume.empty() ? 0 : checkpoint.report.cases;
@@ -545,6 +573,8 @@ void register_campaign(CLI::App& app, RunState& state) {
                 "At the end, list every finding with its count of cases (by default each finding shows once, "
                 "when it is found)");
   sub->add_option("--resume", args->resume, "Continue the stopped campaign in DIR from its checkpoint.json");
+  sub->add_flag("--overwrite", args->overwrite,
+                "Start the campaign in an --out that holds an earlier run's outputs: they are removed first");
   sub->add_flag("--isolate", args->isolate, "Run cases in worker processes (the default)");
   sub->add_flag("--no-isolate", args->no_isolate, "Run cases in threads of this process");
   add_seconds_option(sub, "--case-time-limit", args->case_time_limit,

@@ -303,7 +303,56 @@ TEST_F(CampaignResilience, SecondInterruptStopsAtOnce) {
   expect_consistent_report(report);
 }
 
-// --- outputs that cannot be written --------------------------------------------------------
+// --- one campaign per output directory ------------------------------------------------
+
+bool wait_for_file_text(const fs::path& path, const std::string& needle) {
+  const auto deadline = SteadyClock::now() + 120s;
+  while (SteadyClock::now() < deadline) {
+    if (read_text(path).find(needle) != std::string::npos) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+// A second campaign on a folder in use is refused, naming the holder; a holder killed
+// outright leaves no lock; rerunning the command of a stopped campaign (a re-submitted
+// job) says how it goes on, and that goes on.
+TEST_F(CampaignResilience, AFolderInUseIsRefusedAndAStoppedOneSaysHowToResume) {
+  const fs::path out = dir_ / "out";
+  const std::vector<std::string> args{"campaign", "--seed",       "5",     "--cases",    "100000000", "--jobs",
+                                      "1",        "--no-isolate", "--out", out.string(), "--quiet"};
+  Running first(args, dir_ / "stderr1.txt");
+  const auto deadline = SteadyClock::now() + 120s;
+  while (!fs::exists(out / "report.json") && SteadyClock::now() < deadline) std::this_thread::sleep_for(20ms);
+  const std::string holder = "(pid " + std::to_string(first.pid()) + ")";
+  for (const auto& [second, name] :
+       {std::pair{
+            std::vector<std::string>{"campaign", "--seed", "6", "--cases", "10", "--out", out.string(), "--quiet"},
+            "stderr2.txt"},
+        std::pair{std::vector<std::string>{"campaign", "--resume", out.string()}, "stderr3.txt"}}) {
+    Running refused(second, dir_ / name);
+    EXPECT_EQ(exit_code(refused.wait()), 2);
+    const std::string text = read_text(dir_ / name);
+    EXPECT_NE(text.find("shardcheck campaign: " + out.string() + " is in use by another shardcheck run " + holder),
+              std::string::npos)
+        << text;
+  }
+  first.send(SIGKILL);
+  first.wait();
+  {
+    Running again(args, dir_ / "stderr4.txt");
+    EXPECT_EQ(exit_code(again.wait()), 2);
+  }
+  const std::string refusal = read_text(dir_ / "stderr4.txt");
+  EXPECT_NE(refusal.find(out.string() + " holds a stopped campaign ("), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("; continue it with: shardcheck campaign --resume " + out.string() + " (or give --overwrite"),
+            std::string::npos)
+      << refusal;
+  Running resumed({"campaign", "--resume", out.string(), "--quiet"}, dir_ / "stderr5.txt");
+  ASSERT_TRUE(wait_for_file_text(dir_ / "stderr5.txt", "resuming " + out.string())) << read_text(dir_ / "stderr5.txt");
+  resumed.send(SIGTERM);
+  EXPECT_EQ(exit_code(resumed.wait()), 0) << read_text(dir_ / "stderr5.txt");
+}
 
 std::set<std::string> file_names(const fs::path& folder) {
   std::set<std::string> names;
@@ -320,6 +369,44 @@ std::set<std::string> reported_files(const fs::path& out) {
   }
   return names;
 }
+
+// A killed run's temporaries, and a finding file its checkpoint never recorded, are gone
+// after a resume and after --overwrite; a file of the user's that only looks alike stays.
+TEST_F(CampaignResilience, ResumeAndOverwriteClearWhatAKilledRunLeft) {
+  const fs::path out = dir_ / "out";
+  auto campaign = [&](std::vector<std::string> args, const char* log) {
+    Running run(args, dir_ / log);
+    return exit_code(run.wait());
+  };
+  ASSERT_EQ(campaign({"campaign", "--policy", "legacy", "--seed", "3", "--cases", "300", "--jobs", "1", "--out",
+                      out.string(), "--quiet"},
+                     "stderr1.txt"),
+            1);
+  const std::vector<fs::path> leftovers{out / ".report.json.4242.7.tmp", out / "table.txt.4242.tmp",
+                                        out / "findings" / ".x.json.4242.0.tmp"};
+  auto plant = [&] {
+    for (const auto& path : leftovers) std::ofstream(path) << "half a fi";
+  };
+  plant();
+  std::ofstream(out / "notes.tmp") << "the user's";
+  std::ofstream(out / "findings" / "unrecorded.json") << "{}";
+  ASSERT_EQ(campaign({"campaign", "--resume", out.string(), "--quiet"}, "stderr2.txt"), 1)
+      << read_text(dir_ / "stderr2.txt");
+  for (const auto& path : leftovers) EXPECT_FALSE(fs::exists(path)) << path;
+  EXPECT_TRUE(fs::exists(out / "notes.tmp"));
+  EXPECT_EQ(file_names(out / "findings"), reported_files(out));
+  plant();
+  ASSERT_EQ(campaign({"campaign", "--policy", "legacy", "--seed", "4", "--cases", "300", "--jobs", "1", "--out",
+                      out.string(), "--quiet", "--overwrite"},
+                     "stderr3.txt"),
+            1)
+      << read_text(dir_ / "stderr3.txt");
+  for (const auto& path : leftovers) EXPECT_FALSE(fs::exists(path)) << path;
+  EXPECT_EQ(read_json(out / "report.json").at("seed"), 4);
+  EXPECT_EQ(file_names(out / "findings"), reported_files(out)) << "a finding file of the seed-3 campaign is left";
+}
+
+// --- outputs that cannot be written --------------------------------------------------------
 
 // A campaign whose output directory fills up: exit 3, a verdict that says the outputs are
 // incomplete and invites no replay of files that are not there, and, once there is room,
@@ -377,10 +464,12 @@ TEST_F(CampaignResilience, AFullDiskIsAnIncompleteCampaignUntilResumed) {
   }
   expect_incomplete(out, stdout_text, "No space left on device");
   ASSERT_TRUE(disk.grow()) << std::strerror(errno);
-  // The verdict says what to run once there is room: a resume, or the campaign again.
+  // The verdict says what to run once there is room: a resume, or a new run over it.
   const bool resume = stdout_text.find("write them again with: shardcheck campaign --resume " + out.string() + "\n") !=
                       std::string::npos;
-  EXPECT_TRUE(resume || stdout_text.find("run the campaign again\n") != std::string::npos) << stdout_text;
+  EXPECT_TRUE(resume || stdout_text.find("run the campaign again with --overwrite") != std::string::npos)
+      << stdout_text;
+  if (!resume) args.push_back("--overwrite");
   Running again(resume ? std::vector<std::string>{"campaign", "--resume", out.string(), "--quiet"} : args,
                 dir_ / "stderr2.txt");
   EXPECT_EQ(exit_code(again.wait()), 1) << read_text(dir_ / "stderr2.txt");

@@ -699,6 +699,52 @@ TEST_F(CliTest, CampaignMergeOfTwoShardsIsTheUnshardedRun) {
 
 // --- what a campaign writes, and where -----------------------------------------------
 
+std::set<std::string> names_in(const fs::path& folder) {
+  std::set<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) names.insert(entry.path().filename().string());
+  return names;
+}
+
+// The case files a report.json lists, by name.
+std::set<std::string> report_files(const fs::path& out) {
+  std::ifstream in(out / "report.json");
+  const auto report = nlohmann::json::parse(in, nullptr, false);
+  std::set<std::string> names;
+  if (!report.is_object()) return names;
+  for (const auto& finding : report["findings"]) {
+    names.insert(fs::path(finding["file"].get<std::string>()).filename().string());
+  }
+  return names;
+}
+
+// A second campaign into a used --out would mix its finding files with the first's: it is
+// refused, and with --overwrite the first's outputs go before the second's come.
+TEST_F(CliTest, CampaignRefusesAUsedOutUnlessOverwritten) {
+  const std::string out = quoted((dir_ / "out").string());
+  const std::string legacy = "campaign --policy legacy --cases 200 --jobs 1 --no-isolate --quiet --out " + out;
+  ASSERT_EQ(shardcheck(legacy + " --seed 3").exit_code, 1);
+  const std::set<std::string> first = names_in(dir_ / "out" / "findings");
+  ASSERT_FALSE(first.empty());
+  Ran refused = shardcheck(legacy + " --seed 4", true);
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_EQ(refused.out, "shardcheck campaign: " + (dir_ / "out").string() +
+                             " holds the outputs of an earlier run (checkpoint.json, report.json, table.txt, "
+                             "report.html, " +
+                             std::to_string(first.size()) +
+                             " finding files); choose another --out, or give --overwrite to replace them\n");
+  EXPECT_EQ(names_in(dir_ / "out" / "findings"), first) << "a refused campaign wrote nothing";
+  Ran overwritten = shardcheck(legacy + " --seed 4 --overwrite");
+  EXPECT_EQ(overwritten.exit_code, 1) << overwritten.out;
+  const std::set<std::string> second = names_in(dir_ / "out" / "findings");
+  EXPECT_EQ(second, report_files(dir_ / "out")) << "finding files the report does not list are left";
+  EXPECT_NE(second, first);
+  Ran both = shardcheck("campaign --resume " + out + " --overwrite", true);
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.out.find("--overwrite starts a new campaign and cannot be given with --resume"), std::string::npos)
+      << both.out;
+}
+
 // A report path that cannot be written is found before any case runs (exit 2, and no
 // output folder made); one that fails only when written (/dev/full) makes the campaign
 // incomplete (exit 3), never a verdict of PASS followed by an error, and a device is
