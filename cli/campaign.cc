@@ -88,8 +88,12 @@ bool parse_shard(const std::string& text, int& index, int& count) {
 
 std::atomic<int> g_stop{0};
 std::atomic<int> g_interrupts{0};
+// The first stop signal: a campaign it stopped before the end exits 128 + it.
+std::atomic<int> g_signal{0};
 
 extern "C" void on_stop_signal(int signal) {
+  int none = 0;
+  g_signal.compare_exchange_strong(none, signal);
   int wanted = campaign::kStopGraceful;
   if (signal == SIGINT && g_interrupts.fetch_add(1) >= 1) wanted = campaign::kStopImmediate;
   int current = g_stop.load();
@@ -297,6 +301,13 @@ std::string found_text(const campaign::Report& report) {
   return fmt::format("{}", fmt::join(what, ", "));
 }
 
+// "N of M cases", or "N cases of a S s budget" for a time budget.
+std::string progress_text(const campaign::Report& report) {
+  const campaign::Options& o = report.options;
+  if (o.cases) return fmt::format("{} of {} cases", report.cases, *o.cases);
+  return fmt::format("{} cases of a {:.0f} s budget", report.cases, o.time_seconds.value_or(0.0));
+}
+
 // The verdict of a campaign whose outputs are not all on disk (exit 3): what could not be
 // written, what the campaign found, and how to write them again.
 std::string incomplete_outputs_line(const campaign::Report& report, const std::filesystem::path& out,
@@ -317,11 +328,17 @@ std::string incomplete_outputs_line(const campaign::Report& report, const std::f
       kExitIncomplete, first.path.string(), first.why, others, found.empty() ? "nothing" : found, report.cases, again);
 }
 
-// The last line of a campaign: its verdict and what its exit code means.
+// The last line of a campaign: its verdict and what its exit code means. `signal`: the
+// signal that stopped it before the end, or 0.
 std::string verdict_line(const campaign::Report& report, const std::filesystem::path& out,
-                         const std::vector<campaign::OutputError>& unwritten, const ReportFiles& reports) {
+                         const std::vector<campaign::OutputError>& unwritten, int signal, const ReportFiles& reports) {
   if (!unwritten.empty()) return incomplete_outputs_line(report, out, unwritten, reports);
   const std::string found = found_text(report);
+  if (signal != 0) {
+    return fmt::format("verdict: INCOMPLETE, exit {}: stopped by {} after {}{}; continue with: {}\n",
+                       kExitSignalBase + signal, signal == SIGINT ? "SIGINT" : "SIGTERM", progress_text(report),
+                       found.empty() ? "" : " (found so far: " + found + ")", resume_command(out, reports));
+  }
   const std::string ran =
       report.complete ? fmt::format("{} cases", report.cases) : fmt::format("{} cases (stopped early)", report.cases);
   if (!report.failed()) {
@@ -466,6 +483,8 @@ int conclude(const CampaignArgs& args, const campaign::Report& report, const std
   print_summary(args, report, out, announced);
   std::vector<campaign::OutputError> unwritten = report.output_errors;
   for (auto& error : write_campaign_reports(report, out, args.reports, "campaign")) unwritten.push_back(error);
+  // A stop that came when every case had run stopped nothing.
+  const int signal = report.complete ? 0 : g_signal.load();
   if (!report.complete) {
     std::fprintf(stderr, "shardcheck campaign: stopped after %lld cases; continue with: %s\n",
                  static_cast<long long>(report.cases), resume_command(out, args.reports).c_str());
@@ -477,8 +496,9 @@ int conclude(const CampaignArgs& args, const campaign::Report& report, const std
     std::fprintf(stderr, "shardcheck campaign: the ledger does not add up: %s\n", report.ledger_error.c_str());
     return kExitUsage;
   }
-  std::fputs(verdict_line(report, out, unwritten, args.reports).c_str(), stdout);
+  std::fputs(verdict_line(report, out, unwritten, signal, args.reports).c_str(), stdout);
   if (!unwritten.empty()) return kExitIncomplete;
+  if (signal != 0) return kExitSignalBase + signal;
   return report.failed() ? kExitFound : kExitOk;
 }
 

@@ -23,6 +23,9 @@ inline constexpr int kExitUsage = 2;  // unreadable input, unusable case, bad us
 // `campaign` and `campaign merge`: an output could not be written (a full disk), so the
 // files on disk do not show the whole verdict.
 inline constexpr int kExitIncomplete = 3;
+// A campaign stopped by a signal before the end exits 128 + the signal, as a shell
+// reports a process the signal killed: 130 for SIGINT, 143 for SIGTERM.
+inline constexpr int kExitSignalBase = 128;
 
 // A subcommand's callback runs inside CLI::App::parse and stores its exit code here.
 struct RunState {

@@ -148,6 +148,11 @@ class Running {
 
 int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
 
+// The start of the verdict line of a campaign a signal stopped.
+std::string stopped_verdict(int code, const std::string& signal) {
+  return "verdict: INCOMPLETE, exit " + std::to_string(code) + ": stopped by " + signal + " after ";
+}
+
 Json read_json(const fs::path& path) {
   std::ifstream in(path);
   std::stringstream text;
@@ -235,12 +240,19 @@ TEST_P(StoppedBySignal, LeavesReportAndEveryAnnouncedFinding) {
   if (param.signal == SIGKILL) {
     ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
   } else {
-    // Graceful: the running cases finish, the rest is written, and the exit code says
-    // what was found (the legacy model is silently wrong).
+    // Graceful: the running cases finish, the rest is written, and the exit code is
+    // 128 + the signal whatever was found, so that a cancelled job never looks finished.
     ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
-    EXPECT_EQ(exit_code(status), 1) << read_text(dir_ / "stderr.txt");
+    EXPECT_EQ(exit_code(status), 128 + param.signal) << read_text(dir_ / "stderr.txt");
     EXPECT_LT(stop_seconds, 60.0) << "a graceful stop waits for the cases running, not for the campaign";
     EXPECT_NE(stdout_text.find("report: "), std::string::npos) << stdout_text;
+    const std::string verdict = stopped_verdict(128 + param.signal, param.signal == SIGINT ? "SIGINT" : "SIGTERM");
+    EXPECT_NE(stdout_text.find(verdict), std::string::npos) << stdout_text;
+    EXPECT_NE(stdout_text.find(" of 100000000 cases (found so far: "), std::string::npos) << stdout_text;
+    EXPECT_NE(stdout_text.find("; continue with: shardcheck campaign --resume " + out.string() + "\n"),
+              std::string::npos)
+        << stdout_text;
+    EXPECT_EQ(stdout_text.find("verdict: FAIL"), std::string::npos) << stdout_text;
   }
 
   const Json report = read_json(out / "report.json");
@@ -351,7 +363,8 @@ TEST_F(CampaignResilience, AFolderInUseIsRefusedAndAStoppedOneSaysHowToResume) {
   Running resumed({"campaign", "--resume", out.string(), "--quiet"}, dir_ / "stderr5.txt");
   ASSERT_TRUE(wait_for_file_text(dir_ / "stderr5.txt", "resuming " + out.string())) << read_text(dir_ / "stderr5.txt");
   resumed.send(SIGTERM);
-  EXPECT_EQ(exit_code(resumed.wait()), 0) << read_text(dir_ / "stderr5.txt");
+  EXPECT_EQ(exit_code(resumed.wait()), 143) << read_text(dir_ / "stderr5.txt");
+  EXPECT_NE(resumed.output().find(stopped_verdict(143, "SIGTERM")), std::string::npos) << resumed.output();
 }
 
 std::set<std::string> file_names(const fs::path& folder) {
@@ -530,7 +543,7 @@ TEST_P(Resume, EndsExactlyAsAnUninterruptedRun) {
     Running first(with({"--out", stopped.string(), isolate}), dir_ / "stderr1.txt");
     ASSERT_TRUE(first.wait_for("new finding: ", 0ms)) << read_text(dir_ / "stderr1.txt");
     first.send(SIGTERM);
-    EXPECT_EQ(exit_code(first.wait()), 1);
+    EXPECT_EQ(exit_code(first.wait()), 143);
   }
   const Json partial = read_json(stopped / "report.json");
   ASSERT_FALSE(partial.is_discarded());
@@ -756,7 +769,7 @@ TEST_P(TargetCampaign, ResumesThroughTheSameTarget) {
     const auto deadline = SteadyClock::now() + 120s;
     while (!fs::exists(stopped / "checkpoint.json") && SteadyClock::now() < deadline) std::this_thread::sleep_for(20ms);
     first.send(SIGTERM);
-    EXPECT_EQ(exit_code(first.wait()), 0) << read_text(dir_ / "stderr1.txt");
+    EXPECT_EQ(exit_code(first.wait()), 143) << read_text(dir_ / "stderr1.txt");
   }
   const Json checkpoint = read_json(stopped / "checkpoint.json");
   ASSERT_FALSE(checkpoint.is_discarded());
