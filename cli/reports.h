@@ -4,12 +4,18 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "shardcheck/campaign.h"
+
+namespace shardcheck::oracles {
+class Target;
+}
 
 namespace shardcheck::cli {
 
@@ -47,6 +53,16 @@ struct ReplayedCase {
   std::string implementation;      // what it was replayed with
   double seconds = 0;
 };
+
+// Implementations started by replays, by name, kept for the next case file.
+using ReplayTargets = std::map<std::string, std::unique_ptr<oracles::Target>>;
+
+// Replays the case file at `path` as `shardcheck repro FILE` does (the truth oracle, the
+// file's expectations, its recorded backend): with `implementation`, or when that is
+// empty the policy or built-in target the file records (an exec: target a file records
+// is never run: exit 2). repro.cc.
+ReplayedCase replay_case_file(const std::string& path, const std::string& implementation, double target_timeout,
+                              ReplayTargets& targets);
 
 // JUnit of a replayed folder: one test case per file; exit 1 is a failure carrying the
 // replay's lines and its command, exit 2 (unreadable, not a case) an error.

@@ -44,7 +44,7 @@ struct ReproArgs {
 
 // Implementations already started, by name: a folder's cases share one process per exec
 // target instead of starting one per case.
-using Targets = std::map<std::string, std::unique_ptr<oracles::Target>>;
+using Targets = ReplayTargets;
 
 // What the case states the implementation must do, for the line that says whether the
 // outcome met it; empty when it states nothing.
@@ -297,6 +297,16 @@ int run_repro(const ReproArgs& args) {
 }
 
 }  // namespace
+
+ReplayedCase replay_case_file(const std::string& path, const std::string& implementation, double target_timeout,
+                              ReplayTargets& targets) {
+  ReproArgs args;
+  args.path = path;
+  args.target = implementation;
+  args.implementation_given = !implementation.empty();
+  args.target_timeout = target_timeout;
+  return replay(args, path, targets);
+}
 
 void register_repro(CLI::App& app, RunState& state) {
   auto args = std::make_shared<ReproArgs>();

@@ -831,6 +831,37 @@ TEST_P(TargetCampaign, ACrashingTargetIsRestartedAndEveryCaseRuns) {
   }
 }
 
+// The merge replays the shards' findings through their exec: target only when the
+// command line gives it: a command that a checkpoint names is never run by itself.
+TEST_P(TargetCampaign, MergeReplaysThroughTheTargetOnlyWhenGiven) {
+  const std::string target = impl_target("--ignore-scale");
+  std::vector<std::string> shards;
+  for (const char* shard : {"0", "1"}) {
+    shards.push_back((dir_ / ("shard-" + std::string(shard))).string());
+    Running run({"campaign", "--target", target, "--seed", "5", "--cases", "300", "--jobs", "2", "--quiet", "--shard",
+                 std::string(shard) + "/2", "--out", shards.back(), isolate()},
+                dir_ / "stderr.txt");
+    ASSERT_EQ(exit_code(run.wait()), 1) << read_text(dir_ / "stderr.txt");
+  }
+  const fs::path merged = dir_ / "merged";
+  {
+    Running refused({"campaign", "merge", shards[0], shards[1], "--out", merged.string()}, dir_ / "refused.txt");
+    EXPECT_EQ(exit_code(refused.wait()), 2);
+  }
+  EXPECT_EQ(read_text(dir_ / "refused.txt"),
+            "shardcheck campaign merge: the shards ran target '" + target +
+                "', and shardcheck does not run a command named by a file: give it as --target to replay their "
+                "findings\n");
+  EXPECT_FALSE(fs::exists(merged));
+  {
+    Running given({"campaign", "merge", shards[0], shards[1], "--out", merged.string(), "--target", target},
+                  dir_ / "given.txt");
+    EXPECT_EQ(exit_code(given.wait()), 1) << read_text(dir_ / "given.txt");
+  }
+  EXPECT_FALSE(read_json(merged / "report.json").at("findings").empty());
+  EXPECT_EQ(file_names(merged / "findings"), reported_files(merged));
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, TargetCampaign, ::testing::Values(true, false),
                          [](const auto& info) { return std::string(info.param ? "Isolated" : "InProcess"); });
 

@@ -777,6 +777,154 @@ TEST_F(CliTest, CampaignReportPathsAreTriedBeforeTheRun) {
   EXPECT_TRUE(fs::is_character_file("/dev/full")) << "/dev/full was replaced";
 }
 
+// --- campaign merge vouches for what it merges ---------------------------------------
+
+// Two shards of a legacy campaign (findings in both) in DIR/shard-0 and DIR/shard-1.
+void legacy_shards(const fs::path& dir) {
+  for (const char* shard : {"0", "1"}) {
+    Ran run = shardcheck("campaign --seed 3 --cases 200 --policy legacy --jobs 1 --no-isolate --quiet --shard " +
+                         std::string(shard) + "/2 --out " + quoted((dir / ("shard-" + std::string(shard))).string()));
+    ASSERT_EQ(run.exit_code, 1) << run.out;
+  }
+}
+
+Ran merge(const fs::path& dir, const std::string& first, const std::string& extra = "") {
+  return shardcheck("campaign merge " + quoted((dir / first).string()) + " " + quoted((dir / "shard-1").string()) +
+                        " --out " + quoted((dir / "merged").string()) + extra,
+                    true);
+}
+
+nlohmann::json read_json_file(const fs::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
+void write_json_file(const fs::path& path, const nlohmann::json& json) { std::ofstream(path) << json.dump(); }
+
+// A finding file that is cut short, or that holds another finding's case, is refused
+// naming the file (exit 2), and the merge makes no output folder.
+TEST_F(CliTest, CampaignMergeRefusesAFindingFileThatIsNotItsCase) {
+  legacy_shards(dir_);
+  const auto files = names_in(dir_ / "shard-0" / "findings");
+  ASSERT_GE(files.size(), 2u);
+  const std::string name = *files.begin();
+  fs::copy(dir_ / "shard-0", dir_ / "cut", fs::copy_options::recursive);
+  const fs::path cut = dir_ / "cut" / "findings" / name;
+  fs::resize_file(cut, fs::file_size(cut) / 2);
+  Ran truncated = merge(dir_, "cut");
+  EXPECT_EQ(truncated.exit_code, 2) << truncated.out;
+  EXPECT_EQ(truncated.out.rfind("shardcheck campaign merge: " + cut.string() + " does not decode as a case file (", 0),
+            0u)
+      << truncated.out;
+  EXPECT_FALSE(fs::exists(dir_ / "merged"));
+  fs::copy(dir_ / "shard-0", dir_ / "swapped", fs::copy_options::recursive);
+  const fs::path swapped = dir_ / "swapped" / "findings" / name;
+  fs::copy_file(dir_ / "shard-0" / "findings" / *std::next(files.begin()), swapped,
+                fs::copy_options::overwrite_existing);
+  Ran other = merge(dir_, "swapped");
+  EXPECT_EQ(other.exit_code, 2) << other.out;
+  EXPECT_NE(other.out.find(swapped.string() + " is not the case file of case "), std::string::npos) << other.out;
+  EXPECT_NE(other.out.find(" that shard 0/2 (" + (dir_ / "swapped").string() + ") records for "), std::string::npos)
+      << other.out;
+  EXPECT_EQ(merge(dir_, "shard-0").exit_code, 1);
+}
+
+// A shard whose checkpoint was edited so that its findings became refusals (its resume
+// would then say PASS) is refused naming the shard and the count, however the edit went.
+TEST_F(CliTest, CampaignMergeRefusesAShardWhoseFindingsWereMovedToRefused) {
+  legacy_shards(dir_);
+  const nlohmann::json checkpoint = read_json_file(dir_ / "shard-0" / "checkpoint.json");
+  ASSERT_TRUE(checkpoint.is_object());
+  const std::size_t files = names_in(dir_ / "shard-0" / "findings").size();
+  // Every silently wrong case counted as refused instead, and no finding on record.
+  nlohmann::json moved = checkpoint;
+  for (const char* section : {"by_constructor", "by_corruption", "by_refusal_kind", "by_op"}) {
+    for (auto& [name, tally] : moved[section].items()) {
+      tally[1] = tally[1].get<long long>() + tally[3].get<long long>();
+      tally[3] = 0;
+    }
+  }
+  moved["findings"] = nlohmann::json::array();
+  fs::copy(dir_ / "shard-0", dir_ / "moved", fs::copy_options::recursive);
+  write_json_file(dir_ / "moved" / "checkpoint.json", moved);
+  Ran run = merge(dir_, "moved");
+  EXPECT_EQ(run.exit_code, 2) << run.out;
+  EXPECT_NE(run.out.find("shardcheck campaign merge: shard 0/2 (" + (dir_ / "moved").string() + "): findings/ holds " +
+                         std::to_string(files) + " finding files its checkpoint does not record (first: "),
+            std::string::npos)
+      << run.out;
+  // The finding files removed too: report.json still says what ran.
+  fs::remove_all(dir_ / "moved" / "findings");
+  run = merge(dir_, "moved");
+  EXPECT_EQ(run.exit_code, 2) << run.out;
+  EXPECT_NE(run.out.find("(" + (dir_ / "moved").string() + "): its report.json and checkpoint.json disagree on"),
+            std::string::npos)
+      << run.out;
+  // Only the record of the findings gone: the silently wrong cases are still counted.
+  nlohmann::json dropped = checkpoint;
+  dropped["findings"] = nlohmann::json::array();
+  fs::copy(dir_ / "shard-0", dir_ / "dropped", fs::copy_options::recursive);
+  fs::remove_all(dir_ / "dropped" / "findings");
+  write_json_file(dir_ / "dropped" / "checkpoint.json", dropped);
+  run = merge(dir_, "dropped");
+  EXPECT_EQ(run.exit_code, 2) << run.out;
+  const long long wrong = read_json_file(dir_ / "shard-0" / "report.json")["total"]["silently_wrong"];
+  EXPECT_NE(run.out.find("(" + (dir_ / "dropped").string() + "): it counts " + std::to_string(wrong) +
+                         " silently wrong, crashed or target-fault cases but its findings cover only 0"),
+            std::string::npos)
+      << run.out;
+  EXPECT_FALSE(fs::exists(dir_ / "merged"));
+}
+
+// The merge's outputs follow the campaign's rules: a report path that cannot be written
+// is refused before anything is merged, a used --out is refused and --overwrite replaces
+// what it holds, and a file that fails when written makes the merge incomplete (exit 3).
+TEST_F(CliTest, CampaignMergeOutputsFollowTheCampaignsRules) {
+  legacy_shards(dir_);
+  Ran unwritable = merge(dir_, "shard-0", " --junit /dev/full/junit.xml");
+  EXPECT_EQ(unwritable.exit_code, 2) << unwritable.out;
+  EXPECT_EQ(unwritable.out,
+            "shardcheck campaign merge: cannot write --junit /dev/full/junit.xml: Not a directory; choose a path "
+            "that can be written\n");
+  EXPECT_FALSE(fs::exists(dir_ / "merged"));
+  ASSERT_EQ(merge(dir_, "shard-0").exit_code, 1);
+  std::ofstream(dir_ / "merged" / "findings" / "stale.json") << "{}";
+  Ran again = merge(dir_, "shard-0");
+  EXPECT_EQ(again.exit_code, 2) << again.out;
+  EXPECT_NE(again.out.find((dir_ / "merged").string() + " holds the outputs of an earlier run (report.json, "
+                                                        "table.txt, report.html, "),
+            std::string::npos)
+      << again.out;
+  Ran overwritten = merge(dir_, "shard-0", " --overwrite");
+  EXPECT_EQ(overwritten.exit_code, 1) << overwritten.out;
+  EXPECT_EQ(names_in(dir_ / "merged" / "findings"), report_files(dir_ / "merged"));
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here: a report that fails when written is not tried";
+  Ran full = merge(dir_, "shard-0", " --overwrite --markdown /dev/full");
+  EXPECT_EQ(full.exit_code, 3) << full.out;
+  EXPECT_NE(full.out.find("verdict: INCOMPLETE, exit 3: the outputs are incomplete: /dev/full could not be written: "
+                          "No space left on device; once there is room, run the merge again with --overwrite\n"),
+            std::string::npos)
+      << full.out;
+}
+
+// A crash finding replays in a child process; a planted crash (a test hook of the worker,
+// not of the case) does not crash again, so its file does not show its finding: refused.
+TEST_F(CliTest, CampaignMergeReplaysEveryFindingFile) {
+  for (const char* shard : {"0", "1"}) {
+    Ran run = shardcheck("campaign --seed 41 --cases 200 --jobs 1 --quiet --plant-crash-at 100 --shard " +
+                         std::string(shard) + "/2 --out " + quoted((dir_ / ("shard-" + std::string(shard))).string()));
+    ASSERT_EQ(run.exit_code, shard == std::string("0") ? 1 : 0) << run.out;
+  }
+  Ran run = merge(dir_, "shard-0");
+  EXPECT_EQ(run.exit_code, 2) << run.out;
+  EXPECT_NE(run.out.find("/findings/crash-SIGABRT-"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find(".json does not show its finding crash:SIGABRT:"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find(": its case ran to the end and passed when replayed; the merge carries only findings that "
+                         "replay, see for yourself with: shardcheck repro "),
+            std::string::npos)
+      << run.out;
+}
+
 // --- check --json -------------------------------------------------------------------
 
 std::vector<nlohmann::json> json_lines(const std::string& out) {
