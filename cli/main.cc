@@ -66,18 +66,29 @@ constexpr HelpSection kSections[] = {
       --junit FILE and --markdown FILE also write a JUnit XML report (a test case per
       finding signature and per table row) and a Markdown summary (docs/reports.md).
       Prints `new finding: SIGNATURE (case I) -> FILE` as each finding file is written.
-      SIGINT/SIGTERM stop at the next case boundary; a second SIGINT stops at once.
+      One run at a time writes a folder (a lock), and never into another run's outputs:
+      --overwrite removes them first, --resume DIR continues a stopped campaign. The
+      report files and the folder are tried before the first case runs.
+      SIGINT/SIGTERM stop at the next case boundary, the outputs written for --resume;
+      a second SIGINT stops at once.
       Exit: 0 nothing silently wrong and no finding; 1 a finding (silently wrong, a
       crash, time-out or out-of-memory case, a target fault; valid-but-different only
       with --strict-layout); 2 bad usage, a target that does not start, a checkpoint
-      that cannot be resumed, or cases lost or doubled by the campaign itself (its
-      ledger does not add up); 130 stopped at once by a second SIGINT.
-  campaign merge DIR... --out DIR [--junit FILE] [--markdown FILE]
+      that cannot be resumed, an --out in use or holding another run's outputs, a
+      report file that cannot be written, or cases lost or doubled by the campaign
+      itself (its ledger does not add up); 3 the outputs are incomplete: a file could
+      not be written (a full disk), the verdict line says which; 130 stopped by SIGINT
+      (at once, by a second one) or 143 by SIGTERM before the end: resume it.
+  campaign merge DIR... --out DIR [--junit FILE] [--markdown FILE] [--target CMD] [--overwrite]
       Combines the output directories of the N shards of one campaign (--shard I/N) into
       one: report.json, table.txt and findings/ (the smallest case per signature) in
-      --out, as one unsharded run would write them (docs/scale-out.md).
-      Exit: as the campaign's; 2 also for shards of different campaigns, a shard given
-      twice, missing or unfinished.
+      --out, as one unsharded run would write them (docs/scale-out.md). Each finding
+      file it carries must be the case its shard records and fail when replayed as
+      `repro` replays it; the shards' exec: target runs only when given as --target.
+      Exit: as the campaign's (0, 1, 3); 2 also for shards of different campaigns, a
+      shard given twice, missing or unfinished, a shard whose tallies, findings and
+      files disagree, a finding file that is not its case or does not fail when
+      replayed, or an --out in use or holding another run's outputs.
 )"},
     {"deepspeed",
      R"(  deepspeed inspect CHECKPOINT_DIR [--cases DIR] [--json] [--max-checkpoint-bytes N] [--unsafe-load]
@@ -106,7 +117,8 @@ std::string overview() {
   for (const HelpSection& section : kSections) text += std::string("\n") + section.text;
   text +=
       "\nExit codes shared by every subcommand: 0 nothing found, 1 something refused or found,\n"
-      "2 unreadable input or bad usage. --help and --version exit 0.";
+      "2 unreadable input or bad usage; campaign (and merge) also 3, outputs incomplete, and\n"
+      "campaign 130 or 143, stopped by SIGINT or SIGTERM. --help and --version exit 0.";
   return text;
 }
 

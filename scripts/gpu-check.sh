@@ -78,7 +78,7 @@ fi
 grep -E "^\[  (PASSED|FAILED)" "$out/tests.log" | tee -a "$summary"
 
 step "campaign --backend cuda (${seconds} s)" "$out/campaign.log" \
-  timeout $((seconds + 90)) "$build/shardcheck" campaign --time "$seconds" --backend cuda --out "$out/campaign" --quiet
+  timeout $((seconds + 90)) "$build/shardcheck" campaign --time "$seconds" --backend cuda --out "$out/campaign" --quiet --overwrite
 
 ds_path=${SHARDCHECK_DEEPSPEED_PATH:-}
 [[ -z $ds_path && -d $root/out/deepspeed/current ]] && ds_path=$root/out/deepspeed/current
@@ -92,7 +92,7 @@ python=/usr/bin/python3
 [[ $python == /usr/bin/python3 ]] || export SHARDCHECK_DEEPSPEED_COMMAND="exec $python $root/adapters/deepspeed/serve.py"
 if [[ -n $ds_path ]]; then
   SHARDCHECK_DEEPSPEED_PATH=$ds_path SHARDCHECK_DEEPSPEED_DEVICE=cuda \
-    timeout $((ds_seconds + 120)) "$build/shardcheck" campaign --target deepspeed --time "$ds_seconds" --out "$out/deepspeed" --quiet \
+    timeout $((ds_seconds + 120)) "$build/shardcheck" campaign --target deepspeed --time "$ds_seconds" --out "$out/deepspeed" --quiet --overwrite \
     >"$out/deepspeed.log" 2>&1
   # DeepSpeed's silently wrong conversions are findings (exit 1): the run is judged by
   # finishing with a report, not by its verdict.

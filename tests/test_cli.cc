@@ -1008,7 +1008,8 @@ TEST_F(CliTest, HelpCoversSubcommandsExitCodesAndOutputs) {
   for (const char* usage :
        {"  check MAP.json [--json]", "  repro CASE.json ", "  digest MAP.json ", "  digest CASE.json ",
         "  campaign [--seed S]", "  campaign --resume DIR", "findings/SIGNATURE.json", "report.json", "table.txt",
-        "checkpoint.json", "--jobs 0 (the default) means one worker per core", "130 stopped at once", "  plan SOURCE.json TARGET.json"}) {
+        "checkpoint.json", "--jobs 0 (the default) means one worker per core", "3 the outputs are incomplete",
+        "130 stopped by SIGINT", "143 by SIGTERM", "campaign (and merge) also 3", "  plan SOURCE.json TARGET.json"}) {
     EXPECT_NE(help.out.find(usage), std::string::npos) << usage << "\n" << help.out;
   }
   // One "Exit:" line per subcommand (check, repro, digest, campaign, deepspeed, plan;
