@@ -28,9 +28,23 @@ std::string python_interpreter() {
   return "python3";
 }
 
+// Run by the interpreter in place of `-m shardcheck`, so that a Python without the package
+// (or without one of its dependencies) is a usage error that says what to do, not a
+// traceback with exit 1.
+constexpr const char* kLauncher = R"(import sys
+try:
+    from shardcheck.__main__ import run
+except ImportError as error:
+    sys.stderr.write(f"shardcheck deepspeed: {sys.executable} cannot import the shardcheck package ({error}); "
+                     "install it for that Python (bash scripts/campaign.sh, or pip install . from the repository), "
+                     "or set SHARDCHECK_PYTHON to a Python that has it\n")
+    sys.exit(2)
+sys.exit(run(sys.argv[1:]))
+)";
+
 int run_deepspeed(const std::vector<std::string>& args) {
   const std::string python = python_interpreter();
-  std::vector<std::string> words{python, "-m", "shardcheck", "deepspeed"};
+  std::vector<std::string> words{python, "-c", kLauncher, "deepspeed"};
   words.insert(words.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& word : words) argv.push_back(word.data());

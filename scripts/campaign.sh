@@ -18,8 +18,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 python=/usr/bin/python3
 # python3-pip: Debian's pip for its python3; python3-dev: the extension's headers;
-# python3-numpy: the package's one dependency, from Debian.
-bash "$root/scripts/install-deps.sh" python3-pip python3-venv python3-dev python3-numpy
+# python3-numpy and python3-regex: the package's dependencies, from Debian.
+bash "$root/scripts/install-deps.sh" python3-pip python3-venv python3-dev python3-numpy python3-regex
 
 sudo_cmd=""
 if [ -n "${SHARDCHECK_PREFIX:-}" ]; then

@@ -14,7 +14,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-${SHARDCHECK_JOB
 # Chromium renders report.html in python/tests/test_reports.py (headless).
 bash "$root/scripts/install-deps.sh" chromium
 missing=()
-for p in python3-venv python3-dev python3-numpy; do
+for p in python3-venv python3-dev python3-numpy python3-regex; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if ((${#missing[@]})); then

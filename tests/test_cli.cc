@@ -1183,3 +1183,30 @@ TEST_F(CliTest, CmakeInstallPutsTheCommandInBin) {
 }
 
 }  // namespace
+
+namespace {
+
+// `shardcheck deepspeed` runs on a Python that cannot import the package (here Debian's
+// python3 without its site directories): a usage error that says what to run, not a
+// traceback with exit 1 (issue 45).
+TEST_F(CliTest, DeepspeedOnAPythonWithoutThePackageSaysWhatToRun) {
+  const fs::path python = dir_ / "bare-python";
+  std::ofstream(python) << "#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n";
+  fs::permissions(python, fs::perms::owner_all);
+  const std::string command = "SHARDCHECK_PYTHON=" + quoted(python.string()) + " " + quoted(SHARDCHECK_BINARY) +
+                              " deepspeed inspect " + quoted(dir_.string()) + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buffer[4096];
+  std::size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
+  const int status = pclose(pipe);
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
+  EXPECT_NE(out.find("cannot import the shardcheck package"), std::string::npos) << out;
+  EXPECT_NE(out.find("bash scripts/campaign.sh"), std::string::npos) << out;
+  EXPECT_EQ(out.find("Traceback"), std::string::npos) << out;
+}
+
+}  // namespace
