@@ -479,8 +479,11 @@ void print_summary(const CampaignArgs& args, const campaign::Report& report, con
 // The end of a campaign: table, findings, reports, verdict; returns the exit code.
 int conclude(const CampaignArgs& args, const campaign::Report& report, const std::filesystem::path& out,
              const std::set<std::string>& announced) {
-  std::fputs(campaign::format_table(report).c_str(), stdout);
-  print_summary(args, report, out, announced);
+  // --quiet: the verdict line and errors alone (the table is table.txt's).
+  if (!args.quiet) {
+    std::fputs(campaign::format_table(report).c_str(), stdout);
+    print_summary(args, report, out, announced);
+  }
   std::vector<campaign::OutputError> unwritten = report.output_errors;
   for (auto& error : write_campaign_reports(report, out, args.reports, "campaign")) unwritten.push_back(error);
   // A stop that came when every case had run stopped nothing.
@@ -537,6 +540,7 @@ int run_campaign(const CampaignArgs& args) {
   control.on_new_finding = [&](const campaign::FindingRecord& finding, const std::filesystem::path& file) {
     std::lock_guard lock(g_print_mutex);
     announced.insert(finding.signature);
+    if (args.quiet) return;  // the verdict line counts them; report.json and findings/ list them
     printer.clear_line();
     std::printf("new finding: %s (case %lld) -> %s\n", escape::terminal(finding.signature).c_str(),
                 static_cast<long long>(finding.first_case),
@@ -588,7 +592,7 @@ void register_campaign(CLI::App& app, RunState& state) {
   defining(add_seconds_option(sub, "--target-timeout", args->target_timeout,
                               "Seconds an exec target may take per request before it counts as hung (default 10)"));
   add_report_options(sub, args->reports);
-  sub->add_flag("--quiet", args->quiet, "No progress output");
+  sub->add_flag("--quiet", args->quiet, "Print the verdict line and errors only: no progress, table or finding lines (table.txt and report.json still have them)");
   sub->add_flag("-v,--verbose", args->verbose,
                 "At the end, list every finding with its count of cases (by default each finding shows once, "
                 "when it is found)");

@@ -226,7 +226,7 @@ TEST_P(StoppedBySignal, LeavesReportAndEveryAnnouncedFinding) {
   const fs::path out = dir_ / "out";
   // Far more cases than the test waits for: the signal always lands mid-campaign.
   Running campaign({"campaign", "--policy", "legacy", "--seed", "21", "--cases", "100000000", "--jobs", "2",
-                    "--out", out.string(), "--quiet", param.isolate ? "--isolate" : "--no-isolate"},
+                    "--out", out.string(), param.isolate ? "--isolate" : "--no-isolate"},
                    dir_ / "stderr.txt");
   // Long enough for the report to have been rewritten since the start (every 2 s), with
   // room for a loaded machine that starves the writer for a while.
@@ -530,8 +530,9 @@ class Resume : public CampaignResilience, public ::testing::WithParamInterface<b
 
 TEST_P(Resume, EndsExactlyAsAnUninterruptedRun) {
   const std::string isolate = GetParam() ? "--isolate" : "--no-isolate";
+  // Not --quiet: the first run is stopped once it announces a finding.
   const std::vector<std::string> campaign_args{"campaign", "--policy", "legacy", "--seed", "31",
-                                               "--cases",  "3000",     "--jobs",   "2",      "--quiet"};
+                                               "--cases",  "3000",     "--jobs",   "2"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = campaign_args;
     args.insert(args.end(), extra.begin(), extra.end());

@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace {
@@ -192,6 +194,15 @@ TEST_F(FindingReplay, ACampaignShowsEachFindingOnceAndEndsWithItsVerdict) {
   EXPECT_EQ(notes.size(), 1u) << ran.out;
   EXPECT_EQ(last_line(ran.out).rfind(fmt::format("verdict: FAIL, exit 1: {} finding signatures, ", findings), 0), 0u)
       << ran.out;
+
+  // --quiet: the verdict line and nothing else on stdout, one header line on stderr
+  // (issue 45: a failing legacy campaign printed 262 lines).
+  fs::remove_all(out);
+  const Ran quiet = shardcheck(args + " --quiet 2>&1", dir_);
+  EXPECT_EQ(quiet.exit_code, 1) << quiet.out;
+  EXPECT_LE(std::count(quiet.out.begin(), quiet.out.end(), '\n'), 5) << quiet.out;
+  EXPECT_EQ(last_line(quiet.out).rfind(fmt::format("verdict: FAIL, exit 1: {} finding signatures, ", findings), 0), 0u)
+      << quiet.out;
 
   // --verbose lists every finding again at the end, with its count of cases.
   fs::remove_all(out);
