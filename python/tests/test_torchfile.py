@@ -583,3 +583,31 @@ def test_mutated_torch_files_read_or_are_refused_in_bounded_memory(torch_files, 
     ratio = max(peak / size for peak, size in peaks if size >= 1024)
     print(f"{layout}: {len(peaks)} mutants of {len(seed)} bytes ({len(read)} read, the rest refused), peak "
           f"allocation at most {max(p for p, _ in peaks)} bytes, {ratio:.1f} x the file's size")
+
+
+# Files torch itself wrote (python/tests/data/write_torch_files.py): the zip layout and the
+# legacy one, by Debian's torch 1.13 and by PyPI's torch 2.15 (whose zip records differ:
+# byteorder, .data/serialization_id, aligned storages). Read without torch, they give the
+# values written, bit for bit, a transposed view included.
+TORCH_FILES = os.path.join(os.path.dirname(__file__), "data")
+
+
+@pytest.mark.parametrize("name", ["torch-1.13-zip.pt", "torch-1.13-legacy.pt", "torch-2.15-zip.pt",
+                                  "torch-2.15-legacy.pt"])
+def test_files_torch_wrote_are_read_as_written(name):
+    got = torchfile.load(os.path.join(TORCH_FILES, name))
+    module = got["module"]
+    assert list(module) == ["w", "b", "h", "i", "flag"]
+    w = np.arange(24, dtype=np.float32).reshape(4, 6) / 8
+    assert module["w"].dtype == np.float32 and np.array_equal(module["w"], w)
+    b = module["b"]
+    assert isinstance(b, BFloat16Array) and b.shape == (6,)
+    expected_bf16 = (np.arange(6, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    assert b.dtype == np.uint16 and np.array_equal(np.asarray(b), expected_bf16)
+    h = np.arange(12, dtype=np.float16).reshape(3, 4).T
+    assert module["h"].dtype == np.float16 and module["h"].shape == (4, 3)
+    assert module["h"].tobytes() == np.ascontiguousarray(h).tobytes()
+    assert np.array_equal(module["i"], np.array([1, -2, 3], dtype=np.int64))
+    assert module["flag"].dtype == np.bool_ and module["flag"].tolist() == [True, False]
+    assert np.array_equal(np.asarray(got["p"]), np.ones((2, 2), dtype=np.float32))
+    assert got["universal_checkpoint_info"] == {"universal_checkpoint_version": 0.2}
