@@ -15,8 +15,8 @@ strides are the row-major strides of F (source) and of the shard (dest) on every
 extent > 1; the offset is then a coordinate, whatever it is (a box that does not fit is
 DCP's to refuse: that is where a corrupted offset or extent lands). Anything else is a map
 DCP cannot describe (strided or permuted views, a scale, a shard whose element count is
-not its shard_shape's), answered with a refusal of type NotExpressible, which a campaign
-tallies in its own "refused as" row (`unknown (NotExpressible)`), never as DCP's verdict.
+not its shard_shape's), answered with a refusal of type `unsupported` (docs/protocol.md,
+"Refusals"), which a campaign tallies in its own "refused as" row, never as DCP's verdict.
 
 What runs for each operation, with a fresh checkpoint folder per request:
   rebuild   every rank of the map saves its shard (DCP's save: one DefaultSavePlanner and
@@ -154,8 +154,7 @@ def tensor_out(tensor, plant=None):
 
 
 # ---------------------------------------------------------------------------------------
-# The map, read as DeepSpeed's from_dict reads it (int() on every number and rank key),
-# and its pieces as DCP boxes.
+# The map (contract 2), read strictly, and its pieces as DCP boxes.
 
 def map_document(request, key='map'):
     """The map's JSON value; a case that holds text is parsed with Python's json module,
@@ -169,12 +168,12 @@ def map_document(request, key='map'):
 
 
 def as_int(value, what):
-    if isinstance(value, bool):
+    """A JSON integer. DCP reads no map, so this reading is the adapter's: strict, so that
+    a map whose text is not the format (a quoted or fractional number) is refused here,
+    kind format, rather than converted and charged to DCP."""
+    if isinstance(value, bool) or not isinstance(value, int):
         raise MapFormatError(f'{what} is {value!r}, not an integer')
-    try:
-        return int(value)
-    except (TypeError, ValueError, OverflowError) as error:
-        raise MapFormatError(f'{what} is {value!r}, not an integer') from error
+    return value
 
 
 def int_list(value, what):
@@ -241,7 +240,9 @@ def read_map(doc):
         raise MapFormatError('ranks is not an object')
     ranks = {}
     for key, entry in ranks_doc.items():
-        rank = as_int(key, f'rank key {key!r}')
+        if not (isinstance(key, str) and key.isdigit() and key.isascii() and (key == '0' or key[0] != '0')):
+            raise MapFormatError(f'rank key {key!r} is not a rank id')
+        rank = int(key)
         if rank < 0:
             raise MapFormatError(f'rank {rank} is negative')
         if not isinstance(entry, dict) or not isinstance(entry.get('pieces'), list):
@@ -268,11 +269,28 @@ def read_map(doc):
             dst_offset, dst_strides = as_int(dest[0], f'{where} dest offset'), int_list(dest[1], f'{where} dest strides')
             int_list(piece.get('locations'), f'{where} locations')
             scale = piece.get('scale', 1.0)
-            if scale != 1.0 and scale != 1:
+            if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+                raise MapFormatError(f'{where} scale is {scale!r}, not a number')
+            if scale != 1:
                 raise NotExpressible(f'{where} has scale {scale!r}: DCP stores no scale')
+            if any(extent < 0 for extent in shape):
+                raise NotExpressible(f'{where} has a negative extent')
+            if math.prod(shape) == 0:
+                # An empty piece holds nothing: it becomes the empty chunk DTensor makes for
+                # an empty local shard, at F's far corner. (DeepSpeed's builders place it
+                # where its block would start; as a chunk there, DCP's storage index, keyed
+                # by a chunk's offset, would give it the entry of the chunk that starts at
+                # the same place, which then fails to load: docs/guide/targets.md.)
+                chunks.append((list(logical), [0] * len(shard_shape), [0] * len(logical)))
+                continue
             global_offset = box_of(shape, src_offset, src_strides, logical, 'source')
             local_offset = box_of(shape, dst_offset, dst_strides, shard_shape, 'dest')
             chunks.append((global_offset, local_offset, shape))
+        if not chunks:
+            # A rank that holds nothing still has a local tensor, an empty one, as every
+            # rank of a DTensor does: the same empty chunk (so that even an F without
+            # elements is in the checkpoint).
+            chunks.append((list(logical), [0] * len(shard_shape), [0] * len(logical)))
         ranks[rank] = Rank(rank, shard_shape, chunks)
     return logical, ranks
 
@@ -293,7 +311,7 @@ def checkpointable(local, global_shape, chunks):
     return local
 
 
-def save_ranks(path, state_dicts, validate=True):
+def save_ranks(path, state_dicts, validate=True, planner_class=None):
     """DCP's save of one state dict per rank (list index = rank in the process group), as
     torch.distributed.checkpoint.save runs it on that many processes: each rank plans
     locally, rank 0's planner makes (and validates) the global plan and the metadata, each
@@ -304,7 +322,7 @@ def save_ranks(path, state_dicts, validate=True):
 
     count = len(state_dicts)
     writers = [FileSystemWriter(path, sync_files=False) for _ in range(count)]
-    planners = [DefaultSavePlanner() for _ in range(count)]
+    planners = [(planner_class or DefaultSavePlanner)() for _ in range(count)]
     local_plans = []
     for i in range(count):
         planners[i].set_up_planner(state_dict=state_dicts[i], storage_meta=writers[i].storage_meta(),
@@ -359,6 +377,13 @@ def loaded_rank(path, logical, rank_entry, dtype):
     return local
 
 
+def workdir():
+    """A fresh checkpoint folder for one request (removed after it), in memory where
+    /dev/shm exists: the writes are DCP's, the disk's speed is not what is judged."""
+    base = os.environ.get('SHARDCHECK_DCP_TMPDIR') or ('/dev/shm' if os.path.isdir('/dev/shm') else None)
+    return tempfile.mkdtemp(prefix='shardcheck-dcp-', dir=base)
+
+
 class Server:
 
     def __init__(self, validate=True):
@@ -367,14 +392,10 @@ class Server:
                                f'DefaultSavePlanner/DefaultLoadPlanner'
                                f'{"" if validate else ", save-side validation off"})')
 
-    def workdir(self):
-        base = os.environ.get('SHARDCHECK_DCP_TMPDIR') or ('/dev/shm' if os.path.isdir('/dev/shm') else None)
-        return tempfile.mkdtemp(prefix='shardcheck-dcp-', dir=base)
-
     def rebuild(self, request, path):
         logical, ranks = read_map(map_document(request))
         dtype = request['dtype']
-        shards = {as_int(rank, 'shard rank'): tensor_in(doc) for rank, doc in request['shards'].items()}
+        shards = {int(rank): tensor_in(doc) for rank, doc in request['shards'].items()}
         if not ranks:
             raise NotExpressible('a map without ranks: no rank saves anything')
         saved_from_ranks(path, logical, ranks, shards, dtype, self.validate)
@@ -399,7 +420,7 @@ class Server:
         logical, source = read_map(map_document(request))
         target_logical, target = read_map(map_document(request, 'target_map'))
         dtype = request['dtype']
-        shards = {as_int(rank, 'shard rank'): tensor_in(doc) for rank, doc in request['shards'].items()}
+        shards = {int(rank): tensor_in(doc) for rank, doc in request['shards'].items()}
         if not source:
             raise NotExpressible('a source map without ranks: no rank saves anything')
         saved_from_ranks(path, logical, source, shards, dtype, self.validate)
@@ -413,12 +434,18 @@ class Server:
                     'ops': ['check', 'rebuild', 'extract', 'reshard']}
         if op not in ('check', 'rebuild', 'extract', 'reshard'):
             return {'ok': False, 'error': {'type': 'UnsupportedOperation', 'message': f'op {op!r} is not served'}}
-        path = self.workdir()
+        path = workdir()
         try:
             if op == 'check':
                 return self.check(request, path)
             return getattr(self, op)(request, path)
         except Exception as error:  # DCP's refusal (or the map's), in its own words
+            return {'ok': False, 'error': refusal(error)}
+        except BaseException as error:
+            # DCP's CheckpointException (a failure on a rank during save or load, the
+            # rank's traceback in its text) is a BaseException.
+            if type(error).__name__ != 'CheckpointException':
+                raise
             return {'ok': False, 'error': refusal(error)}
         finally:
             shutil.rmtree(path, ignore_errors=True)
@@ -449,11 +476,23 @@ REFUSAL_KINDS = [
 
 
 def refusal(error):
-    out = {'type': type(error).__name__, 'message': str(error) or repr(error)}
-    if isinstance(error, KeyError):
-        out['message'] = f'KeyError: {error}'
+    """The error in DCP's words. A CheckpointException wraps what failed on each rank
+    (with a traceback in its text): the first rank's error is the message, and it names
+    the kind."""
+    if isinstance(error, NotExpressible):
+        # The protocol's word for a case beyond what the implementation can express: a
+        # campaign tallies it in its `unsupported` row, never as a refusal of a valid map.
+        return {'type': 'unsupported', 'message': f'{type(error).__name__}: {error}'}
+    cause = error
+    failures = getattr(error, 'failures', None)
+    if type(error).__name__ == 'CheckpointException' and isinstance(failures, dict) and failures:
+        inner = failures[min(failures)]
+        cause = inner[0] if isinstance(inner, tuple) else inner
+    out = {'type': type(error).__name__, 'message': f'{type(cause).__name__}: {cause}' if cause is not error else str(error)}
+    if not out['message']:
+        out['message'] = repr(error)
     for rule_type, substring, kind in REFUSAL_KINDS:
-        if out['type'] == rule_type and substring in out['message']:
+        if type(cause).__name__ == rule_type and substring in str(cause):
             out['kind'] = kind
             break
     return out
