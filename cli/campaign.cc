@@ -585,7 +585,7 @@ void register_campaign(CLI::App& app, RunState& state) {
                           "Largest numel(F) generated (default 256)"));
   defining(
       sub->add_option("--target", args->target,
-                      "Implementation under test: strict, legacy, deepspeed or exec:COMMAND (overrides --policy)"));
+                      "Implementation under test: strict, legacy, deepspeed, dcp, megatron or exec:COMMAND (overrides --policy)"));
   defining(sub->add_option("--backend", args->backend,
                            "Also convert every case on this backend beside the CPU backend (device-omp, cuda); any "
                            "difference in verdict, error or bits is a finding"));

@@ -130,6 +130,10 @@ constexpr NamedTarget kNamedTargets[] = {
     {"legacy", Policy::legacy, "", "DeepSpeed before the fix, as shardcheck models it (contract 4.1)"},
     {"deepspeed", std::nullopt, "adapters/deepspeed/serve.py",
      "DeepSpeed's released deepspeed/checkpoint/affine.py (contract 4.2), loaded by path from its sdist"},
+    {"dcp", std::nullopt, "adapters/dcp/serve.py",
+     "PyTorch Distributed Checkpoint's own save and load of maps whose pieces are boxes (torch 2: scripts/torch2-env.sh)"},
+    {"megatron", std::nullopt, "adapters/megatron/serve.py",
+     "Megatron-Core's validate_sharding_integrity, torch_dist save and refit planner (torch 2: scripts/torch2-env.sh)"},
 };
 
 constexpr std::string_view kExecPrefix = "exec:";
@@ -143,7 +147,7 @@ TargetResult<Resharded> Target::reshard(const TargetMap&, const TargetMap&, cons
 
 TargetRefusal unsupported(Op op, const std::string& target_name) {
   TargetRefusal r;
-  r.type = "unsupported";
+  r.type = std::string(kUnsupportedType);
   r.message = fmt::format("{} does not implement {}", target_name, op_name(op));
   return r;
 }

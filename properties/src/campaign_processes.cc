@@ -285,7 +285,8 @@ std::string validate_batch(const Ledger& ledger, Range range, const BatchResult&
     error = check_rows(
         "refusal kind", result.by_refusal_kind,
         [](const std::string& name) {
-          return name == "unknown" || name.rfind("unknown (", 0) == 0 || props::refusal_row_kind(name).has_value();
+          return name == "unknown" || name.rfind("unknown (", 0) == 0 || name == oracles::kUnsupportedType ||
+                 props::refusal_row_kind(name).has_value();
         },
         0, n);
   }

@@ -26,6 +26,9 @@ std::string op_label(Op op, bool after_fallback) {
 }
 
 std::string refusal_row(std::optional<ErrorKind> kind, const std::string& type) {
+  // An exec target's "this case is beyond what I can express" (docs/protocol.md,
+  // "Refusals"): one row of its own, whatever kind it gave.
+  if (type == oracles::kUnsupportedType) return std::string(oracles::kUnsupportedType);
   std::string row(kind ? kind_name(*kind) : "unknown");
   // An implementation whose error type is the kind's own name (shardcheck's strict policy
   // over the protocol: the loopback share) shares the kind's row.
@@ -637,6 +640,9 @@ std::optional<Finding> judge_equivalent_map(CaseJudgement& judged) {
   for (const oracles::OpOutcome& op : judged.result()->ops) {
     // A target that crashed or hung said nothing about the map: that is its own finding.
     if (op.verdict == Outcome::exact || op.verdict == Outcome::target_fault) continue;
+    // A target that says it cannot express the case (an `unsupported` refusal) has not
+    // refused the map: it is tallied in its own row, never a false refusal.
+    if (op.verdict == Outcome::refused && op.refusal && op.refusal->type == oracles::kUnsupportedType) continue;
     const bool refused = op.verdict == Outcome::refused;
     return make_finding(refused ? JudgeId::false_refusal : JudgeId::valid_map_wrong,
                         fmt::format("{}:{}", op_label(op.op, op.fallback.has_value()), case_label(judged.c)),

@@ -40,6 +40,11 @@ struct Declined {
 // A refusal in the implementation's own words. `kind` is shardcheck's kind when the
 // target's error maps to one (built-ins always; exec targets through the response's
 // `kind` field or the target's table of error texts), std::nullopt for "unknown".
+// The error type of a refusal that says the target does not implement what was asked:
+// an operation it does not serve (unsupported()), or, from an exec target, a case beyond
+// what the implementation can express (docs/protocol.md, "Refusals").
+inline constexpr std::string_view kUnsupportedType = "unsupported";
+
 struct TargetRefusal {
   std::optional<ErrorKind> kind;
   std::string type;     // the implementation's error type, e.g. "ValueError"
