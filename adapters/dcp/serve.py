@@ -77,15 +77,33 @@ def fail(name, message):
     sys.exit(2)
 
 
-def import_torch2(name):
-    """torch >= 2 and numpy, or a start-up failure that says which script makes them."""
+def refuse_start(name, message):
+    """A dependency is missing: the handshake is answered with a refusal that says what
+    to run (the harness reports the target as one that cannot start, exit 2, with this
+    message), and the process ends."""
+    sys.stderr.write(f'{name} adapter: {message}\n')
+    sys.stderr.flush()
+    line = sys.stdin.readline()
+    try:
+        request_id = json.loads(line).get('id')
+    except (ValueError, AttributeError):
+        request_id = None
+    answer = {'id': request_id, 'ok': False, 'error': {'type': 'SetupError', 'message': f'{name} adapter: {message}'}}
+    sys.stdout.write(json.dumps(answer) + '\n')
+    sys.stdout.flush()
+    sys.exit(2)
+
+
+def import_torch2(name, hint=None):
+    """torch >= 2 and numpy, or a refused handshake that says which script makes them."""
+    hint = hint or SETUP_HINT
     try:
         import numpy  # noqa: F401
         import torch
     except ImportError as error:
-        fail(name, f'{error} (Python {sys.executable}); {SETUP_HINT}')
+        refuse_start(name, f'{error} (Python {sys.executable}); {hint}')
     if int(torch.__version__.split('.')[0]) < 2:
-        fail(name, f'torch {torch.__version__} at {sys.executable} is older than 2; {SETUP_HINT}')
+        refuse_start(name, f'torch {torch.__version__} at {sys.executable} is older than 2; {hint}')
     return torch
 
 
@@ -98,7 +116,10 @@ def bind_torch(module):
     torch = module
 
 
-import numpy as np  # noqa: E402 (after the check that says what to install)
+try:
+    import numpy as np
+except ImportError:  # said by import_torch2, in the handshake's answer
+    np = None
 
 
 class NotExpressible(Exception):
@@ -173,6 +194,9 @@ def as_int(value, what):
     kind format, rather than converted and charged to DCP."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise MapFormatError(f'{what} is {value!r}, not an integer')
+    if not -(1 << 63) <= value < 1 << 63:
+        # torch's sizes and offsets are 64-bit: such a number is no DCP metadata.
+        raise MapFormatError(f'{what} is {value}, outside 64 bits')
     return value
 
 

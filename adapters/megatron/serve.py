@@ -58,9 +58,9 @@ def load_dcp_adapter():
 
 
 dcpa = load_dcp_adapter()
-torch = dcpa.import_torch2('megatron')
-dcpa.bind_torch(torch)
 SETUP_HINT = dcpa.SETUP_HINT.replace('SHARDCHECK_DCP_PYTHON', 'SHARDCHECK_MEGATRON_PYTHON')
+torch = dcpa.import_torch2('megatron', SETUP_HINT)
+dcpa.bind_torch(torch)
 
 try:
     import warnings
@@ -75,7 +75,7 @@ try:
         from megatron.core.resharding import planner as refit_planner
         from megatron.core.resharding.utils import ParameterMetadata
 except ImportError as error:
-    dcpa.fail('megatron', f'{error} (Python {sys.executable}); {SETUP_HINT}')
+    dcpa.refuse_start('megatron', f'{error} (Python {sys.executable}); {SETUP_HINT}')
 
 VERSION = getattr(megatron.core, '__version__', None) or getattr(
     sys.modules.get('megatron.core.package_info'), '__version__', '?')
