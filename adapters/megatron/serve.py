@@ -27,8 +27,9 @@ piece holds nothing and is left out (Megatron divides a global offset by the loc
                 each target rank's ShardedTensors loaded (resharding through a checkpoint);
               refit: megatron.core.resharding's planner (build_plan_from_rosters, pure and
                 without collectives), for source and target maps that are its layouts
-                (tensor-parallel splits of equal blocks along one axis, or replicated),
-                its receive operations executed with torch into poisoned shards.
+                (replicated, or equal tensor-parallel blocks along one axis, one per rank
+                or one of each of several sub-tensors: partition_sizes), its receive
+                operations executed with torch into poisoned shards.
 What needs more than one process or a GPU is not run: Megatron's save and load wrappers
 (dist_checkpointing.save/load) gather metadata with torch.distributed collectives, and the
 refit's executor (execute_reshard_plan) sends through a process group; the adapter runs
@@ -289,28 +290,46 @@ class Server:
 
 
 def refit_layout(logical, ranks, side):
-    """The refit planner's layout of a map: ('replicated',) when every rank holds all of F
-    as one piece, ('tp', dim) when the ranks hold equal consecutive blocks along dim, rank
-    order the block order; NotExpressible otherwise (the planner has no other layouts)."""
+    """The refit planner's layout of a map, or NotExpressible (it has no other layouts):
+    ('replicated',) when every rank holds all of F as one piece; ('tp', dim, sizes) when,
+    in rank order, the ranks hold equal blocks along `dim` and all of F on every other
+    axis: one block each (sizes None: plain tensor parallelism), or one block of each of
+    several consecutive sub-tensors, side by side in the shard (sizes: the block widths,
+    Megatron's partition_sizes, as for a fused projection)."""
     order = sorted(ranks)
-    chunks = [ranks[r].chunks for r in order]
-    if any(len(c) != 1 for c in chunks):
-        raise dcpa.NotExpressible(f'the {side} map gives a rank several pieces: not a layout of the refit planner')
-    boxes = [c[0] for c in chunks]
-    if any(list(local) != [0] * len(local) or list(sizes) != list(ranks[r].shard_shape)
-           for r, (_, local, sizes) in zip(order, boxes)):
-        raise dcpa.NotExpressible(f'a {side} rank\'s piece is not its whole shard: not a layout of the refit planner')
-    if all(list(g) == [0] * len(logical) and list(s) == list(logical) for g, _, s in boxes):
+    count = len(order)
+    if not count:
+        raise dcpa.NotExpressible(f'the {side} map has no ranks: not a layout of the refit planner')
+    shard = list(ranks[order[0]].shard_shape)
+    if any(list(ranks[r].shard_shape) != shard for r in order):
+        raise dcpa.NotExpressible(f'the {side} ranks have different shard shapes: not a layout of the refit planner')
+    nonempty = [[c for c in ranks[r].chunks if math.prod(c[2]) > 0] for r in order]
+    if all(len(c) == 1 and list(c[0][0]) == [0] * len(logical) and list(c[0][2]) == list(logical)
+           and list(c[0][1]) == [0] * len(shard) for c in nonempty) and shard == list(logical):
         return ('replicated', )
     for dim in range(len(logical)):
-        width = logical[dim] // len(order) if order else 0
-        if width * len(order) != logical[dim] or width == 0:
+        other = [extent for axis, extent in enumerate(logical) if axis != dim]
+        blocks = [sorted(c, key=lambda chunk: chunk[0][dim]) for c in nonempty]
+        if not blocks[0] or any(len(b) != len(blocks[0]) for b in blocks):
             continue
-        expected = [([0] * dim + [i * width] + [0] * (len(logical) - dim - 1),
-                     list(logical[:dim]) + [width] + list(logical[dim + 1:])) for i in range(len(order))]
-        if all(list(g) == e[0] and list(s) == e[1] for (g, _, s), e in zip(boxes, expected)):
-            return ('tp', dim)
-    raise dcpa.NotExpressible(f'the {side} map is neither replicated nor an even split along one axis in rank order')
+        widths = [chunk[2][dim] for chunk in blocks[0]]
+        if shard[:dim] + shard[dim + 1:] != other or shard[dim] != sum(widths):
+            continue
+        fits = True
+        for r, rank_blocks in enumerate(blocks):
+            global_start, local_start = 0, 0
+            for width, (global_offset, local_offset, sizes) in zip(widths, rank_blocks):
+                box_other = [v for axis, v in enumerate(sizes) if axis != dim]
+                fits &= (sizes[dim] == width and box_other == other
+                         and list(global_offset) == [0] * dim + [global_start + r * width] + [0] * (len(logical) - dim - 1)
+                         and list(local_offset) == [0] * dim + [local_start] + [0] * (len(shard) - dim - 1))
+                global_start += count * width
+                local_start += width
+            fits &= global_start == logical[dim]
+        if fits:
+            return ('tp', dim, widths if len(widths) > 1 else None)
+    raise dcpa.NotExpressible(f'the {side} map is neither replicated nor equal blocks along one axis in rank order: '
+                              'not a layout of the refit planner')
 
 
 def metadata(logical, layout, rank_entry, global_rank, group, dtype):
@@ -324,6 +343,7 @@ def metadata(logical, layout, rank_entry, global_rank, group, dtype):
         meta.is_tp = True
         meta.partition_dim = layout[1]
         meta.partition_stride = 1
+        meta.partition_sizes = layout[2]
         meta.tensor_parallel_group_ranks = list(group)
         meta.data_parallel_group_ranks = [global_rank]
     else:
