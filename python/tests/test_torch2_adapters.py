@@ -89,3 +89,40 @@ def test_without_torch_2_the_handshake_says_what_to_run(name, tmp_path):
     answers = serve(name, [], python=str(fake))
     assert len(answers) == 1 and not answers[0]["ok"], answers
     assert "scripts/torch2-env.sh" in answers[0]["error"]["message"]
+
+
+WIDE = np.arange(48, dtype=np.float32).reshape(4, 12)
+
+
+def tp_map(count, sizes=(12, )):
+    """Tensor parallelism over `count` ranks along axis 1 of WIDE: of each consecutive
+    sub-tensor of width sizes[i], rank r holds block r, the blocks side by side in its shard
+    (one sub-tensor: plain TP; several: a fused projection, Megatron's partition_sizes)."""
+    widths = [size // count for size in sizes]
+    ranks = {}
+    for r in range(count):
+        pieces, start, local = [], 0, 0
+        for size, width in zip(sizes, widths):
+            pieces.append({"shape": [4, width], "source": [start + r * width, [12, 1]],
+                           "dest": [local, [sum(widths), 1]], "locations": [r]})
+            start, local = start + size, local + width
+        ranks[str(r)] = {"shard_shape": [4, sum(widths)], "pieces": pieces}
+    return {"logical_shape": [4, 12], "ranks": ranks}
+
+
+def tp_shards(count, sizes=(12, )):
+    widths = [size // count for size in sizes]
+    starts = np.cumsum((0, ) + tuple(sizes))[:-1]
+    return {str(r): np.concatenate([WIDE[:, s + r * w:s + (r + 1) * w] for s, w in zip(starts, widths)], axis=1)
+            for r in range(count)}
+
+
+@pytest.mark.parametrize("source,target,sizes", [(2, 3, (12, )), (2, 4, (8, 4))])
+def test_the_refit_planner_reshards_tensor_parallel_layouts_exactly(source, target, sizes):
+    request = {"op": "reshard", "map": tp_map(source, sizes), "target_map": tp_map(target, sizes), "dtype": "float32",
+               "scale_power": 1, "shards": {r: tensor(s.reshape(-1)) for r, s in tp_shards(source, sizes).items()}}
+    hello, answer = serve("megatron", [request], env={"SHARDCHECK_MEGATRON_RESHARD": "refit"})
+    assert "resharding planner" in hello["implementation"], hello
+    assert answer["ok"], answer
+    for rank, shard in tp_shards(target, sizes).items():
+        assert array(answer["result"][rank]).tobytes() == shard.tobytes(), rank
