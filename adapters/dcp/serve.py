@@ -10,10 +10,11 @@ tensor holds its chunks as boxes of itself. torch 2's CheckpointableTensor proto
 `global_shape`, and per chunk `global_offsets`, `local_offsets`, `local_sizes`. So a rank of
 the map is one local tensor, its shard viewed as `shard_shape`, and each of its pieces is
 one chunk: the piece's source view read as a box of F, its dest view as a box of the shard.
-A piece is such a box when its shape has F's (and the shard's) number of axes and its
+A piece is such a box when its shape has F's (and the shard's) number of axes, its
 strides are the row-major strides of F (source) and of the shard (dest) on every axis of
-extent > 1; the offset is then a coordinate, whatever it is (a box that does not fit is
-DCP's to refuse: that is where a corrupted offset or extent lands). Anything else is a map
+extent > 1, and it does not wrap past the end of an inner axis; its offset is then a
+coordinate (a box past the end of the first axis, or overlapping another, is DCP's to
+refuse: that is where a corrupted offset or extent lands). Anything else is a map
 DCP cannot describe (strided or permuted views, a scale, a shard whose element count is
 not its shard_shape's), answered with a refusal of type `unsupported` (docs/protocol.md,
 "Refusals"), which a campaign tallies in its own "refused as" row, never as DCP's verdict.
@@ -240,7 +241,16 @@ def box_of(shape, offset, strides, space, side):
                                  f'of {space}: DCP chunks are boxes')
     if offset < 0 or any(extent < 0 for extent in shape):
         raise NotExpressible(f'a {side} view with a negative offset or extent')
-    return coordinates(offset, space)
+    coords = coordinates(offset, space)
+    # Past the end of an inner axis the view wraps into the next row: its addresses are no
+    # box (the box of that offset and shape would stick out of the tensor, which the view
+    # does not). Past the end of the first axis the view leaves the tensor: a box that does,
+    # for DCP to judge.
+    for axis in range(1, len(space)):
+        if coords[axis] + shape[axis] > space[axis]:
+            raise NotExpressible(f'the {side} view of shape {shape} at {coords} wraps past the end of axis {axis} '
+                                 f'of {space}: no box')
+    return coords
 
 
 class Rank:
