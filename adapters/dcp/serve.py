@@ -262,6 +262,14 @@ class Rank:
         self.chunks = chunks  # [(global_offset, local_offset, sizes)]
 
 
+def empty_chunk(logical, shard_shape):
+    """[the empty chunk at F's far corner], or [] where F is 0-d: a 0-d box is one
+    element, so a 0-d F has no empty chunk (a rank without one saves nothing)."""
+    if not logical:
+        return []
+    return [(list(logical), [0] * len(shard_shape), [0] * len(logical))]
+
+
 def read_map(doc):
     """(logical_shape, {rank: Rank}) of a map document, or MapFormatError/NotExpressible."""
     if not isinstance(doc, dict):
@@ -315,7 +323,7 @@ def read_map(doc):
                 # where its block would start; as a chunk there, DCP's storage index, keyed
                 # by a chunk's offset, would give it the entry of the chunk that starts at
                 # the same place, which then fails to load: docs/guide/targets.md.)
-                chunks.append((list(logical), [0] * len(shard_shape), [0] * len(logical)))
+                chunks.extend(empty_chunk(logical, shard_shape))
                 continue
             global_offset = box_of(shape, src_offset, src_strides, logical, 'source')
             local_offset = box_of(shape, dst_offset, dst_strides, shard_shape, 'dest')
@@ -324,7 +332,7 @@ def read_map(doc):
             # A rank that holds nothing still has a local tensor, an empty one, as every
             # rank of a DTensor does: the same empty chunk (so that even an F without
             # elements is in the checkpoint).
-            chunks.append((list(logical), [0] * len(shard_shape), [0] * len(logical)))
+            chunks.extend(empty_chunk(logical, shard_shape))
         ranks[rank] = Rank(rank, shard_shape, chunks)
     return logical, ranks
 

@@ -156,7 +156,7 @@ def main_replica_ranks(logical, ranks, pieces):
         chunks = [(p.global_offset, p.local_offset, p.shape) for p in pieces
                   if p.rank == rank and replica_id(rank, p.locations) == 0]
         if not chunks:
-            chunks = [(list(logical), [0] * len(entry.shard_shape), [0] * len(logical))]
+            chunks = dcpa.empty_chunk(logical, entry.shard_shape)
         kept[rank] = dcpa.Rank(rank, entry.shard_shape, chunks)
     return kept
 
