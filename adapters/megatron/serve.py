@@ -39,7 +39,6 @@ $SHARDCHECK_MEGATRON_PLANT=1 flips one element of every tensor returned (the pla
 """
 
 import importlib.util
-import json
 import math
 import os
 import shutil
@@ -70,7 +69,6 @@ try:
         warnings.simplefilter('ignore')
         import megatron.core
         from megatron.core.dist_checkpointing import ShardedTensor
-        from megatron.core.dist_checkpointing.core import CheckpointingException
         from megatron.core.dist_checkpointing import validation
         from megatron.core.dist_checkpointing.strategies.torch import MCoreSavePlanner
         from megatron.core.resharding import planner as refit_planner
