@@ -381,6 +381,28 @@ std::string check_finding_file(const campaign::FindingRecord& finding, KeptFile&
   context.options = replayer.options;
   campaign::FindingRecord record = finding;
   record.reproducer = campaign::generate_indexed_case(replayer.options, finding.first_case);
+  // A reduced case (Options::reduce_evaluations) is no longer the generated one: the file
+  // must be the case file of its own case, reduced from this record's case, and still
+  // fail as the finding when replayed (below).
+  if (auto file_json = parse_json(*text.text); file_json && file_json.value().contains("reduced")) {
+    const Json& reduced = file_json.value()["reduced"];
+    if (!reduced.is_object() || reduced.value("from_case", Index{-1}) != finding.first_case) {
+      return fmt::format("{} records a reduction from another case than case {} that {} records for {}", path,
+                         finding.first_case, shard_name(*kept.shard), finding.signature);
+    }
+    auto decoded = decode_case(file_json.value());
+    if (!decoded) return fmt::format("{} does not decode: {}", path, decoded.error().to_string());
+    record.reproducer = std::move(decoded).value();
+    record.reproducer.expect.reset();
+    record.reproducer.expect_error.reset();
+    record.reproducer.accept_errors.clear();
+    record.reproducer.legacy_expect.reset();
+    record.reproducer.legacy_output.reset();
+    record.reproducer.name.clear();
+    record.reduction = campaign::FindingRecord::Reduction{reduced.value("steps", Index{0}),
+                                                          reduced.value("evaluations", Index{0}),
+                                                          reduced.value("locally_minimal", false)};
+  }
   Json expected = campaign::finding_case_file(context, record);
   const bool loopback = campaign::variant_of(replayer.options, finding.first_case).loopback;
   if (loopback) {

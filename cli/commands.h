@@ -37,6 +37,7 @@ void register_repro(CLI::App& app, RunState& state);
 void register_digest(CLI::App& app, RunState& state);
 void register_campaign(CLI::App& app, RunState& state);
 void register_plan(CLI::App& app, RunState& state);
+void register_reduce(CLI::App& app, RunState& state);
 // `campaign merge`, a subcommand of the campaign command; returned so that the campaign's
 // own callback can tell that a merge was asked for instead.
 CLI::App* register_campaign_merge(CLI::App* campaign_command, RunState& state);

@@ -110,6 +110,16 @@ constexpr HelpSection kSections[] = {
       Writes no files.
       Exit: 0 planned; 1 refused; 2 unreadable file, not a map, or bad usage.
 )"},
+    {"reduce", R"(  reduce CASE.json --out FILE [--policy P | --target T] [--backend B] [--max-evaluations N]
+      Reduces a case file while it shows the same thing: a finding file its signature, any
+      other case its outcome and refusal kind under the implementation. Edits are tried
+      one by one (remove a rank, a piece, an axis; lower an integer; zero the values;
+      simplify the dtype), each kept when the case still shows it, until no single edit
+      does (locally minimal) or N replays were made. Writes FILE (the case with a
+      `reduced` record) and prints one line.
+      Exit: 0 reduced (or already minimal); 2 unreadable or unusable case, a case that does
+      not show it when replayed, or bad usage; 3 FILE could not be written.
+)"},
 };
 
 std::string overview() {
@@ -153,6 +163,7 @@ int main(int argc, char** argv) {
   register_digest(app, state);
   register_campaign(app, state);
   register_plan(app, state);
+  register_reduce(app, state);
   register_deepspeed(app, state);
   register_serve_protocol(app, state);
   // After the subcommands are made, so that they do not inherit the whole overview.

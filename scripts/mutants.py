@@ -228,16 +228,19 @@ def watch_campaign(cmd, log, timeout):
 
 
 def run_campaign(args, build_dir, work, log):
-    """The strict campaign, then the same with --digest, then a reshard campaign, one after
-    the other, each stopped at its first finding. Killed: a finding, or exit code 1 (another non-zero exit, such as a
+    """The strict campaign, then the same with --digest, a reshard campaign and a
+    --backend device-omp campaign, one after the other, each stopped at its first finding. Killed: a finding, or exit code 1 (another non-zero exit, such as a
     crash of the campaign itself, counts too and is noted). Returns the detection time too:
     CPU seconds of the campaign (and its workers) until the finding, the runs before it
     included (time to detection, issue 29), None when it survived."""
     exe = build_dir / "shardcheck"
-    # The default campaign, the same with every rebuild verifying a digest, and the reshard
-    # campaign (pairs of layouts through transfer plans: what reaches the planner).
-    runs = [("plain", []), ("digest", ["--digest"]), ("reshard", ["--op", "reshard"])]
-    shares = (0.5, 0.25, 0.25)
+    # The nightly's modes that need no target (nightly.yml): the default campaign, the same
+    # with every rebuild verifying a digest, the reshard campaign (pairs of layouts through
+    # transfer plans: what reaches the planner), and the device code on OpenMP beside the
+    # CPU backend on every case (what reaches the device kernels and their fault reports).
+    runs = [("plain", []), ("digest", ["--digest"]), ("reshard", ["--op", "reshard"]),
+            ("device-omp", ["--backend", "device-omp"])]
+    shares = (0.4, 0.2, 0.2, 0.2)
     total_s, cpu_s, details = 0.0, 0.0, []
     for (name, extra), share in zip(runs, shares):
         out = work / f"campaign-{name}"
@@ -466,7 +469,7 @@ def main():
         gen = ["-G", "Ninja"] if shutil.which("ninja") else []
         rc, _ = sh(["cmake", *gen, "-S", str(src), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
                     "-DSHARDCHECK_CUDA=OFF", "-DSHARDCHECK_BENCH=OFF", "-DSHARDCHECK_TESTS=ON",
-                    "-DSHARDCHECK_SANITIZE=OFF"], setup_log)
+                    "-DSHARDCHECK_SANITIZE=OFF", "-DSHARDCHECK_DEVICE_OMP=ON"], setup_log)
         if rc != 0:
             sys.exit(f"mutants: configuring the scratch build failed, see {setup_log}")
     targets = targets_for(detectors)

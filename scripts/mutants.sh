@@ -7,8 +7,9 @@
 #                      [--out DIR] [--jobs J] [--seed S] [--cases N] [--scratch DIR] [--list]
 #
 # Detectors: campaign (the strict campaign, fixed seed, --budget seconds (default 40) split
-# 50/25/25 between a plain run, a --digest run and an --op reshard run, each stopped at its
-# first finding; builds only the shardcheck CLI), replay
+# 40/20/20/20 between a plain run, a --digest run, an --op reshard run and a --backend
+# device-omp run (the nightly's modes without a target), each stopped at its first
+# finding; builds only the shardcheck CLI), replay
 # (ctest -R '^fuzz_': the fuzz corpora, the canary's known findings and
 # corpus/regressions/) and ctest (the whole suite).
 # A mutant is killed by a campaign that exits 1 or reports a finding, or a non-zero ctest.

@@ -1009,17 +1009,18 @@ TEST_F(CliTest, HelpCoversSubcommandsExitCodesAndOutputs) {
        {"  check MAP.json [--json]", "  repro CASE.json ", "  digest MAP.json ", "  digest CASE.json ",
         "  campaign [--seed S]", "  campaign --resume DIR", "findings/SIGNATURE.json", "report.json", "table.txt",
         "checkpoint.json", "--jobs 0 (the default) means one worker per core", "3 the outputs are incomplete",
-        "130 stopped by SIGINT", "143 by SIGTERM", "campaign (and merge) also 3", "  plan SOURCE.json TARGET.json"}) {
+        "130 stopped by SIGINT", "143 by SIGTERM", "campaign (and merge) also 3", "  plan SOURCE.json TARGET.json",
+        "  reduce CASE.json --out FILE"}) {
     EXPECT_NE(help.out.find(usage), std::string::npos) << usage << "\n" << help.out;
   }
-  // One "Exit:" line per subcommand (check, repro, digest, campaign, deepspeed, plan;
+  // One "Exit:" line per subcommand (check, repro, digest, campaign, deepspeed, plan, reduce;
   // campaign merge's says it exits as the campaign), in the overview and in each
   // subcommand's own help.
   std::size_t exits = 0;
   for (std::size_t at = help.out.find("Exit: 0 "); at != std::string::npos; at = help.out.find("Exit: 0 ", at + 1)) {
     ++exits;
   }
-  EXPECT_EQ(exits, 6u) << help.out;
+  EXPECT_EQ(exits, 7u) << help.out;
   EXPECT_NE(help.out.find("  campaign merge DIR... --out DIR"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("  repro DIR [...] [--junit FILE]"), std::string::npos) << help.out;
   for (const char* sub : {"check", "repro", "digest", "campaign", "plan"}) {

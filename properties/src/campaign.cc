@@ -114,10 +114,17 @@ Report run(const Options& options, const Control& control) {
   if (writer) writer->finish(complete);
   Report report = ledger.snapshot(total_seconds, complete).report;
   report.ledger_error = ledger.audit(complete);
-  if (writer) report.output_errors = writer->output_errors();
   for (auto& finding : report.findings) {
     if (finding.has_case) finding.reproducer = generate_indexed_case(options, finding.first_case);
   }
+  // A campaign that ran every case reduces what it found (a stopped one leaves its
+  // finding files as found, for --resume to finish).
+  const bool stopped = control.stop != nullptr && control.stop->load() != 0;
+  if (complete && !stopped && report.ledger_error.empty()) {
+    detail::reduce_findings(options, report.findings, control, std::max(60.0, total_seconds));
+    if (writer) writer->write_reduced(report.findings);
+  }
+  if (writer) report.output_errors = writer->output_errors();
   return report;
 }
 
@@ -319,6 +326,7 @@ Json checkpoint_to_json(const Checkpoint& checkpoint) {
   j["digest_share"] = o.digest_share;
   j["large_share"] = o.large_share;
   j["loopback_share"] = o.loopback_share;
+  j["reduce_evaluations"] = o.reduce_evaluations;
   j["backend"] = o.eval.backend;
   j["backend_share"] = o.backend_share;
   j["share_backend"] = o.share_backend;
@@ -412,10 +420,12 @@ Checkpoint parse_checkpoint(const Json& j) {
   o.digest_share = j.value("digest_share", 0);
   o.large_share = j.value("large_share", 0);
   o.loopback_share = j.value("loopback_share", 0);
+  o.reduce_evaluations = j.value("reduce_evaluations", Index{0});
   o.eval.backend = j.value("backend", std::string());
   o.backend_share = j.value("backend_share", 0);
   o.share_backend = j.value("share_backend", std::string());
-  if (o.digest_share < 0 || o.large_share < 0 || o.loopback_share < 0 || o.backend_share < 0) {
+  if (o.digest_share < 0 || o.large_share < 0 || o.loopback_share < 0 || o.backend_share < 0 ||
+      o.reduce_evaluations < 0) {
     throw std::out_of_range("a share is negative");
   }
   o.shard_index = j.at("shard_index").get<int>();
@@ -499,8 +509,16 @@ Json finding_case_file(const Report& report, const FindingRecord& finding) {
   found.by = fmt::format("shardcheck campaign --seed {} (case {}, {} {})", report.options.seed, finding.first_case,
                          other_target ? "target" : "policy",
                          other_target ? eval.target : std::string(policy_name(eval.policy)));
-  return props::finding_case_file(props::Finding{finding.judge, finding.signature, finding.message, finding.reproducer},
-                                  found);
+  Json file =
+      props::finding_case_file(props::Finding{finding.judge, finding.signature, finding.message, finding.reproducer},
+                               found);
+  if (finding.reduction) {
+    file["reduced"] = Json{{"from_case", finding.first_case},
+                           {"steps", finding.reduction->steps},
+                           {"evaluations", finding.reduction->evaluations},
+                           {"locally_minimal", finding.reduction->minimal}};
+  }
+  return file;
 }
 
 std::string finding_file_name(std::string_view signature) {

@@ -155,6 +155,14 @@ class Ledger {
 // A report from a checkpoint: totals summed, findings in signature order.
 Report make_report(const Options& options, const BatchResult& state, double seconds, bool complete);
 
+// The findings' kept cases reduced (Options::reduce_evaluations): each reproducer that can
+// be reduced replaced by its reduction, with the record of it. In worker processes when
+// the campaign isolates (a replay that crashes or hangs costs its worker), else threads.
+// No finding's reduction starts after `seconds` (the campaign's own time, 60 s at least):
+// those left keep the case as found.
+void reduce_findings(const Options& options, std::vector<FindingRecord>& findings, const Control& control,
+                     double seconds);
+
 // Keeps `out` current (see Control::out): a thread that writes new findings' case files
 // as workers offer them, and report.json, table.txt, checkpoint.json every
 // flush_interval seconds.
@@ -182,6 +190,8 @@ class Writer {
   // Drains the queue, makes every case file match the committed findings, writes the
   // final report, table and checkpoint, and stops the thread.
   void finish(bool complete);
+  // The case files of reduced findings written again, with their reductions; after finish().
+  void write_reduced(const std::vector<FindingRecord>& findings);
   // The files whose last write failed (Report::output_errors); call after finish().
   std::vector<OutputError> output_errors();
 

@@ -109,6 +109,17 @@ void Writer::write_findings(std::vector<FindingState> batch, bool announce) {
   }
 }
 
+void Writer::write_reduced(const std::vector<FindingRecord>& findings) {
+  std::lock_guard lock(write_mutex_);
+  Report context;
+  context.options = options_;
+  for (const FindingRecord& finding : findings) {
+    if (!finding.reduction) continue;
+    write_file(control_.out / "findings" / finding_file_name(finding.signature),
+               finding_case_file(context, finding).dump(2) + "\n");
+  }
+}
+
 void Writer::write_state(bool complete, bool final) {
   Checkpoint checkpoint = ledger_.snapshot(seconds_(), complete);
   // The last report says whether the ledger adds up (every worker has returned by now).
