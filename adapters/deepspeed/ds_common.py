@@ -19,14 +19,19 @@ working child, so the adapter then serves in one process and the harness starts 
 one after a crash. Where torch sees no CUDA device it says so on stderr and runs on CPU.
 """
 
+import atexit
 import base64
 import ctypes
+import importlib
 import importlib.util
 import json
 import os
 import platform
+import shutil
 import sys
+import tempfile
 import types
+import zlib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, 'adapters'))
@@ -371,3 +376,84 @@ def serve_main(make_server):
         return
     # torch and the modules are imported once, in the parent; a crash costs a fork.
     protocol_server.fork_server(serve, protocol.fileno())
+
+
+def load_checkpoint_modules(*names):
+    """deepspeed.checkpoint's modules `names` (e.g. 'universal_checkpoint') and the
+    implementation's name. From a sdist only the top-level package is stubbed:
+    deepspeed.checkpoint's own __init__ runs, as it does when a job imports it, and needs
+    nothing beyond torch. ds_to_universal imports tqdm for its progress bars, which no
+    function driven here draws: where tqdm is missing, an empty module stands in."""
+    try:
+        import tqdm  # noqa: F401
+    except ImportError:
+        sys.modules['tqdm'] = types.ModuleType('tqdm')
+
+    def from_sdist(root):
+        checkpoint = os.path.join(root, 'deepspeed', 'checkpoint')
+        for name in names:
+            if not os.path.isfile(os.path.join(checkpoint, f'{name}.py')):
+                fail(f'{checkpoint}/{name}.py does not exist: SHARDCHECK_DEEPSPEED_PATH must name an unpacked '
+                     'DeepSpeed sdist')
+        stub_package('deepspeed', os.path.join(root, 'deepspeed'))
+        modules = [importlib.import_module(f'deepspeed.checkpoint.{name}') for name in names]
+        return modules, f'deepspeed {release_version(root)} ({checkpoint})'
+
+    def from_installed():
+        import deepspeed
+        modules = [importlib.import_module(f'deepspeed.checkpoint.{name}') for name in names]
+        return modules, f'deepspeed {getattr(deepspeed, "__version__", "?")} (installed, {deepspeed.__file__})'
+
+    return load_release(from_sdist, from_installed)
+
+
+# The optimizer state a tensor of scale power p is (contract 1.2), per optimizer: Adam's
+# names, which DeepSpeed's SCALE_POWER_BY_STATE and ds_to_universal know, and a state of
+# another optimizer with the same power, which they do not (DeepSpeed issue #8608: Muon's
+# momentum_buffer). 'z' is a schedule-free optimizer's parameter-like sequence.
+STATES_BY_POWER = {
+    1: (('fp32', 'Adam'), ('z', 'schedule-free AdamW')),
+    -1: (('exp_avg', 'Adam'), ('momentum_buffer', 'Muon')),
+    -2: (('exp_avg_sq', 'Adam'), ('square_avg', 'RMSprop')),
+}
+
+
+def state_for(request, power, vary_parameter=True):
+    """(state name, optimizer, known): the optimizer state a request moves. Known (Adam's
+    name) or not is decided by a hash of the map and the power, so that a campaign meets
+    both and every rank of one case, and its replay, meet the same one.
+    $SHARDCHECK_DEEPSPEED_STATE=known or unknown decides it for every request instead.
+    vary_parameter=False keeps power 1 the parameter itself (fp32, Adam's checkpoint)."""
+    choices = STATES_BY_POWER.get(power)
+    if choices is None:  # no optimizer names a state of this power
+        return f'state_p{power}', 'none', False
+    forced = os.environ.get('SHARDCHECK_DEEPSPEED_STATE')
+    if power == 1 and not vary_parameter:
+        unknown = False
+    elif forced in ('known', 'unknown'):
+        unknown = forced == 'unknown'
+    else:
+        text = request['map_text'] if 'map_text' in request else json.dumps(request.get('map'), sort_keys=True)
+        unknown = bool(zlib.crc32(f'{power}:{text}'.encode('utf-8', 'surrogatepass')) & 1)
+    name, optimizer = choices[1 if unknown else 0]
+    return name, optimizer, not unknown
+
+
+def scratch_directory(purpose):
+    """A directory of this process's own for the files a checkpoint step reads and writes:
+    in memory (/dev/shm) where there is one. Removed when the process ends normally."""
+    base = '/dev/shm' if os.path.isdir('/dev/shm') and os.access('/dev/shm', os.W_OK) else None
+    path = tempfile.mkdtemp(prefix=f'shardcheck-{purpose}-', dir=base)
+    parent = os.getpid()
+    # Only the process that made it removes it: fork-server children share it.
+    atexit.register(lambda: os.getpid() == parent and shutil.rmtree(path, ignore_errors=True))
+    return path
+
+
+def empty_directory(path):
+    for entry in os.listdir(path):
+        full = os.path.join(path, entry)
+        if os.path.isdir(full):
+            shutil.rmtree(full)
+        else:
+            os.unlink(full)
