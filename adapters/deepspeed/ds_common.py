@@ -338,6 +338,23 @@ def planted_bug(tensor):
     return flat
 
 
+def note(request, response):
+    """$SHARDCHECK_DEEPSPEED_NOTES=FILE: one JSON line per answer appended to FILE, what the
+    harness does not read: the operation and rank, the verdict's shape (ok, error type) and
+    the adapter's own account (restore.py's path and applied power, convert.py's state).
+    For people reading a finding (docs/guide/targets.md), never for a verdict."""
+    path = os.environ.get('SHARDCHECK_DEEPSPEED_NOTES')
+    if not path or request.get('op') == 'hello':
+        return
+    line = {'op': request.get('op'), 'rank': request.get('rank'), 'scale_power': request.get('scale_power'),
+            'ok': response.get('ok')}
+    if not response.get('ok'):
+        line['error'] = response.get('error', {}).get('type')
+    line.update({key: value for key, value in response.items() if key in ('restore', 'convert')})
+    with open(path, 'a', encoding='utf-8') as handle:
+        handle.write(json.dumps(line) + '\n')
+
+
 def serve_main(make_server):
     """Serves make_server()'s answers over the protocol until stdin ends. The server has
     `torch` (the PoisonedTorch its modules use) and `answer(request)`; hello answers get
@@ -366,6 +383,7 @@ def serve_main(make_server):
             response['id'] = request.get('id')
             protocol.write(json.dumps(response) + '\n')
             protocol.flush()
+            note(request, response)
             # And what it did to that child stays there, never reaching another answer.
             if server.torch.escaped:
                 requests.renew()

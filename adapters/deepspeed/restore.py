@@ -97,14 +97,19 @@ class Server:
 
         self.affine.ParamAffineMap.extract = observed
 
-    def live_shape(self, document, rank, full):
-        """The shard shape the map gives `rank` as DeepSpeed reads the map, or an even share
-        of F for a rank it does not list; and tp_world_size. A map DeepSpeed cannot read
-        gets the even share: the step then refuses it with DeepSpeed's own error."""
+    def read_map(self, document):
+        """The map as DeepSpeed reads it, or None where it cannot (the step then refuses it
+        with DeepSpeed's own error)."""
         try:
-            shapes = self.affine.ParamAffineMap.from_dict(document).shard_shapes
+            return self.affine.ParamAffineMap.from_dict(document)
         except Exception:
-            shapes = {}
+            return None
+
+    @staticmethod
+    def live_shape(affine_map, rank, full):
+        """The shard shape the map gives `rank`, or an even share of F for a rank it does not
+        list (or a map DeepSpeed cannot read); and tp_world_size."""
+        shapes = affine_map.shard_shapes if affine_map is not None else {}
         world = max(list(shapes) + [rank]) + 1
         if rank in shapes:
             return list(shapes[rank]), world
@@ -118,7 +123,10 @@ class Server:
         try:
             document = map_document(request)
             full = tensor_in(request['full'])
-            shape, world = self.live_shape(document, rank, full)
+            affine_map = self.read_map(document)
+            shape, world = self.live_shape(affine_map, rank, full)
+            scaled = affine_map is not None and any(
+                piece.scale != 1.0 for pieces in affine_map.pieces_by_rank.values() for piece in pieces)
             ds_common.empty_directory(self.folder)
             torch.save({self.constants.PARAM: full}, os.path.join(self.folder, f'{state}.pt'))
             fragment = Fragment(math.prod(shape), full.dtype, full.device, self.torch)
@@ -132,6 +140,9 @@ class Server:
                 note['path'] = 'affine_map' if self.map_extracts else 'legacy_category'
                 if self.map_extracts:
                     note['scale_power_applied'] = self.map_extracts[-1]
+                    # A scaled piece moved with another power than the state's: what the
+                    # request's power would have refused (or scaled otherwise) went through.
+                    note['mis_scaled'] = scaled and self.map_extracts[-1] != power
             if state == self.constants.FP32_WEIGHT_KEY:
                 result = fragment.hp_fragment
             else:

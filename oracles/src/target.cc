@@ -130,6 +130,11 @@ constexpr NamedTarget kNamedTargets[] = {
     {"legacy", Policy::legacy, "", "DeepSpeed before the fix, as shardcheck models it (contract 4.1)"},
     {"deepspeed", std::nullopt, "adapters/deepspeed/serve.py",
      "DeepSpeed's released deepspeed/checkpoint/affine.py (contract 4.2), loaded by path from its sdist"},
+    {"deepspeed-restore", std::nullopt, "adapters/deepspeed/restore.py",
+     "DeepSpeed's universal checkpoint restore (load_hp_checkpoint_state) as extract: its map path, its silent "
+     "legacy fallback, its scale power per optimizer state"},
+    {"deepspeed-convert", std::nullopt, "adapters/deepspeed/convert.py",
+     "DeepSpeed's ds_to_universal.merge_tp_slices as rebuild: TP slices merged through the map per optimizer state"},
 };
 
 constexpr std::string_view kExecPrefix = "exec:";
