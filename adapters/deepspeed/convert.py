@@ -18,9 +18,10 @@ it:
   - the state is the optimizer state of the request's scale power: the parameter (fp32)
     for power 1, else Adam's moment or another optimizer's (Muon's momentum_buffer,
     RMSprop's square_avg), by a hash of the map (ds_common.state_for). The checkpoint
-    holds the states of that optimizer: Adam's three, or fp32 and the other optimizer's. The request's shards stand in for every one of them (only the
-    requested state's result is judged), so a conversion refused because of another state
-    is refused as a whole, as the job would be;
+    holds the states of that optimizer: Adam's three, or fp32 and the other optimizer's.
+    The request's shards stand in for every one of them (only the requested state's result
+    is judged), so a conversion refused because of another state is refused as a whole,
+    as the job would be;
   - each rank's shard is dumped with DeepSpeed's own dump_param_fragment as two
     data-parallel fragments (one where it holds a single element; none where it holds
     nothing), under a folder of this process's own (ds_common.scratch_directory);
