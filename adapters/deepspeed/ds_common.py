@@ -459,9 +459,16 @@ def state_for(request, power, vary_parameter=True):
 
 def scratch_directory(purpose):
     """A directory of this process's own for the files a checkpoint step reads and writes:
-    in memory (/dev/shm) where there is one. Removed when the process ends normally."""
-    base = '/dev/shm' if os.path.isdir('/dev/shm') and os.access('/dev/shm', os.W_OK) else None
-    path = tempfile.mkdtemp(prefix=f'shardcheck-{purpose}-', dir=base)
+    in memory (/dev/shm) where there is one. Removed when the process ends normally; one
+    left by a process that was killed (a campaign kills a hung target) is removed by the
+    next that starts, its name holding the pid that made it."""
+    base = '/dev/shm' if os.path.isdir('/dev/shm') and os.access('/dev/shm', os.W_OK) else tempfile.gettempdir()
+    prefix = f'shardcheck-{purpose}-'
+    for entry in os.listdir(base):
+        pid = entry[len(prefix):].split('-')[0] if entry.startswith(prefix) else ''
+        if pid.isdigit() and not os.path.exists(f'/proc/{pid}'):
+            shutil.rmtree(os.path.join(base, entry), ignore_errors=True)
+    path = tempfile.mkdtemp(prefix=f'{prefix}{os.getpid()}-', dir=base)
     parent = os.getpid()
     # Only the process that made it removes it: fork-server children share it.
     atexit.register(lambda: os.getpid() == parent and shutil.rmtree(path, ignore_errors=True))
