@@ -179,7 +179,7 @@ ReplayedCase replay(const ReproArgs& args, const std::string& path, Targets& tar
     const std::string stated = stated_expectation(c.value(), target->is_legacy_model());
     if (!o.matches_expectation) {
       print(fmt::format("expectation not met: {}", o.expectation_message));
-    } else if (!stated.empty()) {
+    } else if (!stated.empty() && o.expectation_judged) {
       print(fmt::format("expectation met: {}", stated));
     }
   }

@@ -6,13 +6,9 @@ deepspeed/checkpoint/affine_transfer.py (contract 11): plan_transfer, then the p
 segments executed with torch as a caller executes them, and where the planner declines a
 layout (UnsupportedLayoutError) its documented fallback, rebuild then extract.
 
-Where the module comes from, first match wins:
-  1. $SHARDCHECK_DEEPSPEED_PATH: a directory holding deepspeed/checkpoint/affine.py (an
-     unpacked sdist, as scripts/deepspeed-target.sh makes). The module files are loaded by
-     path with the package modules stubbed, so DeepSpeed's package __init__ (and its
-     dependencies beyond torch) never runs.
-  2. an installed DeepSpeed: `import deepspeed.checkpoint.affine`.
-  3. out/deepspeed/current in this repository (the script's default output).
+Where the module comes from: ds_common.load_release ($SHARDCHECK_DEEPSPEED_PATH, an
+installed DeepSpeed, out/deepspeed/current). From a sdist the module files are loaded by
+path with both package modules stubbed, so no package __init__ runs.
 
 The module allocates results with torch.empty. Uninitialised memory would make a verdict
 depend on whatever the allocator hands back, so the adapter gives the module a torch whose
@@ -23,166 +19,16 @@ servers"): torch and the module load once, in a parent that answers nothing, and
 that crashes (some corrupted maps make torch read or write memory no tensor owns) is
 replaced by a fork of that parent, not by a new interpreter.
 
-$SHARDCHECK_DEEPSPEED_DEVICE chooses where DeepSpeed's code runs: `cpu` (the default),
-`cuda`, or `auto` (cuda when torch sees a device). On cuda every tensor the module gets is
-a CUDA tensor and its results are read back; a process that has used CUDA cannot fork a
-working child, so the adapter then serves in one process and the harness starts a new
-one after a crash. Where torch sees no CUDA device it says so on stderr and runs on CPU.
+$SHARDCHECK_DEEPSPEED_DEVICE chooses the device (ds_common).
 """
 
-import base64
-import ctypes
-import importlib.util
-import json
 import math
 import os
-import platform
-import sys
-import types
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, 'adapters'))
-import protocol_server  # noqa: E402 (found through the line above)
-
-# Same-width integer views per dtype: data moves as raw bits in both directions.
-BIT_VIEWS = {
-    'float32': 'int32', 'float64': 'int64', 'float16': 'int16', 'bfloat16': 'int16', 'int8': 'int8',
-    'int16': 'int16', 'int32': 'int32', 'int64': 'int64', 'uint8': 'uint8', 'bool': 'uint8'
-}
-# shardcheck's poison bit patterns (core dtype.cc poison_bits), as the signed value of the view.
-POISON = {
-    'float64': 0x7ff800000000dead, 'float32': 0x7fc0dead, 'float16': 0x7ead, 'bfloat16': 0x7fed,
-    'int8': 0xa5, 'int16': 0xa5a5, 'int32': 0xa5a5a5a5, 'int64': 0xa5a5a5a5a5a5a5a5, 'uint8': 0xa5, 'bool': 0xa5
-}
-WIDTH = {'int8': 8, 'int16': 16, 'int32': 32, 'int64': 64, 'uint8': 0}
-
-
-def fail(message):
-    sys.stderr.write(f'deepspeed adapter: {message}\n')
-    sys.stderr.flush()
-    sys.exit(2)
-
-
-try:
-    import numpy as np
-    import torch
-except ImportError as error:
-    fail(f'{error}; install python3-torch and python3-numpy (bash scripts/deepspeed-target.sh does)')
-
-
-def signed(value, view):
-    width = WIDTH[view]
-    if width and value >= 1 << (width - 1):
-        return value - (1 << width)
-    return value
-
-
-def torch_dtype(name):
-    return torch.bool if name == 'bool' else getattr(torch, name)
-
-
-def dtype_name(dtype):
-    return 'bool' if dtype == torch.bool else str(dtype).replace('torch.', '')
-
-
-class PoisonedTorch(types.ModuleType):
-    """torch, except that empty() hands out poisoned memory instead of whatever was there,
-    and that it notes (`escaped`) a view from as_strided() that reaches past its storage."""
-
-    def __init__(self):
-        super().__init__('torch')
-        self.escaped = False
-        self.on_escape = lambda: None  # called before any use of such a view
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    @staticmethod
-    def empty(*args, **kwargs):
-        tensor = torch.empty(*args, **kwargs)
-        name = dtype_name(tensor.dtype)
-        if name in POISON and tensor.numel() > 0:
-            view = BIT_VIEWS[name]
-            tensor.view(getattr(torch, view)).fill_(signed(POISON[name], view))
-        return tensor
-
-    def as_strided(self, *args, **kwargs):
-        return self.watch(torch.as_strided(*args, **kwargs))
-
-    def watch(self, view):
-        """A view torch accepted: one past its storage's end got there only through torch's
-        bounds check, which works in bytes and wraps (docs/guide/targets.md). Reading or
-        writing through it reaches memory no tensor owns; a write there may not crash at
-        once but corrupt the heap, and change what this process answers later."""
-        if view.numel() > 0:
-            last = view.storage_offset() + sum((size - 1) * stride for size, stride in zip(view.shape, view.stride()))
-            if last < 0 or (last + 1) * view.element_size() > view.storage().nbytes():
-                self.escaped = True
-                self.on_escape()
-        return view
-
-
-# torch 1.13's c10::SetStackTraceFetcher(std::function<std::string()>), with the C++11
-# string ABI. The exact name pins the signature: a torch whose fetcher has another type
-# (torch 2 returns a lazy Backtrace) simply does not have it.
-FETCHER_SETTER = '_ZN3c1020SetStackTraceFetcherESt8functionIFNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEvEE'
-_fetcher_parts = []  # the callbacks and the std::function, alive as long as torch may call them
-
-
-def skip_cpp_backtraces():
-    """Stops torch 1.13 from symbolising a C++ backtrace for every error it raises.
-
-    Each c10::Error runs backtrace_symbols, a dladdr scan over libtorch's symbol table per
-    frame: about 4 ms, several times what the rest of a request costs, and torch is what
-    refuses the bad views of a corrupted map. Python never sees that backtrace (its
-    messages are what_without_backtrace unless TORCH_SHOW_CPP_STACKTRACES is set), so an
-    empty one changes no answer. Where anything differs from what this relies on (another
-    architecture's calling convention, another signature, the variable set), torch is
-    left alone: slower, never different.
-    """
-    if platform.machine() != 'x86_64' or os.environ.get('TORCH_SHOW_CPP_STACKTRACES'):
-        return
-    try:
-        c10 = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), 'lib', 'libc10.so'))
-        setter = getattr(c10, FETCHER_SETTER)
-        libc = ctypes.CDLL(None)
-    except (OSError, AttributeError):
-        return
-
-    # The invoker returns the std::string through the hidden pointer (x86-64 returns it in
-    # rax too): an empty string, its data pointer at its own inline buffer.
-    @ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
-    def empty_backtrace(out, _functor):
-        ctypes.c_void_p.from_address(out).value = out + 16
-        ctypes.c_size_t.from_address(out + 8).value = 0
-        ctypes.c_char.from_address(out + 16).value = b'\0'
-        return out
-
-    # libstdc++'s std::function: 16 bytes of functor storage, its manager, its invoker.
-    # The manager copies or frees that storage, which this fetcher never reads, so it may
-    # do nothing; and it must be native code, because the static std::function is
-    # destroyed after the interpreter is gone. getpid ignores its arguments.
-    function = (ctypes.c_void_p * 4)(None, None, ctypes.cast(libc.getpid, ctypes.c_void_p).value,
-                                     ctypes.cast(empty_backtrace, ctypes.c_void_p).value)
-    _fetcher_parts.extend([empty_backtrace, function])
-    setter.restype = None
-    setter.argtypes = [ctypes.c_void_p]
-    setter(ctypes.addressof(function))  # by value: the Itanium ABI passes a pointer to the copy
-
-
-def stub_package(name, directory):
-    if name not in sys.modules:
-        package = types.ModuleType(name)
-        package.__path__ = [directory]
-        sys.modules[name] = package
-
-
-def load_module(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+import ds_common
+# refusal_kind: tests/test_targets.cc asks this module for it.
+from ds_common import (PoisonedTorch, fail, load_module, load_release, map_document, refusal,  # noqa: F401
+                       refusal_kind, release_version, stub_package, tensor_in, tensor_out, torch_dtype)
 
 
 def load_from(root):
@@ -196,151 +42,28 @@ def load_from(root):
     module = load_module('deepspeed.checkpoint.affine', path)
     transfer_path = os.path.join(checkpoint, 'affine_transfer.py')
     transfer = load_module('deepspeed.checkpoint.affine_transfer', transfer_path) if os.path.isfile(transfer_path) else None
-    version = 'unknown version'
-    version_file = os.path.join(root, 'version.txt')
-    if os.path.isfile(version_file):
-        with open(version_file, encoding='utf-8') as handle:
-            version = handle.read().strip()
-    return module, transfer, f'deepspeed {version} ({path})'
+    return module, transfer, f'deepspeed {release_version(root)} ({path})'
+
+
+def load_installed():
+    import deepspeed
+    import deepspeed.checkpoint.affine as module
+    try:
+        import deepspeed.checkpoint.affine_transfer as transfer
+    except ImportError:
+        transfer = None
+    return module, transfer, f'deepspeed {getattr(deepspeed, "__version__", "?")} (installed, {module.__file__})'
 
 
 def load_affine():
-    root = os.environ.get('SHARDCHECK_DEEPSPEED_PATH')
-    if root:
-        return load_from(root)
-    try:
-        import deepspeed
-        import deepspeed.checkpoint.affine as module
-        try:
-            import deepspeed.checkpoint.affine_transfer as transfer
-        except ImportError:
-            transfer = None
-        return module, transfer, f'deepspeed {getattr(deepspeed, "__version__", "?")} (installed, {module.__file__})'
-    except ImportError:
-        pass
-    default = os.path.join(REPO, 'out', 'deepspeed', 'current')
-    if os.path.isdir(default):
-        return load_from(default)
-    fail('DeepSpeed not found: set SHARDCHECK_DEEPSPEED_PATH to an unpacked sdist '
-         '(bash scripts/deepspeed-target.sh makes out/deepspeed/current)')
-
-
-DEVICE = 'cpu'  # where tensors handed to the module live (device_choice)
-
-
-def device_choice():
-    """The device $SHARDCHECK_DEEPSPEED_DEVICE asks for, as far as torch can give it."""
-    wanted = os.environ.get('SHARDCHECK_DEEPSPEED_DEVICE', 'cpu')
-    if wanted not in ('cpu', 'cuda', 'auto'):
-        fail(f'SHARDCHECK_DEEPSPEED_DEVICE must be cpu, cuda or auto, not {wanted!r}')
-    if wanted == 'cpu':
-        return 'cpu'
-    if torch.cuda.is_available():
-        return 'cuda'
-    print(f'deepspeed adapter: SHARDCHECK_DEEPSPEED_DEVICE={wanted}, but torch {torch.__version__} sees no CUDA '
-          'device: DeepSpeed runs on CPU', file=sys.stderr, flush=True)
-    return 'cpu'
-
-
-def tensor_in(doc):
-    name = doc['dtype']
-    raw = np.frombuffer(base64.b64decode(doc['data']), dtype=BIT_VIEWS[name]).copy()
-    tensor = torch.from_numpy(raw).view(torch_dtype(name))
-    return tensor.reshape([int(extent) for extent in doc['shape']]).to(DEVICE)
-
-
-def tensor_out(tensor):
-    name = dtype_name(tensor.dtype)
-    flat = tensor.detach().cpu().contiguous().reshape(-1)
-    view = BIT_VIEWS.get(name)
-    data = flat.view(getattr(torch, view)).numpy().tobytes() if view else b''
-    return {'dtype': name, 'shape': list(tensor.shape), 'data': base64.b64encode(data).decode('ascii')}
-
-
-# How DeepSpeed's refusals map to shardcheck's error kinds (README, "Error kinds"): its
-# exception types and message texts are stable enough to name a kind. One row per rule,
-# the first whose type and message substring both match wins (an empty substring matches
-# anything); a refusal no row names stays of kind "unknown" on shardcheck's side.
-REFUSAL_KINDS = [
-    ('ValueError', 'pieces account for', 'count'),
-    ('ValueError', 'outside the shard', 'bounds'),
-    ('ValueError', 'twice', 'twice'),
-    ('ValueError', 'hold different data', 'different_data'),
-    ('ValueError', 'supplied a shard of', 'shape'),
-    ('ValueError', 'zero scale', 'scale'),
-    ('NotImplementedError', 'scaled piece', 'scale'),
-    ('AssertionError', 'uncovered', 'uncovered'),
-    ('AssertionError', 'held by', 'holders'),
-    # The map's text is not JSON, or a number in it is not one int() can read.
-    ('JSONDecodeError', '', 'format'),
-    ('ValueError', 'invalid literal for int()', 'format'),
-    ('TypeError', 'int() argument', 'format'),
-    # A missing key of the map's JSON, or a shard for a rank the map does not list (or
-    # none for one it does): the key's text tells them apart.
-    ('KeyError', "'", 'format'),
-    ('KeyError', '', 'shape'),
-    ('StopIteration', '', 'shape'),
-    # torch's own checks on as_strided views and in-place writes.
-    ('RuntimeError', 'out of bounds for storage', 'bounds'),
-    ('RuntimeError', 'refers to a single memory location', 'itself'),
-    ('RuntimeError', 'Negative strides', 'format'),
-    ('RuntimeError', 'negative dimension', 'format'),
-    ('RuntimeError', 'storage offset', 'format'),
-    ('RuntimeError', "can't be cast to the desired output type", 'scale'),
-    # The transfer planner (affine_transfer.py): InvalidMapError's texts, where one names
-    # a kind. Its coverage totals ("would receive 3 of its 4 elements") may be a gap or a
-    # double cover, so they name none. Its base AffineTransferError is a budget exceeded,
-    # which shardcheck's planner refuses as format.
-    ('InvalidMapError', ' describes ', 'shape'),
-    ('InvalidMapError', 'outside the', 'bounds'),
-    ('InvalidMapError', 'is not a coordinate of', 'bounds'),
-    ('InvalidMapError', 'pieces account for', 'count'),
-    ('InvalidMapError', 'nonempty shard but has no pieces', 'count'),
-    ('InvalidMapError', 'empty shard and holds a full piece', 'count'),
-    ('InvalidMapError', 'occupy part of the same shard addresses', 'twice'),
-    ('InvalidMapError', 'overlapping logical pieces', 'twice'),
-    ('InvalidMapError', 'do not cover the full logical parameter', 'uncovered'),
-    ('InvalidMapError', 'names no holder', 'holders'),
-    ('InvalidMapError', 'does not hold all of', 'holders'),
-    ('InvalidMapError', 'has different locations', 'holders'),
-    ('InvalidMapError', 'axes of a', 'format'),
-    ('InvalidMapError', 'negative extent', 'format'),
-    ('InvalidMapError', 'stride vector length', 'format'),
-    ('InvalidMapError', 'declares no shard shape', 'format'),
-    ('AffineTransferError', '', 'format'),
-]
-
-
-def refusal_kind(type_name, message):
-    for rule_type, substring, kind in REFUSAL_KINDS:
-        if type_name == rule_type and substring in message:
-            return kind
-    return None
-
-
-def refusal(error):
-    """The module's refusal, in its own words, with the kind a rule names."""
-    out = {'type': type(error).__name__, 'message': str(error)}
-    kind = refusal_kind(out['type'], out['message'])
-    if kind is not None:
-        out['kind'] = kind
-    return out
-
-
-def map_document(request, key='map'):
-    """The map as DeepSpeed loads one: the JSON value, or the case's text parsed by Python's
-    json module (which keeps the last of two equal keys), never shardcheck's decoder.
-    `key` is 'map', or 'target_map' for a reshard's target side."""
-    if f'{key}_text' in request:
-        return json.loads(request[f'{key}_text'])
-    return request[key]
+    return load_release(load_from, load_installed)
 
 
 def execute_plan(plan, source_shards, shard_shapes, dtype, poisoned):
     """Runs a TransferPlan as a caller would: each segment one strided copy, from a view of
     its source rank's flat shard into a view of its target rank's flat shard. Target shards
     start poisoned, so an address no segment writes shows as wrong, never as luck."""
-    targets = {rank: poisoned.empty(math.prod(shape), dtype=dtype, device=DEVICE) for rank, shape in shard_shapes.items()}
+    targets = {rank: poisoned.empty(math.prod(shape), dtype=dtype, device=ds_common.DEVICE) for rank, shape in shard_shapes.items()}
     for segment in plan.segments:
         source = poisoned.watch(source_shards[segment.source_rank].as_strided(segment.shape, segment.source_strides,
                                                                               segment.source_offset))
@@ -411,38 +134,7 @@ class Server:
 
 
 def main():
-    # The protocol owns stdout; anything the module prints goes to stderr.
-    protocol = os.fdopen(os.dup(sys.stdout.fileno()), 'w', encoding='utf-8')
-    sys.stdout = sys.stderr
-    torch.set_num_threads(1)
-    skip_cpp_backtraces()
-    global DEVICE
-    DEVICE = device_choice()
-    server = Server(*load_affine())
-
-    def serve(requests):
-        # What a view past its storage (PoisonedTorch.watch) reaches depends on what the
-        # process did before: the request that makes one is answered by a child forked
-        # for it, from the parent's state, so that the requests before it make no difference.
-        server.torch.on_escape = requests.answer_fresh
-        for line in requests:
-            request = json.loads(line)
-            response = server.answer(request)
-            if request.get('op') == 'hello':
-                response['crash_reports'] = True  # as a fork server's child
-            response['id'] = request.get('id')
-            protocol.write(json.dumps(response) + '\n')
-            protocol.flush()
-            # And what it did to that child stays there, never reaching another answer.
-            if server.torch.escaped:
-                requests.renew()
-
-    if DEVICE == 'cuda':
-        # CUDA, once used, does not survive a fork: one process, restarted after a crash.
-        serve(protocol_server.Requests())
-        return
-    # torch and the module are imported once, in the parent; a crash costs a fork.
-    protocol_server.fork_server(serve, protocol.fileno())
+    ds_common.serve_main(lambda: Server(*load_affine()))
 
 
 if __name__ == '__main__':

@@ -134,6 +134,11 @@ constexpr NamedTarget kNamedTargets[] = {
      "PyTorch Distributed Checkpoint's own save and load of maps whose pieces are boxes (torch 2: scripts/torch2-env.sh)"},
     {"megatron", std::nullopt, "adapters/megatron/serve.py",
      "Megatron-Core's validate_sharding_integrity, torch_dist save and refit planner (torch 2: scripts/torch2-env.sh)"},
+    {"deepspeed-restore", std::nullopt, "adapters/deepspeed/restore.py",
+     "DeepSpeed's universal checkpoint restore (load_hp_checkpoint_state) as extract: its map path, its silent "
+     "legacy fallback, its scale power per optimizer state"},
+    {"deepspeed-convert", std::nullopt, "adapters/deepspeed/convert.py",
+     "DeepSpeed's ds_to_universal.merge_tp_slices as rebuild: TP slices merged through the map per optimizer state"},
 };
 
 constexpr std::string_view kExecPrefix = "exec:";

@@ -227,10 +227,17 @@ std::string ExecTarget::start() {
   }
   const auto it = response.find("implementation");
   implementation_ = it != response.end() && it->is_string() ? it->get<std::string>() : name_;
-  // The operations beyond rebuild and extract that it serves (docs/protocol.md, "hello").
+  // The operations it serves (docs/protocol.md, "hello"): rebuild and extract unless it
+  // lists what it serves (an adapter of a restore step serves extract alone).
+  serves_rebuild_ = serves_extract_ = true;
   serves_reshard_ = false;
   if (const auto ops = response.find("ops"); ops != response.end() && ops->is_array()) {
-    serves_reshard_ = std::find(ops->begin(), ops->end(), Json(std::string(op_name(Op::reshard)))) != ops->end();
+    const auto lists = [&](Op op) {
+      return std::find(ops->begin(), ops->end(), Json(std::string(op_name(op)))) != ops->end();
+    };
+    serves_rebuild_ = lists(Op::rebuild);
+    serves_extract_ = lists(Op::extract);
+    serves_reshard_ = lists(Op::reshard);
   }
   const auto reports = response.find("crash_reports");
   crash_reports_ = reports != response.end() && *reports == true;
@@ -535,7 +542,12 @@ TargetResult<Buffer> ExecTarget::extract(const TargetMap& map, const Buffer& ful
 namespace shardcheck::oracles {
 
 bool ExecTarget::supports(Op op) const {
-  return op == Op::rebuild || op == Op::extract || (op == Op::reshard && serves_reshard_);
+  switch (op) {
+    case Op::rebuild: return serves_rebuild_;
+    case Op::extract: return serves_extract_;
+    case Op::reshard: return serves_reshard_;
+  }
+  return false;
 }
 
 TargetResult<Resharded> ExecTarget::reshard(const TargetMap& source, const TargetMap& target, const ShardSet& shards,

@@ -66,7 +66,10 @@ class ExecTarget final : public Target {
   std::string command_;
   TargetOptions options_;
   std::string implementation_;
-  bool serves_reshard_ = false;  // the handshake's `ops` lists "reshard"
+  // The handshake's `ops`: without it, rebuild and extract; with it, what it lists.
+  bool serves_rebuild_ = true;
+  bool serves_extract_ = true;
+  bool serves_reshard_ = false;
   bool crash_reports_ = false;   // the handshake says "crash_reports": a fork server
   pid_t pid_ = -1;
   int io_fd_ = -1;   // the process's stdin and stdout (one socket)

@@ -118,6 +118,9 @@ struct CaseOutcome {
   // (contract 10) are not the reference model's count, or empty.
   std::string digest_shares_wrong;
   bool matches_expectation = true;
+  // False where the target ran none of the operations the case's expectation is about
+  // (it serves none of them): nothing was held to it.
+  bool expectation_judged = true;
   std::string expectation_message;       // why not, when it does not
   Policy policy = Policy::strict;        // the policy the case ran under (for outcome_to_json)
   std::string target;                    // the implementation under test ("strict", "deepspeed", ...)
