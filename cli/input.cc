@@ -95,10 +95,7 @@ FileText read_input(const std::string& path, const InputRules& rules) {
     }
   }
   std::string text;
-  // Reserved up to a chunk's worth at most: a file's size is a claim (2 GB of NULs is
-  // refused after its first byte), and reserving what it claims costs memory it never
-  // needs under AddressSanitizer, which touches what is reserved.
-  if (regular) text.reserve(static_cast<std::size_t>(std::min<std::uint64_t>({static_cast<std::uint64_t>(facts.st_size), rules.max_bytes, kChunkBytes})));
+  if (regular) text.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(facts.st_size, rules.max_bytes)));
   char chunk[kChunkBytes];
   bool waited_for_writer = false;
   for (;;) {
