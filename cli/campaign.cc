@@ -585,9 +585,9 @@ void register_campaign(CLI::App& app, RunState& state) {
                            "plans (contract section 11); default: rebuild and extract cases"));
   defining(add_int_option(sub, "--max-elements", args->max_elements, Index{1}, Index{1} << 20,
                           "Largest numel(F) generated (default 256)"));
-  defining(
-      sub->add_option("--target", args->target,
-                      "Implementation under test: strict, legacy, deepspeed, dcp, megatron or exec:COMMAND (overrides --policy)"));
+  defining(sub->add_option("--target", args->target,
+                           "Implementation under test: strict, legacy, deepspeed, deepspeed-restore, "
+                           "deepspeed-convert, dcp, megatron or exec:COMMAND (overrides --policy)"));
   defining(sub->add_option("--backend", args->backend,
                            "Also convert every case on this backend beside the CPU backend (device-omp, cuda); any "
                            "difference in verdict, error or bits is a finding"));

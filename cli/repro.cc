@@ -31,7 +31,7 @@ struct ReproArgs {
   std::string path;
   std::string policy_name = "strict";
   std::string oracle_name{oracles::oracle_kind_name(oracles::OracleKind::truth)};
-  std::string target;  // overrides the policy: strict, legacy, deepspeed, dcp, megatron, exec:COMMAND
+  std::string target;  // overrides the policy: strict, legacy, a named target (docs/guide/targets.md), exec:COMMAND
   double target_timeout = 10.0;
   bool json = false;
   // A backend to run beside the CPU backend (the backend differential); empty: the one
@@ -318,10 +318,11 @@ void register_repro(CLI::App& app, RunState& state) {
                                         "case file records, else strict)")
                             ->check(CLI::IsMember({"strict", "legacy"}));
   sub->add_option("--oracle", args->oracle_name, oracle_help())->check(CLI::IsMember(oracle_names()));
-  CLI::Option* target = sub->add_option(
-      "--target", args->target,
-      "implementation under test: strict, legacy, deepspeed, dcp, megatron or exec:COMMAND (overrides --policy; a case file's "
-      "recorded exec: target is never run without it)");
+  CLI::Option* target =
+      sub->add_option("--target", args->target,
+                      "implementation under test: strict, legacy, deepspeed, deepspeed-restore, deepspeed-convert, "
+                      "dcp, megatron or exec:COMMAND (overrides --policy; a case file's "
+                      "recorded exec: target is never run without it)");
   add_seconds_option(sub, "--target-timeout", args->target_timeout,
                      "seconds an exec target may take per request before it counts as hung (default 10)");
   sub->add_flag("--json", args->json, "print the outcome as one JSON object (a folder: one per case)");
