@@ -965,9 +965,9 @@ TEST(CheckpointReader, RefusesTruncatedAndGarbageCheckpoints) {
     Json missing = json;
     missing.erase(key);
     // Optional keys: a checkpoint may name no target or backend, and one written before
-    // the default campaign's shares existed resumes without them.
+    // the default campaign's shares or reductions existed resumes without them.
     const bool optional = key == "target" || key == "target_timeout" || key == "backend" || key == "share_backend" ||
-                          key.ends_with("_share");
+                          key.ends_with("_share") || key == "reduce_evaluations";
     if (!optional) expect_refused(missing, "without " + key);
     for (const Json& wrong : {Json("x"), Json(-1), Json::array({1, 2, 3}), Json(1e300)}) {
       if (wrong == value) continue;
