@@ -17,6 +17,18 @@ import signal
 import sys
 import traceback
 
+# Same-width integer views per dtype: data moves as raw bits in both directions.
+BIT_VIEWS = {
+    'float32': 'int32', 'float64': 'int64', 'float16': 'int16', 'bfloat16': 'int16', 'int8': 'int8',
+    'int16': 'int16', 'int32': 'int32', 'int64': 'int64', 'uint8': 'uint8', 'bool': 'uint8'
+}
+# shardcheck's poison bit patterns (core dtype.cc poison_bits), unsigned.
+POISON = {
+    'float64': 0x7ff800000000dead, 'float32': 0x7fc0dead, 'float16': 0x7ead, 'bfloat16': 0x7fed,
+    'int8': 0xa5, 'int16': 0xa5a5, 'int32': 0xa5a5a5a5, 'int64': 0xa5a5a5a5a5a5a5a5, 'uint8': 0xa5, 'bool': 0xa5
+}
+WIDTH = {'int8': 8, 'int16': 16, 'int32': 32, 'int64': 64, 'uint8': 0}
+
 PR_SET_PDEATHSIG = 1
 HANDED_BACK = 75  # a child's exit status: no crash, the next child reads what it handed back
 

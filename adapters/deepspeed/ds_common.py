@@ -56,17 +56,8 @@ try:
 except ImportError as error:
     fail(f'{error}; install python3-torch and python3-numpy (bash scripts/deepspeed-target.sh does)')
 
-# Same-width integer views per dtype: data moves as raw bits in both directions.
-BIT_VIEWS = {
-    'float32': 'int32', 'float64': 'int64', 'float16': 'int16', 'bfloat16': 'int16', 'int8': 'int8',
-    'int16': 'int16', 'int32': 'int32', 'int64': 'int64', 'uint8': 'uint8', 'bool': 'uint8'
-}
-# shardcheck's poison bit patterns (core dtype.cc poison_bits), as the signed value of the view.
-POISON = {
-    'float64': 0x7ff800000000dead, 'float32': 0x7fc0dead, 'float16': 0x7ead, 'bfloat16': 0x7fed,
-    'int8': 0xa5, 'int16': 0xa5a5, 'int32': 0xa5a5a5a5, 'int64': 0xa5a5a5a5a5a5a5a5, 'uint8': 0xa5, 'bool': 0xa5
-}
-WIDTH = {'int8': 8, 'int16': 16, 'int32': 32, 'int64': 64, 'uint8': 0}
+# The adapters' shared tables of raw-bit views and poison patterns.
+BIT_VIEWS, POISON, WIDTH = protocol_server.BIT_VIEWS, protocol_server.POISON, protocol_server.WIDTH
 
 
 def signed(value, view):
