@@ -29,6 +29,15 @@ POISON = {
 }
 WIDTH = {'int8': 8, 'int16': 16, 'int32': 32, 'int64': 64, 'uint8': 0}
 
+
+def signed(value, view):
+    """An unsigned bit pattern as the signed value of its integer view (torch fills with those)."""
+    width = WIDTH[view]
+    if width and value >= 1 << (width - 1):
+        return value - (1 << width)
+    return value
+
+
 PR_SET_PDEATHSIG = 1
 HANDED_BACK = 75  # a child's exit status: no crash, the next child reads what it handed back
 

@@ -122,11 +122,7 @@ class MapFormatError(Exception):
     """The map's JSON does not read as a map at all (contract 2)."""
 
 
-def signed(value, view):
-    width = WIDTH[view]
-    if width and value >= 1 << (width - 1):
-        return value - (1 << width)
-    return value
+signed = protocol_server.signed
 
 
 def torch_dtype(name):

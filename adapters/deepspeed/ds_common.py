@@ -60,11 +60,7 @@ except ImportError as error:
 BIT_VIEWS, POISON, WIDTH = protocol_server.BIT_VIEWS, protocol_server.POISON, protocol_server.WIDTH
 
 
-def signed(value, view):
-    width = WIDTH[view]
-    if width and value >= 1 << (width - 1):
-        return value - (1 << width)
-    return value
+signed = protocol_server.signed
 
 
 def torch_dtype(name):
