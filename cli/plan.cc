@@ -102,7 +102,7 @@ void register_plan(CLI::App& app, RunState& state) {
   sub->add_flag("--compare-replicas", args->compare_replicas,
                 "plan comparisons of every holder of a replicated source element, not only the lowest rank's");
   add_int_option(sub, "--max-segments", args->max_segments, std::int64_t{1}, std::numeric_limits<std::int64_t>::max(),
-                 "the plan's budget of address runs and segments; past it the plan is refused (format)");
+                 "the most segments the plan may hold, counted after merging; past it the plan is refused (format)");
   sub->callback([args, &state] { state.exit_code = run_plan(*args); });
 }
 

@@ -8,6 +8,7 @@
 // and torch importable by /usr/bin/python3); otherwise the tests report SKIPPED and why.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -129,6 +130,23 @@ TEST_F(DeepSpeedReshard, SilentClassesReplay) {
     EXPECT_TRUE(strict.value().matches_expectation) << name << ": " << strict.value().expectation_message;
   }
   EXPECT_GE(cases, 7) << "corpus/regressions/deepspeed-plan-*.json";
+}
+
+// Issue 47: on every pair of DeepSpeed's constructors' layouts (scripts/
+// deepspeed_plan_matrix.py, 12 x 12 on (24, 16)), shardcheck's plan has no more segments
+// than DeepSpeed's plan_transfer, and the two refuse the same pairs.
+TEST_F(DeepSpeedReshard, NoPlanHasMoreSegmentsThanDeepSpeeds) {
+  const std::string command = "/usr/bin/python3 '" + std::string(SHARDCHECK_SOURCE_DIR) +
+                              "/scripts/deepspeed_plan_matrix.py' '" + SHARDCHECK_BINARY + "' 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buffer[4096];
+  for (std::size_t n; (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
+  const int status = pclose(pipe);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("144 pairs"), std::string::npos) << out;
+  EXPECT_NE(out.find("more on 0"), std::string::npos) << out;
 }
 
 }  // namespace

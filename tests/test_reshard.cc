@@ -144,7 +144,16 @@ TEST(Reshard, EveryConstructorPairMatchesReferenceAndRebuildThenExtract) {
     // Rank and piece order change nothing.
     auto again = plan(reversed(pair.source.map), reversed(pair.target.map));
     ASSERT_TRUE(again.ok());
-    EXPECT_TRUE(same_copies(again.value(), plan(pair.source.map, pair.target.map).value())) << what;
+    const Plan boxed = plan(pair.source.map, pair.target.map).value();
+    EXPECT_TRUE(same_copies(again.value(), boxed)) << what;
+    // The planner on runs, which every map can take, makes the same shards in no fewer
+    // segments.
+    ReshardOptions on_runs;
+    on_runs.plan_on_boxes = false;
+    const Plan runs = plan(pair.source.map, pair.target.map, on_runs).value();
+    EXPECT_EQ(execute(runs, source_shards.value(), dtype).value(), got.value()) << what;
+    EXPECT_LE(boxed.segments.size(), runs.segments.size()) << what;
+    EXPECT_EQ(boxed.statistics.elements_by_pair, runs.statistics.elements_by_pair) << what;
   }
   // Every pair of the six constructors turned up.
   EXPECT_EQ(pairs_seen.size(), 36u);
@@ -355,14 +364,80 @@ TEST(Reshard, RefusesInvalidMapsAndShapesSayingWhichSide) {
 }
 
 TEST(Reshard, ExhaustedBudgetIsAnErrorNeverATruncatedPlan) {
+  // 8 column shards to 4 row shards: 32 overlaps, none of which merge.
   const Map source = contiguous_split_map({64, 64}, std::vector<Index>(8, 8), 1).value();
   const Map target = contiguous_split_map({64, 64}, std::vector<Index>(4, 16), 0).value();
   ReshardOptions tight;
-  tight.max_segments = 100;  // 8 * 64 source runs are more
+  tight.max_segments = 31;
   auto refused = plan(source, target, tight);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().kind, ErrorKind::format);
   EXPECT_NE(refused.error().message.find("budget"), std::string::npos);
+  tight.max_segments = 32;
+  auto fits = plan(source, target, tight);
+  ASSERT_TRUE(fits.ok()) << fits.error().to_string();
+  EXPECT_EQ(fits.value().segments.size(), 32u);
+}
+
+TEST(Reshard, TheBudgetCountsSegmentsAfterMerging) {
+  // Even and odd elements of F on two ranks (no box: F steps by 2) to two halves: 64 runs
+  // of one element, merged into one segment per rank pair.
+  const Map interleaved = M({64}, {R(0, Extents{32}, {P({32}, 0, {2}, 0, {1}, {0})}),
+                                   R(1, Extents{32}, {P({32}, 1, {2}, 0, {1}, {1})})});
+  ASSERT_TRUE(check_map(interleaved).ok()) << check_map(interleaved).error().to_string();
+  const Map halves = contiguous_split_map({64}, {32, 32}, 0).value();
+  ReshardOptions tight;
+  tight.max_segments = 4;
+  auto fits = plan(interleaved, halves, tight);
+  ASSERT_TRUE(fits.ok()) << fits.error().to_string();
+  EXPECT_EQ(fits.value().segments.size(), 4u);
+  const Buffer full = markers(interleaved);
+  EXPECT_EQ(execute(fits.value(), shards_of(interleaved, full), DType::float32).value(), shards_of(halves, full));
+  tight.max_segments = 3;
+  auto refused = plan(interleaved, halves, tight);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::format);
+}
+
+TEST(Reshard, BoxPlansDoNotGrowWithRows) {
+  // Two row shards to four column shards of (rows, 8): DeepSpeed's planner makes 8
+  // strided segments of it, and so does this one, at 10^3 rows as at 10^9.
+  for (const Index rows : {Index{1000}, Index{1000000000}}) {
+    const Map source = contiguous_split_map({rows, 8}, {rows / 2, rows / 2}, 0).value();
+    const Map target = contiguous_split_map({rows, 8}, {2, 2, 2, 2}, 1).value();
+    auto made = plan(source, target);
+    ASSERT_TRUE(made.ok()) << made.error().to_string();
+    ASSERT_EQ(made.value().segments.size(), 8u) << rows;
+    for (const TransferSegment& s : made.value().segments) {
+      EXPECT_EQ(s.shape, (Extents{rows / 2, 2}));
+      EXPECT_EQ(s.source.strides, (Strides{8, 1}));
+      EXPECT_EQ(s.target.strides, (Strides{2, 1}));
+    }
+    EXPECT_EQ(made.value().statistics.elements_moved, rows * 8);
+  }
+}
+
+TEST(Reshard, OverlapsMergeAcrossPiecesAndAxes) {
+  // A (4, 6, 8) tensor in 2 shards along axis 1 to 2 shards along axis 2, and back: each
+  // overlap is a 3-d box whose views step as 2-d ones; the plans match the reference.
+  const Map by_rows = contiguous_split_map({4, 6, 8}, {3, 3}, 1).value();
+  const Map by_columns = contiguous_split_map({4, 6, 8}, {4, 4}, 2).value();
+  const Buffer full = markers(by_rows);
+  for (const auto& [from, to] : {std::pair{&by_rows, &by_columns}, std::pair{&by_columns, &by_rows}}) {
+    auto made = plan(*from, *to);
+    ASSERT_TRUE(made.ok()) << made.error().to_string();
+    EXPECT_EQ(made.value().segments.size(), 4u);
+    EXPECT_EQ(execute(made.value(), shards_of(*from, full), DType::float32).value(), shards_of(*to, full));
+  }
+  // One rank holding F in two pieces, back to back in its shard: one segment.
+  const Map two_pieces = M({4, 6}, {R(0, Extents{24}, {P({2, 6}, 0, {6, 1}, 0, {6, 1}, {0}),
+                                                     P({2, 6}, 12, {6, 1}, 12, {6, 1}, {0})})});
+  ASSERT_TRUE(check_map(two_pieces).ok()) << check_map(two_pieces).error().to_string();
+  const Map whole = contiguous_split_map({4, 6}, {4}, 0).value();
+  auto made = plan(two_pieces, whole);
+  ASSERT_TRUE(made.ok()) << made.error().to_string();
+  ASSERT_EQ(made.value().segments.size(), 1u);
+  EXPECT_EQ(made.value().segments[0].shape, Extents{24});
 }
 
 TEST(Reshard, ExecuteChecksTheShardsAndIntoCallerBuffers) {

@@ -1,13 +1,18 @@
 // Transfer plans (contract 11): planning. See reshard.h for what is planned and what is
 // refused; reshard.cc executes plans.
 //
-// The planner works on address runs of F: a run is a stretch of consecutive elements of F
-// that one piece ties to an arithmetic progression of addresses in one rank's shard. Both
-// maps are cut into runs; the source runs of each element's lowest holder tile F once
-// (conditions 5 and 6), the target runs of each rank tile its shard once (condition 4),
-// so intersecting every target run with the source runs gives every target address
-// exactly once. The intersections (rows) are merged into 2-d segments where the distance
-// between rows is the same on both sides.
+// Two planners make the same copies. Where every piece of both maps is a box of the
+// logical tensor (its F view steps along logical axes, each at most once, without
+// wrapping: the layouts DeepSpeed, DCP and Megatron-Core describe), a plan is made from
+// the pieces alone: each target box meets the source boxes it overlaps and each overlap
+// is one segment, so planning costs the pieces, not the rows. Other maps are planned on
+// address runs of F: a run is a stretch of consecutive elements of F that one piece ties
+// to an arithmetic progression of addresses in one rank's shard. Both maps are cut into
+// runs; the source runs of each element's lowest holder tile F once (conditions 5 and 6),
+// the target runs of each rank tile its shard once (condition 4), so intersecting every
+// target run with the source runs gives every target address exactly once. Either way
+// the pieces of the copy are then merged into strided segments wherever one view on each
+// side covers two of them.
 #include "shardcheck/reshard.h"
 
 #include <algorithm>
@@ -341,23 +346,496 @@ void count(Plan& plan) {
   }
 }
 
-Result<std::vector<TransferSegment>> replica_checks(const Map& source, const std::vector<PieceRef>& holders,
-                                                    const std::vector<Run>& tile, const ReshardOptions& options) {
-  const auto others = pieces_of(source, [](Rank rank, const Piece& p) { return !lowest_holder(rank, p); });
-  auto runs = runs_of(others, options.max_segments);
+// ---- Plans on address runs -------------------------------------------------------------
+
+// The runs and rows a run plan may hold on the way to its segments. The segments
+// themselves are counted against max_segments after merging; this bounds the work
+// before, and a larger max_segments raises it with them.
+Index run_budget(const ReshardOptions& options) { return std::max(options.max_segments, Index{1} << 22); }
+
+// The segments that copy every target piece's elements (`writers`) from their lowest
+// holders' pieces (`holders`), both cut into runs.
+Result<std::vector<TransferSegment>> run_copies(const std::vector<PieceRef>& holders,
+                                                const std::vector<PieceRef>& writers, const ReshardOptions& options) {
+  const Index budget = run_budget(options);
+  auto source_runs = runs_of(holders, budget);
+  if (!source_runs) return source_runs.error();
+  const std::vector<Run> tile = tile_of_f(std::move(source_runs).value());
+  auto target_runs = runs_of(writers, budget);
+  if (!target_runs) return target_runs.error();
+  // Errors name the lowest target rank, then the lowest element of F.
+  std::vector<Run>& wanted = target_runs.value();
+  std::sort(wanted.begin(), wanted.end(),
+            [](const Run& a, const Run& b) { return std::tie(a.rank, a.f, a.at) < std::tie(b.rank, b.f, b.at); });
+  std::vector<Row> rows;
+  // Where neither map has replicas, the rows are the pieces of a common refinement of two
+  // tilings of F: at most one per run of either.
+  rows.reserve(std::min(tile.size() + wanted.size(), static_cast<std::size_t>(budget)));
+  for (const Run& run : wanted) {
+    const PieceRef& writer = writers[run.ref];
+    Status status = overlaps(tile, run, [&](const Run& held, Index lo, Index hi) -> Status {
+      const double source_scale = holders[held.ref].piece->scale;
+      if (source_scale != writer.piece->scale && !options.bugs.copy_across_scales) {
+        return fault::reshard_scales_differ(writer.at(), lo, source_scale);
+      }
+      if (static_cast<Index>(rows.size()) >= budget) return fault::plan_over_budget(budget);
+      rows.push_back(row_of(held, run, lo, hi));
+      return {};
+    });
+    if (!status.ok()) return std::move(status).error();
+  }
+  return merge_rows(std::move(rows), options.bugs);
+}
+
+// Each copy of a replicated element held by a rank other than its lowest holder (`others`),
+// against the lowest holder's copy: check segments whose target is the other copy.
+Result<std::vector<TransferSegment>> run_replica_checks(const std::vector<PieceRef>& holders,
+                                                        const std::vector<PieceRef>& others,
+                                                        const ReshardOptions& options) {
+  const Index budget = run_budget(options);
+  auto held_runs = runs_of(holders, budget);
+  if (!held_runs) return held_runs.error();
+  const std::vector<Run> tile = tile_of_f(std::move(held_runs).value());
+  auto runs = runs_of(others, budget);
   if (!runs) return runs.error();
   std::vector<Row> rows;
   for (const Run& other : runs.value()) {
     Status status = overlaps(tile, other, [&](const Run& held, Index lo, Index hi) -> Status {
       // Replicas under different scales agree only after unscaling: no bitwise comparison.
       if (holders[held.ref].piece->scale != others[other.ref].piece->scale) return {};
-      if (static_cast<Index>(rows.size()) >= options.max_segments) return fault::plan_over_budget(options.max_segments);
+      if (static_cast<Index>(rows.size()) >= budget) return fault::plan_over_budget(budget);
       rows.push_back(row_of(held, other, lo, hi));
       return {};
     });
     if (!status.ok()) return std::move(status).error();
   }
   return merge_rows(std::move(rows), PlannerBugs{});
+}
+
+// ---- Plans on boxes ---------------------------------------------------------------------
+
+// A piece whose F view is a box of the logical tensor, in logical coordinates.
+struct Box {
+  std::size_t ref = 0;  // the piece, in its PieceRef table
+  Rank rank = 0;
+  Extents lo, hi;  // [lo, hi) along each logical axis
+  Strides step;    // the shard address step along each logical axis (0 where one wide)
+  Index at = 0;    // the shard address of lo
+};
+
+// The piece as a box, or nullopt where its F view is not one: an axis that steps by no
+// logical axis's stride, two axes on one logical axis, or an axis that wraps into the
+// next row. `f_strides` are the logical shape's row-major strides. The piece is not empty
+// and inside F (check_map), so its offset is the flat index of a logical position.
+std::optional<Box> box_of(const PieceRef& ref, std::size_t index, const Extents& logical, const Strides& f_strides) {
+  const Piece& p = *ref.piece;
+  const std::size_t d = logical.size();
+  Box box{index, ref.rank, Extents(d, 0), Extents(d, 1), Strides(d, 0), p.dest.offset};
+  for (std::size_t j = 0; j < d; ++j) {
+    box.lo[j] = (p.source.offset / f_strides[j]) % logical[j];
+    box.hi[j] = box.lo[j] + 1;
+  }
+  for (std::size_t k = 0; k < p.shape.size(); ++k) {
+    if (p.shape[k] == 1) continue;
+    // Logical axes wider than one have distinct strides, so at most one matches.
+    std::size_t j = 0;
+    while (j < d && !(logical[j] > 1 && f_strides[j] == p.source.strides[k])) ++j;
+    if (j == d || box.hi[j] != box.lo[j] + 1 || p.shape[k] > logical[j] - box.lo[j]) return std::nullopt;
+    box.hi[j] = box.lo[j] + p.shape[k];
+    box.step[j] = p.dest.strides[k];
+  }
+  return box;
+}
+
+// The boxes of `refs`' pieces that hold elements, or nullopt where one is not a box.
+std::optional<std::vector<Box>> boxes_of(const std::vector<PieceRef>& refs, const Extents& logical,
+                                         const Strides& f_strides) {
+  std::vector<Box> out;
+  out.reserve(refs.size());
+  for (std::size_t i = 0; i < refs.size(); ++i) {
+    if (checked_numel(refs[i].piece->shape).value_or(0) == 0) continue;
+    auto box = box_of(refs[i], i, logical, f_strides);
+    if (!box) return std::nullopt;
+    out.push_back(std::move(*box));
+  }
+  return out;
+}
+
+// Whether boxes that cover F (a valid map's lowest holders) hold each element once: their
+// volumes add up to F's. Two pieces of one holder may overlap; the runs settle those.
+bool tiles_once(const std::vector<Box>& boxes, const std::vector<PieceRef>& refs, Index numel) {
+  Index volume = 0;
+  for (const Box& box : boxes) {
+    auto sum = checked_add(volume, checked_numel(refs[box.ref].piece->shape).value_or(0));
+    if (!sum || *sum > numel) return false;
+    volume = *sum;
+  }
+  return volume == numel;
+}
+
+// An overlap of two boxes as the run planner would see it: `count` rows (the stretch
+// contiguous in F, with the axes that step as one with it on both sides, cut_runs' row;
+// one element where F's inner axis is one wide), `gap` apart, merged like its rows; or,
+// where more than one axis steps over rows, the whole segment in `box` (merged with none).
+struct Overlap {
+  Row row;  // the first row
+  Index count = 1;
+  Index source_gap = 0, target_gap = 0;
+  std::optional<TransferSegment> box;
+};
+
+// The overlap of a source box and a wanted box; nullopt where they do not meet. `first` is
+// set to its lowest element of F.
+std::optional<Overlap> overlap_of(const Box& from, const Box& to, const Extents& logical, const Strides& f_strides,
+                                  Index& first) {
+  Overlap o;
+  Row& row = o.row;
+  row.source_rank = from.rank;
+  row.target_rank = to.rank;
+  row.source_at = from.at;
+  row.target_at = to.at;
+  first = 0;
+  const std::size_t d = from.lo.size();
+  std::size_t inner = d;  // F's inner axis: the last one wider than one
+  for (std::size_t j = d; j-- > 0;) {
+    if (logical[j] > 1) {
+      inner = j;
+      break;
+    }
+  }
+  std::vector<Axis> axes;
+  bool row_axis = false;
+  for (std::size_t j = 0; j < d; ++j) {
+    const Index lo = std::max(from.lo[j], to.lo[j]);
+    const Index hi = std::min(from.hi[j], to.hi[j]);
+    if (lo >= hi) return std::nullopt;
+    // Inside both pieces' checked spans and F: no product here overflows.
+    row.source_at += (lo - from.lo[j]) * from.step[j];
+    row.target_at += (lo - to.lo[j]) * to.step[j];
+    first += lo * f_strides[j];
+    if (hi - lo > 1) {
+      axes.push_back({hi - lo, from.step[j], to.step[j]});
+      row_axis = j == inner;
+    }
+  }
+  // As cut_runs merges a piece's axes: an outer axis into the one inside it where both
+  // views step across the pair as across one longer axis.
+  for (std::size_t k = axes.size(); k-- > 1;) {
+    if (axes[k - 1].source_stride == axes[k].extent * axes[k].source_stride &&
+        axes[k - 1].dest_stride == axes[k].extent * axes[k].dest_stride) {
+      axes[k - 1] = {axes[k - 1].extent * axes[k].extent, axes[k].source_stride, axes[k].dest_stride};
+      axes.erase(axes.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+  }
+  row.len = 1;
+  if (row_axis) {
+    row.len = axes.back().extent;
+    row.source_step = axes.back().source_stride;
+    row.target_step = axes.back().dest_stride;
+    axes.pop_back();
+  }
+  if (axes.size() == 1) {
+    o.count = axes[0].extent;
+    o.source_gap = axes[0].source_stride;
+    o.target_gap = axes[0].dest_stride;
+  } else if (axes.size() > 1) {
+    TransferSegment s;
+    s.source_rank = row.source_rank;
+    s.target_rank = row.target_rank;
+    s.source.offset = row.source_at;
+    s.target.offset = row.target_at;
+    for (const Axis& axis : axes) {
+      s.shape.push_back(axis.extent);
+      s.source.strides.push_back(axis.source_stride);
+      s.target.strides.push_back(axis.dest_stride);
+    }
+    if (row.len > 1) {
+      s.shape.push_back(row.len);
+      s.source.strides.push_back(row.source_step);
+      s.target.strides.push_back(row.target_step);
+    }
+    o.box = std::move(s);
+  }
+  return o;
+}
+
+// Whether `next` continues `run` (rows one distance apart on both sides, the source's not
+// negative), and at which distances, as merge_rows joins rows.
+std::optional<std::pair<Index, Index>> continues(const Overlap& run, const Overlap& next, const PlannerBugs& bugs) {
+  if (run.box || next.box || run.row.group() != next.row.group()) return std::nullopt;
+  Index source_gap = run.source_gap, target_gap = run.target_gap;
+  if (run.count == 1) {
+    source_gap = next.row.source_at - run.row.source_at;
+    target_gap = next.row.target_at - run.row.target_at;
+    if (source_gap < 0) return std::nullopt;
+  } else if (next.row.target_at != run.row.target_at + run.count * target_gap ||
+             (next.row.source_at != run.row.source_at + run.count * source_gap && !bugs.merge_unequal_strides)) {
+    return std::nullopt;
+  }
+  if (next.count > 1 && (next.target_gap != target_gap ||
+                         (next.source_gap != source_gap && !bugs.merge_unequal_strides))) {
+    return std::nullopt;
+  }
+  return std::pair{source_gap, target_gap};
+}
+
+// Overlaps of one rank pair and row, taken in target address order, join while the
+// distance from row to row is the same on both sides, as the run planner merges its rows
+// (and into the same segments where each overlap is one row).
+std::vector<TransferSegment> merge_overlaps(std::vector<Overlap> all, const PlannerBugs& bugs) {
+  std::sort(all.begin(), all.end(), [](const Overlap& a, const Overlap& b) {
+    return std::make_tuple(!a.box.has_value(), a.row.key()) < std::make_tuple(!b.box.has_value(), b.row.key());
+  });
+  std::vector<Overlap> joined;
+  for (Overlap& next : all) {
+    const auto gaps = joined.empty() ? std::nullopt : continues(joined.back(), next, bugs);
+    if (!gaps) {
+      joined.push_back(std::move(next));
+      continue;
+    }
+    Overlap& run = joined.back();
+    run.count += next.count;
+    std::tie(run.source_gap, run.target_gap) = *gaps;
+  }
+  std::vector<TransferSegment> out;
+  out.reserve(joined.size());
+  for (Overlap& o : joined) {
+    out.push_back(o.box ? std::move(*o.box) : segment_of(o.row, o.count, o.source_gap, o.target_gap));
+  }
+  return out;
+}
+
+// The segment's axes in descending order of target stride (the copy is the same set of
+// address pairs in any order), with each axis merged into the one after it wherever both
+// views step across the pair as across one longer axis, and axes one wide dropped.
+void fold_axes(TransferSegment& s) {
+  std::vector<Axis> axes;
+  for (std::size_t k = 0; k < s.shape.size(); ++k) {
+    if (s.shape[k] > 1) axes.push_back({s.shape[k], s.source.strides[k], s.target.strides[k]});
+  }
+  std::stable_sort(axes.begin(), axes.end(), [](const Axis& a, const Axis& b) {
+    return std::tie(a.dest_stride, a.source_stride) > std::tie(b.dest_stride, b.source_stride);
+  });
+  for (std::size_t k = axes.size(); k-- > 1;) {
+    if (axes[k - 1].source_stride == axes[k].extent * axes[k].source_stride &&
+        axes[k - 1].dest_stride == axes[k].extent * axes[k].dest_stride) {
+      axes[k - 1] = {axes[k - 1].extent * axes[k].extent, axes[k].source_stride, axes[k].dest_stride};
+      axes.erase(axes.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+  }
+  s.shape.clear();
+  s.source.strides.clear();
+  s.target.strides.clear();
+  for (const Axis& axis : axes) {
+    s.shape.push_back(axis.extent);
+    s.source.strides.push_back(axis.source_stride);
+    s.target.strides.push_back(axis.dest_stride);
+  }
+  if (s.shape.empty()) {
+    s.shape.push_back(1);
+    s.source.strides.push_back(1);
+    s.target.strides.push_back(1);
+  }
+}
+
+// Segments of one rank pair, shape and strides whose offsets step evenly on both sides
+// (in target order; the source's step not negative) become one segment with one more
+// axis, folded; the passes repeat while they merge. This joins what rows cannot: two
+// pieces' elements interleaved in both shards, say.
+std::vector<TransferSegment> stack_segments(std::vector<TransferSegment> all, const PlannerBugs& bugs) {
+  const auto group = [](const TransferSegment& s) {
+    return std::tie(s.source_rank, s.target_rank, s.shape, s.source.strides, s.target.strides);
+  };
+  for (std::size_t before = all.size() + 1; all.size() < before;) {
+    before = all.size();
+    std::sort(all.begin(), all.end(), [&](const TransferSegment& a, const TransferSegment& b) {
+      return std::tuple_cat(group(a), std::tie(a.target.offset, a.source.offset)) <
+             std::tuple_cat(group(b), std::tie(b.target.offset, b.source.offset));
+    });
+    std::vector<TransferSegment> out;
+    for (std::size_t i = 0; i < all.size();) {
+      std::size_t j = i + 1;
+      const Index source_gap = j < all.size() ? all[j].source.offset - all[i].source.offset : 0;
+      const Index target_gap = j < all.size() ? all[j].target.offset - all[i].target.offset : 0;
+      if (source_gap >= 0) {
+        while (j < all.size() && group(all[j]) == group(all[i]) &&
+               all[j].target.offset - all[j - 1].target.offset == target_gap &&
+               (bugs.merge_unequal_strides || all[j].source.offset - all[j - 1].source.offset == source_gap)) {
+          ++j;
+        }
+      }
+      TransferSegment merged = std::move(all[i]);
+      if (j - i > 1) {
+        merged.shape.push_back(static_cast<Index>(j - i));
+        merged.source.strides.push_back(source_gap);
+        merged.target.strides.push_back(target_gap);
+        fold_axes(merged);
+      }
+      out.push_back(std::move(merged));
+      i = j;
+    }
+    all = std::move(out);
+  }
+  return all;
+}
+
+// Two segments of one rank pair and strides, alike but along one axis, where the second
+// starts on both sides where the first ends along it, become one, as DeepSpeed's planner
+// joins its segments (two pieces back to back in both shards, say); axis by axis until
+// none joins. Segments come folded (fold_axes), so that alike ones have one axis order.
+std::vector<TransferSegment> concatenate_segments(std::vector<TransferSegment> all) {
+  const auto key = [](const TransferSegment& s, std::size_t axis) {
+    Extents others = s.shape;
+    others.erase(others.begin() + static_cast<std::ptrdiff_t>(axis));
+    return std::make_tuple(s.source_rank, s.target_rank, s.source.strides, s.target.strides, others);
+  };
+  for (bool joined = true; joined;) {
+    joined = false;
+    for (std::size_t axis = 0;; ++axis) {
+      std::vector<TransferSegment> along, rest;
+      for (TransferSegment& s : all) (s.shape.size() > axis ? along : rest).push_back(std::move(s));
+      if (along.empty()) {
+        all = std::move(rest);
+        break;
+      }
+      std::sort(along.begin(), along.end(), [&](const TransferSegment& a, const TransferSegment& b) {
+        return std::tuple_cat(key(a, axis), std::tie(a.target.offset)) <
+               std::tuple_cat(key(b, axis), std::tie(b.target.offset));
+      });
+      for (TransferSegment& s : along) {
+        if (!rest.empty() && rest.back().shape.size() > axis && key(rest.back(), axis) == key(s, axis)) {
+          TransferSegment& first = rest.back();
+          if (first.source.offset + first.shape[axis] * first.source.strides[axis] == s.source.offset &&
+              first.target.offset + first.shape[axis] * first.target.strides[axis] == s.target.offset) {
+            first.shape[axis] += s.shape[axis];
+            joined = true;
+            continue;
+          }
+        }
+        rest.push_back(std::move(s));
+      }
+      all = std::move(rest);
+    }
+  }
+  for (TransferSegment& s : all) fold_axes(s);
+  return all;
+}
+
+// Box plans try this many (wanted, source) pairs at the most before leaving the maps to
+// the runs: a bound on planning time where many boxes overlap along every axis.
+constexpr Index kMaxBoxPairs = Index{1} << 24;
+
+// The overlaps of every wanted box with the source boxes, through emit(source, wanted,
+// segment, first element); false where more than kMaxBoxPairs pairs would be tried. The
+// source boxes are looked up along the logical axis they are cut most finely on, sorted
+// by where they start on it: those that can meet a wanted box start within the widest
+// source box's width before it.
+template <class Emit>
+bool for_each_overlap(const std::vector<Box>& sources, const std::vector<Box>& wanted, const Extents& logical,
+                      const Strides& f_strides, Emit&& emit) {
+  if (sources.empty() || wanted.empty()) return true;
+  const std::size_t d = sources.front().lo.size();
+  std::size_t axis = 0;
+  std::size_t most = 0;
+  for (std::size_t j = 0; j < d; ++j) {
+    std::vector<Index> starts;
+    for (const Box& b : sources) starts.push_back(b.lo[j]);
+    std::sort(starts.begin(), starts.end());
+    const auto distinct = static_cast<std::size_t>(std::unique(starts.begin(), starts.end()) - starts.begin());
+    if (distinct > most) most = distinct, axis = j;
+  }
+  std::vector<std::size_t> order(sources.size());
+  Index widest = 1;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    order[i] = i;
+    if (d > 0) widest = std::max(widest, sources[i].hi[axis] - sources[i].lo[axis]);
+  }
+  const auto start = [&](std::size_t i) { return d == 0 ? Index{0} : sources[i].lo[axis]; };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return start(a) < start(b); });
+  Index tried = 0;
+  for (const Box& w : wanted) {
+    const Index lo = d == 0 ? 0 : w.lo[axis] - widest + 1;
+    const Index hi = d == 0 ? 1 : w.hi[axis];
+    auto it = std::lower_bound(order.begin(), order.end(), lo, [&](std::size_t i, Index v) { return start(i) < v; });
+    for (; it != order.end() && start(*it) < hi; ++it) {
+      if (++tried > kMaxBoxPairs) return false;
+      Index first = 0;
+      if (auto overlap = overlap_of(sources[*it], w, logical, f_strides, first)) {
+        emit(sources[*it], w, std::move(*overlap), first);
+      }
+    }
+  }
+  return true;
+}
+
+// The box plan's copies or replica checks (`checks`): nullopt where the maps are not all
+// boxes, the holders overlap, or too many pairs would be tried (the runs plan those).
+std::optional<Result<std::vector<TransferSegment>>> box_segments(const std::vector<PieceRef>& holders,
+                                                                 const std::vector<PieceRef>& wanted,
+                                                                 const Extents& logical, const ReshardOptions& options,
+                                                                 bool checks) {
+  const auto numel = checked_numel(logical);
+  if (!options.plan_on_boxes || !numel || *numel == 0) return std::nullopt;
+  const Strides f_strides = row_major_strides(logical);
+  auto held = boxes_of(holders, logical, f_strides);
+  if (!held || !tiles_once(*held, holders, *numel)) return std::nullopt;
+  auto writes = boxes_of(wanted, logical, f_strides);
+  if (!writes) return std::nullopt;
+  std::vector<Overlap> overlaps;
+  // A scale refusal names the lowest target rank, then the lowest element of F, as the
+  // reference does, whatever order the boxes meet in.
+  std::optional<std::tuple<Rank, Index, Index, std::size_t, double>> differ;
+  const bool whole = for_each_overlap(*held, *writes, logical, f_strides, [&](const Box& from, const Box& to,
+                                                                                Overlap overlap, Index first) {
+    const double source_scale = holders[from.ref].piece->scale;
+    const PieceRef& writer = wanted[to.ref];
+    if (source_scale != writer.piece->scale) {
+      if (checks) return;  // replicas under different scales agree only after unscaling
+      if (!options.bugs.copy_across_scales) {
+        const auto found = std::make_tuple(writer.rank, first, writer.written, to.ref, source_scale);
+        if (!differ || found < *differ) differ = found;
+        return;
+      }
+    }
+    overlaps.push_back(std::move(overlap));
+  });
+  if (!whole) return std::nullopt;
+  if (differ) {
+    const auto& [rank, first, written, ref, scale] = *differ;
+    return Result<std::vector<TransferSegment>>(fault::reshard_scales_differ(wanted[ref].at(), first, scale));
+  }
+  const PlannerBugs& bugs = checks ? PlannerBugs{} : options.bugs;
+  auto segments = stack_segments(merge_overlaps(std::move(overlaps), bugs), bugs);
+  for (TransferSegment& segment : segments) fold_axes(segment);
+  segments = concatenate_segments(std::move(segments));
+  if (static_cast<Index>(segments.size()) > options.max_segments) {
+    return Result<std::vector<TransferSegment>>(fault::plan_over_budget(options.max_segments));
+  }
+  return Result<std::vector<TransferSegment>>(std::move(segments));
+}
+
+// The plan's copies: on boxes where the maps allow it, else on runs; within the budget.
+Result<std::vector<TransferSegment>> copies(const std::vector<PieceRef>& holders, const std::vector<PieceRef>& writers,
+                                            const Extents& logical, const ReshardOptions& options) {
+  if (auto boxed = box_segments(holders, writers, logical, options, false)) return std::move(*boxed);
+  auto segments = run_copies(holders, writers, options);
+  if (segments && static_cast<Index>(segments.value().size()) > options.max_segments) {
+    return fault::plan_over_budget(options.max_segments);
+  }
+  return segments;
+}
+
+// The replica checks of `map` (each non-lowest holder's copy against the lowest's).
+Result<std::vector<TransferSegment>> replica_checks(const Map& map, const ReshardOptions& options) {
+  const auto holders = pieces_of(map, lowest_holder);
+  const auto others = pieces_of(map, [](Rank rank, const Piece& p) { return !lowest_holder(rank, p); });
+  if (others.empty()) return std::vector<TransferSegment>{};
+  if (auto boxed = box_segments(holders, others, map.logical_shape, options, true)) return std::move(*boxed);
+  auto checks = run_replica_checks(holders, others, options);
+  if (checks && static_cast<Index>(checks.value().size()) > options.max_segments) {
+    return fault::plan_over_budget(options.max_segments);
+  }
+  return checks;
 }
 
 }  // namespace
@@ -372,42 +850,17 @@ Result<Plan> plan(const Map& source, const Map& target, const ReshardOptions& op
   if (source.logical_shape != target.logical_shape) {
     return fault::reshard_shapes_differ(source.logical_shape, target.logical_shape);
   }
-  // Each element is read from its lowest holder: the pieces a rank lists as the first of
-  // their locations (condition 6 makes those tile F).
-  const auto holders = pieces_of(source, lowest_holder);
-  auto source_runs = runs_of(holders, options.max_segments);
-  if (!source_runs) return source_runs.error();
-  const std::vector<Run> tile = tile_of_f(std::move(source_runs).value());
-
-  const auto writers = pieces_of(target, [](Rank, const Piece&) { return true; });
-  auto target_runs = runs_of(writers, options.max_segments);
-  if (!target_runs) return target_runs.error();
-  // Errors name the lowest target rank, then the lowest element of F.
-  std::vector<Run>& wanted = target_runs.value();
-  std::sort(wanted.begin(), wanted.end(),
-            [](const Run& a, const Run& b) { return std::tie(a.rank, a.f, a.at) < std::tie(b.rank, b.f, b.at); });
-
   Plan out;
   out.logical_shape = source.logical_shape;
   out.source_numel = shard_sizes(source);
   out.target_numel = shard_sizes(target);
-  std::vector<Row> rows;
-  // Where neither map has replicas, the rows are the pieces of a common refinement of two
-  // tilings of F: at most one per run of either.
-  rows.reserve(std::min(tile.size() + wanted.size(), static_cast<std::size_t>(options.max_segments)));
-  for (const Run& run : wanted) {
-    const PieceRef& writer = writers[run.ref];
-    Status status = overlaps(tile, run, [&](const Run& held, Index lo, Index hi) -> Status {
-      const double source_scale = holders[held.ref].piece->scale;
-      if (source_scale != writer.piece->scale && !options.bugs.copy_across_scales) {
-        return fault::reshard_scales_differ(writer.at(), lo, source_scale);
-      }
-      if (static_cast<Index>(rows.size()) >= options.max_segments) return fault::plan_over_budget(options.max_segments);
-      rows.push_back(row_of(held, run, lo, hi));
-      return {};
-    });
-    if (!status.ok()) return std::move(status).error();
-  }
+  // Each element is read from its lowest holder: the pieces a rank lists as the first of
+  // their locations (condition 6 makes those tile F).
+  auto segments = copies(pieces_of(source, lowest_holder), pieces_of(target, [](Rank, const Piece&) { return true; }),
+                         source.logical_shape, options);
+  if (!segments) return segments.error();
+  out.segments = std::move(segments).value();
+  std::sort(out.segments.begin(), out.segments.end(), segment_less);
   // Every piece counts, empty ones and other replicas' too: a conversion judges them all.
   for (const bool in_target : {false, true}) {
     const Map& map = in_target ? target : source;
@@ -418,10 +871,8 @@ Result<Plan> plan(const Map& source, const Map& target, const ReshardOptions& op
       if (!seen) out.scaled_pieces.push_back({in_target, ref.rank, ref.written, *ref.piece});
     }
   }
-  out.segments = merge_rows(std::move(rows), options.bugs);
-  std::sort(out.segments.begin(), out.segments.end(), segment_less);
   if (options.compare_replicas) {
-    auto checks = replica_checks(source, holders, tile, options);
+    auto checks = replica_checks(source, options);
     if (!checks) return checks.error();
     out.replica_checks = std::move(checks).value();
     std::sort(out.replica_checks.begin(), out.replica_checks.end(), segment_less);
@@ -430,16 +881,13 @@ Result<Plan> plan(const Map& source, const Map& target, const ReshardOptions& op
   return out;
 }
 
-Result<std::vector<TransferSegment>> detail::replica_checks_of(const Map& map, const ReshardOptions& options) {
-  const auto holders = pieces_of(map, lowest_holder);
-  auto runs = runs_of(holders, options.max_segments);
-  if (!runs) return runs.error();
-  return replica_checks(map, holders, tile_of_f(std::move(runs).value()), options);
-}
-
 bool same_copies(const Plan& a, const Plan& b) {
   return a.logical_shape == b.logical_shape && a.source_numel == b.source_numel && a.target_numel == b.target_numel &&
          a.segments == b.segments && a.replica_checks == b.replica_checks && a.statistics == b.statistics;
+}
+
+Result<std::vector<TransferSegment>> detail::replica_checks_of(const Map& map, const ReshardOptions& options) {
+  return replica_checks(map, options);
 }
 
 }  // namespace shardcheck

@@ -2,10 +2,12 @@
 // source map to the shards of a target map over the same logical shape, without F in
 // one place.
 //
-// plan() checks both maps whole (check_map, contract 3), then cuts every piece of both
-// into address runs of F, intersects them, and merges the resulting rows into strided
-// segments. The plan is a pure function of the two maps' contents: rank order and piece
-// order do not change a single segment. execute() runs a plan on shards.
+// plan() checks both maps whole (check_map, contract 3), then intersects the pieces of
+// both: as boxes of the logical tensor where every piece is one (the layouts DeepSpeed,
+// DCP and Megatron-Core describe: planning costs the pieces, whatever the rows), else as
+// address runs of F; and merges the overlaps into strided segments wherever one view on
+// each side covers two. The plan is a pure function of the two maps' contents: rank order
+// and piece order do not change a single segment. execute() runs a plan on shards.
 //
 // Nothing legitimate is refused as unsupported: a piece whose F view is not contiguous
 // along its inner axis is cut into single elements (finer segments, same result). What
@@ -49,9 +51,14 @@ struct ReshardOptions {
   // Read every holder of a replicated source element and compare their bits at execute
   // time (refused `different_data` when they differ). Off: the lowest holder alone is read.
   bool compare_replicas = false;
-  // The most address runs (of either map) and segments a plan may hold. Past it the plan
-  // is refused `format`: a plan is whole or it is an error.
+  // The most segments a plan may hold, counted after merging (and as many replica
+  // checks). Past it the plan is refused `format`: a plan is whole or it is an error.
+  // Maps planned on runs may also hold at most max(max_segments, 2^22) runs and rows on
+  // the way (the planner's memory).
   Index max_segments = Index{1} << 22;
+  // Plan on boxes where both maps allow it. Off: always on address runs, the planner
+  // every map can take (tests hold the two to the same copies).
+  bool plan_on_boxes = true;
   CheckOptions checks;  // how both maps are checked (limits)
   PlannerBugs bugs;
   // Content digest (contract 10), reshard() only: digest(F) of F as the source shards
