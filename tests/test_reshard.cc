@@ -440,6 +440,27 @@ TEST(Reshard, OverlapsMergeAcrossPiecesAndAxes) {
   EXPECT_EQ(made.value().segments[0].shape, Extents{24});
 }
 
+TEST(Reshard, PlantedMergeBugBreaksABoxPlan) {
+  // One rank holds F's last two rows swapped in its shard: the target's rows come from
+  // shard rows 0, 1, 3, 2, whose distances change, which only the planted bug joins.
+  const Map swapped = M({4, 3}, {R(0, Extents{4, 3}, {P({1, 3}, 0, {3, 1}, 0, {3, 1}, {0}),
+                                                    P({1, 3}, 3, {3, 1}, 3, {3, 1}, {0}),
+                                                    P({1, 3}, 6, {3, 1}, 9, {3, 1}, {0}),
+                                                    P({1, 3}, 9, {3, 1}, 6, {3, 1}, {0})})});
+  ASSERT_TRUE(check_map(swapped).ok()) << check_map(swapped).error().to_string();
+  const Map whole = contiguous_split_map({4, 3}, {4}, 0).value();
+  const Buffer full = markers(swapped);
+  ReshardOptions bugged;
+  bugged.bugs.merge_unequal_strides = true;
+  auto right = plan(swapped, whole);
+  auto wrong = plan(swapped, whole, bugged);
+  ASSERT_TRUE(right.ok() && wrong.ok());
+  EXPECT_EQ(execute(right.value(), shards_of(swapped, full), DType::float32).value(), shards_of(whole, full));
+  EXPECT_LT(wrong.value().segments.size(), right.value().segments.size());
+  auto executed = execute(wrong.value(), shards_of(swapped, full), DType::float32);
+  EXPECT_FALSE(executed.ok() && executed.value() == shards_of(whole, full)) << "the planted bug changed nothing";
+}
+
 TEST(Reshard, ExecuteChecksTheShardsAndIntoCallerBuffers) {
   const Map source = contiguous_split_map({6}, {3, 3}, 0).value();
   const Map target = contiguous_split_map({6}, {2, 4}, 0).value();
