@@ -1,13 +1,16 @@
 // `shardcheck deepspeed inspect CHECKPOINT_DIR`: lives in the Python package
 // (shardcheck.deepspeed_checkpoint reads torch-saved checkpoints with shardcheck.torchfile,
 // without torch), so this command hands its arguments to `python -m shardcheck deepspeed ...`. The interpreter is
-// $SHARDCHECK_PYTHON, else the one the package was built for (a `pip install .` build),
-// else python3 on PATH.
+// $SHARDCHECK_PYTHON, else the Python of the environment this executable is installed in
+// (its own folder's python3, or, where auditwheel moved it into
+// <prefix>/lib/pythonX.Y/site-packages/shardcheck.scripts/, <prefix>/bin/python3), else the
+// one the package was built for (a `pip install .` build), else python3 on PATH.
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,8 +23,27 @@ namespace shardcheck::cli {
 
 namespace {
 
+// The python3 of the environment that holds this executable, or "".
+std::string installed_python() {
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return "";
+  const std::filesystem::path folder = self.parent_path();
+  std::vector<std::filesystem::path> candidates{folder / "python3"};
+  const std::filesystem::path site = folder.parent_path();
+  if (folder.filename() == "shardcheck.scripts" &&
+      (site.filename() == "site-packages" || site.filename() == "dist-packages")) {
+    candidates.push_back(site.parent_path().parent_path().parent_path() / "bin" / "python3");
+  }
+  for (const auto& candidate : candidates) {
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+  }
+  return "";
+}
+
 std::string python_interpreter() {
   if (const char* chosen = std::getenv("SHARDCHECK_PYTHON"); chosen != nullptr && *chosen != '\0') return chosen;
+  if (std::string installed = installed_python(); !installed.empty()) return installed;
 #ifdef SHARDCHECK_PYTHON_EXECUTABLE
   if (::access(SHARDCHECK_PYTHON_EXECUTABLE, X_OK) == 0) return SHARDCHECK_PYTHON_EXECUTABLE;
 #endif

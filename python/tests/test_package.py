@@ -4,6 +4,8 @@ the environment's PATH (the C++ command line, shipped in the wheel)."""
 
 import json
 import os
+from pathlib import Path
+import sysconfig
 import subprocess
 from importlib import metadata
 
@@ -11,7 +13,7 @@ import pytest
 
 import shardcheck
 
-SUBCOMMANDS = ("check", "repro", "digest", "campaign", "deepspeed", "plan")
+SUBCOMMANDS = ("check", "repro", "digest", "campaign", "deepspeed", "plan", "reduce")
 
 
 def command_path():
@@ -61,11 +63,22 @@ def test_install_requires_numpy_and_regex():
 
 
 def test_the_command_is_the_compiled_command_line():
+    """bin/shardcheck is the C++ executable, or, in a wheel auditwheel repaired, its shim:
+    auditwheel moves an executable that needs bundled libraries into
+    <platlib>/shardcheck.scripts/ and leaves a Python script that execs it in its place."""
     path = command_path()
     assert path.is_file()
     assert os.access(path, os.X_OK)
     with open(path, "rb") as f:
-        assert f.read(4) == b"\x7fELF", "bin/shardcheck should be the C++ executable itself, not a wrapper"
+        head = f.read(4)
+    if head != b"\x7fELF":
+        text = path.read_text(encoding="utf-8")
+        assert "os.execv(" in text and "'shardcheck.scripts/shardcheck'" in text, (
+            "bin/shardcheck is neither the C++ executable nor auditwheel's shim for it:\n" + text[:400])
+        path = Path(sysconfig.get_path("platlib")) / "shardcheck.scripts" / "shardcheck"
+        with open(path, "rb") as f:
+            assert f.read(4) == b"\x7fELF", f"{path} should be the C++ executable"
+    assert os.access(path, os.X_OK)
 
 
 def test_the_command_version_is_the_packages():
