@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 
 #include "reshard_internal.h"
+#include "two_view_walk.h"
 
 namespace shardcheck {
 
@@ -61,9 +62,9 @@ struct Row {
   auto key() const { return std::tie(source_rank, target_rank, len, source_step, target_step, target_at, source_at); }
 };
 
-struct Axis {
-  Index extent, source_stride, dest_stride;
-};
+// An axis of a piece or an overlap: its extent, its stride in the source view (F for a
+// piece, the source shard for an overlap) and in the other (the shard, the target shard).
+using Axis = detail::WalkAxis;
 
 // The piece's runs, appended to `out`. A piece is cut along its inner axis where that axis
 // is contiguous in F (after merging axes that are contiguous across each other in both
@@ -76,43 +77,21 @@ Status cut_runs(const PieceRef& ref, std::size_t ref_index, Index budget, std::v
   for (std::size_t k = 0; k < p.shape.size(); ++k) {
     if (p.shape[k] > 1) axes.push_back({p.shape[k], p.source.strides[k], p.dest.strides[k]});
   }
-  // Merge an outer axis into the one inside it when both views step across the pair as
-  // across one longer axis. The products stay below numel and the span, both checked.
-  for (std::size_t k = axes.size(); k-- > 1;) {
-    Axis& outer = axes[k - 1];
-    const Axis& inner = axes[k];
-    if (outer.source_stride == inner.extent * inner.source_stride &&
-        outer.dest_stride == inner.extent * inner.dest_stride) {
-      outer = {outer.extent * inner.extent, inner.source_stride, inner.dest_stride};
-      axes.erase(axes.begin() + static_cast<std::ptrdiff_t>(k));
-    }
-  }
+  axes.resize(detail::merge_contiguous_axes(axes.data(), axes.size()));
   Index len = 1;
   Index step = 1;
-  if (!axes.empty() && axes.back().source_stride == 1) {
+  if (!axes.empty() && axes.back().from_stride == 1) {
     len = axes.back().extent;
-    step = len > 1 ? axes.back().dest_stride : 1;
+    step = len > 1 ? axes.back().to_stride : 1;
     axes.pop_back();
   }
   const Index count = *numel / len;
   if (count > budget - static_cast<Index>(out.size())) return fault::plan_over_budget(budget);
-  // An odometer over the outer axes; addresses stay inside the checked spans.
-  std::vector<Index> index(axes.size(), 0);
-  Index f = p.source.offset;
-  Index at = p.dest.offset;
-  for (Index n = 0; n < count; ++n) {
-    out.push_back(Run{f, len, at, step, ref.rank, ref_index});
-    for (std::size_t k = axes.size(); k-- > 0;) {
-      if (++index[k] < axes[k].extent) {
-        f += axes[k].source_stride;
-        at += axes[k].dest_stride;
-        break;
-      }
-      f -= (axes[k].extent - 1) * axes[k].source_stride;
-      at -= (axes[k].extent - 1) * axes[k].dest_stride;
-      index[k] = 0;
-    }
-  }
+  // Addresses stay inside the checked spans.
+  detail::TwoViewWalk walk(axes.data(), static_cast<int>(axes.size()), p.source.offset, p.dest.offset);
+  do {
+    out.push_back(Run{walk.from(), len, walk.to(), step, ref.rank, ref_index});
+  } while (walk.next());
   return {};
 }
 
@@ -518,26 +497,19 @@ std::optional<Overlap> overlap_of(const Box& from, const Box& to, const Extents&
       row_axis = j == inner;
     }
   }
-  // As cut_runs merges a piece's axes: an outer axis into the one inside it where both
-  // views step across the pair as across one longer axis.
-  for (std::size_t k = axes.size(); k-- > 1;) {
-    if (axes[k - 1].source_stride == axes[k].extent * axes[k].source_stride &&
-        axes[k - 1].dest_stride == axes[k].extent * axes[k].dest_stride) {
-      axes[k - 1] = {axes[k - 1].extent * axes[k].extent, axes[k].source_stride, axes[k].dest_stride};
-      axes.erase(axes.begin() + static_cast<std::ptrdiff_t>(k));
-    }
-  }
+  // Merged as cut_runs merges a piece's axes.
+  axes.resize(detail::merge_contiguous_axes(axes.data(), axes.size()));
   row.len = 1;
   if (row_axis) {
     row.len = axes.back().extent;
-    row.source_step = axes.back().source_stride;
-    row.target_step = axes.back().dest_stride;
+    row.source_step = axes.back().from_stride;
+    row.target_step = axes.back().to_stride;
     axes.pop_back();
   }
   if (axes.size() == 1) {
     o.count = axes[0].extent;
-    o.source_gap = axes[0].source_stride;
-    o.target_gap = axes[0].dest_stride;
+    o.source_gap = axes[0].from_stride;
+    o.target_gap = axes[0].to_stride;
   } else if (axes.size() > 1) {
     TransferSegment s;
     s.source_rank = row.source_rank;
@@ -546,8 +518,8 @@ std::optional<Overlap> overlap_of(const Box& from, const Box& to, const Extents&
     s.target.offset = row.target_at;
     for (const Axis& axis : axes) {
       s.shape.push_back(axis.extent);
-      s.source.strides.push_back(axis.source_stride);
-      s.target.strides.push_back(axis.dest_stride);
+      s.source.strides.push_back(axis.from_stride);
+      s.target.strides.push_back(axis.to_stride);
     }
     if (row.len > 1) {
       s.shape.push_back(row.len);
@@ -614,22 +586,16 @@ void fold_axes(TransferSegment& s) {
     if (s.shape[k] > 1) axes.push_back({s.shape[k], s.source.strides[k], s.target.strides[k]});
   }
   std::stable_sort(axes.begin(), axes.end(), [](const Axis& a, const Axis& b) {
-    return std::tie(a.dest_stride, a.source_stride) > std::tie(b.dest_stride, b.source_stride);
+    return std::tie(a.to_stride, a.from_stride) > std::tie(b.to_stride, b.from_stride);
   });
-  for (std::size_t k = axes.size(); k-- > 1;) {
-    if (axes[k - 1].source_stride == axes[k].extent * axes[k].source_stride &&
-        axes[k - 1].dest_stride == axes[k].extent * axes[k].dest_stride) {
-      axes[k - 1] = {axes[k - 1].extent * axes[k].extent, axes[k].source_stride, axes[k].dest_stride};
-      axes.erase(axes.begin() + static_cast<std::ptrdiff_t>(k));
-    }
-  }
+  axes.resize(detail::merge_contiguous_axes(axes.data(), axes.size()));
   s.shape.clear();
   s.source.strides.clear();
   s.target.strides.clear();
   for (const Axis& axis : axes) {
     s.shape.push_back(axis.extent);
-    s.source.strides.push_back(axis.source_stride);
-    s.target.strides.push_back(axis.dest_stride);
+    s.source.strides.push_back(axis.from_stride);
+    s.target.strides.push_back(axis.to_stride);
   }
   if (s.shape.empty()) {
     s.shape.push_back(1);

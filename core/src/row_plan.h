@@ -42,21 +42,8 @@ inline bool make_row_plan(const BlockCopy& b, std::size_t index, std::vector<Wal
   out.block = index;
   out.from_offset = b.from_view->offset;
   out.to_offset = b.to_view->offset;
-  // Merge from the innermost axis outwards: an outer axis whose strides equal the
-  // inner axis's span in both views continues it. kept[write..n) are the merged axes.
-  std::size_t write = n;
-  for (std::size_t k = n; k-- > 0;) {
-    if (write < n) {
-      WalkAxis& inner = kept[write];
-      const WalkAxis& outer = kept[k];
-      if (outer.from_stride == inner.from_stride * inner.extent && outer.to_stride == inner.to_stride * inner.extent) {
-        inner.extent *= outer.extent;  // bounded by the block's numel
-        continue;
-      }
-    }
-    kept[--write] = kept[k];
-  }
-  if (write < n) {
+  n = merge_contiguous_axes(kept.data(), n);
+  if (n > 0) {
     const WalkAxis& inner = kept[n - 1];
     out.len = inner.extent;
     out.from_step = inner.from_stride;
@@ -64,8 +51,8 @@ inline bool make_row_plan(const BlockCopy& b, std::size_t index, std::vector<Wal
     --n;
   }
   out.axes_begin = static_cast<std::int32_t>(axes.size());
-  out.axes_count = static_cast<std::int32_t>(n - write);
-  for (std::size_t k = write; k < n; ++k) {
+  out.axes_count = static_cast<std::int32_t>(n);
+  for (std::size_t k = 0; k < n; ++k) {
     axes.push_back(kept[k]);
     out.rows *= kept[k].extent;
   }

@@ -30,6 +30,27 @@ inline int outer_axes(const Extents& shape, const StridedView& a, const StridedV
   return n;
 }
 
+// Merges each axis of axes[0, n) (outermost first) into the one inside it wherever both
+// views step across the pair as across one longer axis, from the innermost outwards, which
+// keeps the row-major order of the elements; the merged axes are left in axes[0, returned
+// count). The products stay below the numel the caller has checked.
+inline std::size_t merge_contiguous_axes(WalkAxis* axes, std::size_t n) {
+  std::size_t write = n;
+  for (std::size_t k = n; k-- > 0;) {
+    if (write < n) {
+      WalkAxis& inner = axes[write];
+      const WalkAxis& outer = axes[k];
+      if (outer.from_stride == inner.from_stride * inner.extent && outer.to_stride == inner.to_stride * inner.extent) {
+        inner.extent *= outer.extent;
+        continue;
+      }
+    }
+    axes[--write] = axes[k];
+  }
+  for (std::size_t k = write; k < n; ++k) axes[k - write] = axes[k];
+  return n - write;
+}
+
 inline bool has_zero_extent(const Extents& shape) {
   for (Index e : shape) {
     if (e == 0) return true;
