@@ -1,20 +1,27 @@
-// Transfer plans (contract 11): execution, and reshard() with its digests. plan() is in
-// reshard_plan.cc; see reshard.h for the contract of each.
+// Transfer plans (contract 11): execution through a backend, and reshard() with its
+// digests. plan() is in reshard_plan.cc; see reshard.h for the contract of each.
 #include "shardcheck/reshard.h"
 
 #include <algorithm>
-#include <cstring>
+#include <memory>
+#include <optional>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
-#include "shardcheck/digest.h"
 #include "reshard_internal.h"
-#include "streaming.h"
+#include "shardcheck/digest.h"
 
 namespace shardcheck {
 
 namespace {
+
+Backend& backend_or_cpu(Backend* backend) {
+  static const std::unique_ptr<Backend> cpu = make_cpu_backend();
+  return backend != nullptr ? *backend : *cpu;
+}
 
 // Whether the view of `segment` stays inside a buffer of `numel` elements.
 bool inside(const Extents& shape, const StridedView& view, Index numel) {
@@ -26,31 +33,30 @@ bool inside(const Extents& shape, const StridedView& view, Index numel) {
   return facts && (facts->empty || facts->max_address < numel);
 }
 
-// Calls fn(from_address, to_address, len, from_step, to_step) for each inner row of the segment.
-template <class Fn>
-void for_each_row(const Extents& shape, const StridedView& from, const StridedView& to, Fn&& fn) {
-  const std::size_t d = shape.size();
-  if (checked_numel(shape).value_or(0) == 0) return;
-  const Index len = d == 0 ? 1 : shape[d - 1];
-  const Index from_step = d == 0 ? 1 : from.strides[d - 1];
-  const Index to_step = d == 0 ? 1 : to.strides[d - 1];
-  std::vector<Index> index(d > 0 ? d - 1 : 0, 0);
-  Index a = from.offset, b = to.offset;
-  while (true) {
-    fn(a, b, len, from_step, to_step);
-    std::size_t k = index.size();
-    for (; k-- > 0;) {
-      if (++index[k] < shape[k]) {
-        a += from.strides[k];
-        b += to.strides[k];
-        break;
+// A plan runs where its shards are, on a backend that reaches that memory, and in one
+// memory: the device code has no copy between a host buffer and a device's (CUDA's
+// batches reach device memory only). Anything else is a caller's mistake, not the plan's:
+// std::invalid_argument, as for a conversion. With no shard at all, the memory the
+// backend's results go to by default (host where it reaches it).
+Memory memory_of(Backend& backend, const ShardSet& sources, const ShardSet* targets) {
+  std::optional<std::pair<std::string, Memory>> first;
+  auto visit = [&](const ShardSet& shards, const char* side) {
+    for (const auto& [rank, shard] : shards) {
+      std::string what = fmt::format("{} rank {}'s shard", side, rank);
+      expect_reaches(backend, shard, what);
+      if (!first) {
+        first = {std::move(what), shard.memory()};
+      } else if (shard.memory() != first->second) {
+        throw std::invalid_argument(fmt::format("{} is in {} memory and {} in {}: a plan executes in one memory",
+                                                first->first, memory_name(first->second), what,
+                                                memory_name(shard.memory())));
       }
-      a -= (shape[k] - 1) * from.strides[k];
-      b -= (shape[k] - 1) * to.strides[k];
-      index[k] = 0;
     }
-    if (k == static_cast<std::size_t>(-1)) return;
-  }
+  };
+  visit(sources, "source");
+  if (targets != nullptr) visit(*targets, "target");
+  if (first) return first->second;
+  return backend.reaches(Memory::host) ? Memory::host : Memory::device;
 }
 
 Status check_sources(const Plan& plan, const ShardSet& sources, DType dtype) {
@@ -62,6 +68,22 @@ Status check_sources(const Plan& plan, const ShardSet& sources, DType dtype) {
   }
   for (const auto& [rank, numel] : plan.source_numel) {
     if (numel > 0 && !sources.contains(rank)) return fault::missing_source_shard(rank, numel);
+  }
+  return {};
+}
+
+Status check_targets(const Plan& plan, const ShardSet& targets, DType dtype) {
+  for (const auto& [rank, numel] : plan.target_numel) {
+    const auto it = targets.find(rank);
+    if (it == targets.end()) {
+      return make_error(ErrorKind::shape, fmt::format("no buffer was given for target rank {}'s shard", rank),
+                        Where::in_rank(rank));
+    }
+    if (it->second.dtype() != dtype) return fault::shard_dtype(rank, it->second.dtype(), dtype);
+    if (it->second.numel() != numel) return fault::shard_numel(rank, it->second.numel(), numel);
+  }
+  for (const auto& [rank, buffer] : targets) {
+    if (!plan.target_numel.contains(rank)) return fault::unlisted_shard(rank);
   }
   return {};
 }
@@ -109,101 +131,98 @@ Status check_views(const Plan& plan, const ShardSet& sources, const ShardSet& ta
   return {};
 }
 
-void copy_row(const std::byte* from, std::byte* to, std::size_t size, Index a, Index b, Index len, Index sa, Index sb,
-              bool stream) {
-  if (sa == 1 && sb == 1) {
-    detail::copy_run(to + b * size, from + a * size, static_cast<std::size_t>(len) * size, stream);
-    return;
-  }
-  for (Index i = 0; i < len; ++i) std::memcpy(to + (b + i * sb) * size, from + (a + i * sa) * size, size);
+// A segment as the backends' block: its shape through its two views, bits unchanged
+// (scale 1: a plan never rescales). Views checked (check_views): its numel fits.
+BlockCopy segment_block(const TransferSegment& s) {
+  BlockCopy block;
+  block.shape = &s.shape;
+  block.from_view = &s.source;
+  block.to_view = &s.target;
+  block.numel = checked_numel(s.shape).value_or(0);
+  return block;
 }
 
-// The copies of a plan, segment by segment in plan order; a plan that moves more than the
-// caches hold streams its contiguous rows (streaming.h), as conversion does, and fences
-// once at the end. (Copying the rows of the segments that fill one target row together,
-// so that the target is written front to back, measured no faster at 4096 x 4096 TP 8 to
-// TP 4: 5.2 ms against 5.0 ms.)
-void copy_segments(const Plan& plan, const ShardSet& sources, ShardSet& targets, std::size_t size) {
-  const bool stream =
-      plan.statistics.elements_moved > detail::kStreamTotalBytes / static_cast<std::int64_t>(std::max<std::size_t>(size, 1));
+// The copies of a plan as one batch (Backend::copy_blocks): the backend chooses the order,
+// the threads and whether rows stream around the caches, since the segments of a plan
+// write disjoint target addresses. Empty segments move nothing, and their ranks need no
+// shard (check_views lets them name one that has none).
+void copy_segments(const Plan& plan, const ShardSet& sources, ShardSet& targets, DType dtype, Backend& backend,
+                   const Threading& threading) {
+  std::vector<BlockCopy> blocks;
+  blocks.reserve(plan.segments.size());
   for (const TransferSegment& s : plan.segments) {
-    const std::byte* from = sources.at(s.source_rank).data();
-    std::byte* to = targets.at(s.target_rank).data();
-    for_each_row(s.shape, s.source, s.target, [&](Index a, Index b, Index len, Index sa, Index sb) {
-      copy_row(from, to, size, a, b, len, sa, sb, stream);
-    });
+    BlockCopy block = segment_block(s);
+    if (block.numel == 0) continue;
+    block.from = sources.at(s.source_rank).data();
+    block.to = targets.at(s.target_rank).data();
+    blocks.push_back(block);
   }
-  if (stream) detail::stream_fence();
+  backend.copy_blocks(dtype, blocks, threading);
 }
 
-// Each replica check (TransferSegment: the holder read, another holder's view of the
-// same elements in its own shard of `shards`) bit for bit.
-Status compare_replicas(const std::vector<TransferSegment>& checks, const ShardSet& sources, DType dtype) {
-  const std::size_t size = element_size(dtype);
+// Each replica check (TransferSegment: the holder read, another holder's view of the same
+// elements in its own shard of `shards`) bit for bit on the backend, where the shards are.
+// The first mismatch in (check, row-major index) order is refused, naming both holders,
+// their addresses and their bits (read through the backend: device memory included).
+Status compare_replicas(const std::vector<TransferSegment>& checks, const ShardSet& shards, DType dtype,
+                        Backend& backend, const Threading& threading) {
+  std::vector<BlockCopy> blocks;
+  std::vector<const TransferSegment*> compared;
   for (const TransferSegment& s : checks) {
-    const Buffer& held = sources.at(s.source_rank);
-    const Buffer& other = sources.at(s.target_rank);
-    std::optional<Error> error;
-    for_each_row(s.shape, s.source, s.target, [&](Index a, Index b, Index len, Index sa, Index sb) {
-      for (Index i = 0; i < len && !error; ++i) {
-        const Index x = a + i * sa, y = b + i * sb;
-        if (std::memcmp(held.data() + x * size, other.data() + y * size, size) != 0) {
-          error = fault::replica_holders_differ(s.source_rank, x, s.target_rank, y, dtype, held.bits(x), other.bits(y));
-        }
-      }
-    });
-    if (error) return *error;
+    BlockCopy block = segment_block(s);
+    if (block.numel == 0) continue;
+    block.from = shards.at(s.source_rank).data();
+    // compare_blocks only reads its destination; the other holder's shard is an input
+    // and may be borrowed read-only, so its const data() is the one taken.
+    block.to = const_cast<std::byte*>(shards.at(s.target_rank).data());
+    blocks.push_back(block);
+    compared.push_back(&s);
   }
-  return {};
-}
-
-// Plans execute on host memory: shards in a device's memory are the caller's mistake.
-void expect_host(const ShardSet& shards, const char* side) {
-  for (const auto& [rank, shard] : shards) {
-    if (shard.memory() == Memory::host) continue;
-    throw std::invalid_argument(fmt::format("{} rank {}'s shard is in {} memory; transfer plans execute on host memory "
-                                            "(copy the shards to the host first)",
-                                            side, rank, memory_name(shard.memory())));
-  }
+  if (blocks.empty()) return {};
+  const std::optional<BlockMismatch> mismatch = backend.compare_blocks(dtype, blocks, threading);
+  if (!mismatch) return {};
+  const TransferSegment& s = *compared[mismatch->block];
+  const Index held = address_at(s.shape, s.source, mismatch->k);
+  const Index other = address_at(s.shape, s.target, mismatch->k);
+  return fault::replica_holders_differ(s.source_rank, held, s.target_rank, other, dtype,
+                                       backend.element_bits(shards.at(s.source_rank), held),
+                                       backend.element_bits(shards.at(s.target_rank), other));
 }
 
 }  // namespace
 
-Status execute_into(const Plan& plan, const ShardSet& source_shards, ShardSet& target_shards) {
-  expect_host(source_shards, "source");
-  expect_host(target_shards, "target");
+Status execute_into(const Plan& plan, const ShardSet& source_shards, ShardSet& target_shards, Backend* backend,
+                    const Threading& threading) {
+  Backend& on = backend_or_cpu(backend);
+  memory_of(on, source_shards, &target_shards);
   DType dtype = DType::float32;
   if (!source_shards.empty())
     dtype = source_shards.begin()->second.dtype();
   else if (!target_shards.empty())
     dtype = target_shards.begin()->second.dtype();
   if (Status status = check_sources(plan, source_shards, dtype); !status.ok()) return status;
-  for (const auto& [rank, numel] : plan.target_numel) {
-    const auto it = target_shards.find(rank);
-    if (it == target_shards.end()) {
-      return make_error(ErrorKind::shape, fmt::format("no buffer was given for target rank {}'s shard", rank),
-                        Where::in_rank(rank));
-    }
-    if (it->second.dtype() != dtype) return fault::shard_dtype(rank, it->second.dtype(), dtype);
-    if (it->second.numel() != numel) return fault::shard_numel(rank, it->second.numel(), numel);
-  }
-  for (const auto& [rank, buffer] : target_shards) {
-    if (!plan.target_numel.contains(rank)) return fault::unlisted_shard(rank);
-  }
+  if (Status status = check_targets(plan, target_shards, dtype); !status.ok()) return status;
   if (Status status = check_scales(plan, dtype); !status.ok()) return status;
   if (Status status = check_views(plan, source_shards, target_shards); !status.ok()) return status;
-  if (Status status = compare_replicas(plan.replica_checks, source_shards, dtype); !status.ok()) return status;
-  copy_segments(plan, source_shards, target_shards, element_size(dtype));
+  if (Status status = compare_replicas(plan.replica_checks, source_shards, dtype, on, threading); !status.ok()) {
+    return status;
+  }
+  copy_segments(plan, source_shards, target_shards, dtype, on, threading);
   return {};
 }
 
-Result<ShardSet> execute(const Plan& plan, const ShardSet& source_shards, DType dtype) {
+Result<ShardSet> execute(const Plan& plan, const ShardSet& source_shards, DType dtype, Backend* backend,
+                         const Threading& threading) {
+  Backend& on = backend_or_cpu(backend);
+  const Memory where = memory_of(on, source_shards, nullptr);
   if (Status status = check_sources(plan, source_shards, dtype); !status.ok()) return std::move(status).error();
   ShardSet out;
   // Every address of a target shard is written by exactly one segment (the plan's
   // construction; a wrong plan is what the truth oracle exists to catch).
-  for (const auto& [rank, numel] : plan.target_numel) out.emplace(rank, Buffer::uninitialized(dtype, numel));
-  if (Status status = execute_into(plan, source_shards, out); !status.ok()) return std::move(status).error();
+  for (const auto& [rank, numel] : plan.target_numel) out.emplace(rank, on.allocate(dtype, numel, where));
+  if (Status status = execute_into(plan, source_shards, out, &on, threading); !status.ok()) {
+    return std::move(status).error();
+  }
   return out;
 }
 
@@ -237,8 +256,14 @@ Result<std::vector<WantedDigest>> wanted_digests(const Map& source, const Map& t
 }
 
 // digest(F) as `shards` hold it through `map`: the shares of contract 10, added up.
-Result<std::uint64_t> digest_through(const Map& map, const ShardSet& shards, int scale_power) {
-  auto shares = digest_shares(map, shards, scale_power);
+// digest_shares reads shards on the host, so shards in a device's memory are copied to
+// the host first, one side at a time (a digest is asked for rarely, and the copy costs
+// what the shares' own pass over the data does).
+Result<std::uint64_t> digest_through(const Map& map, const ShardSet& shards, int scale_power, Backend& backend) {
+  const bool on_host = std::all_of(shards.begin(), shards.end(),
+                                   [](const auto& entry) { return entry.second.memory() == Memory::host; });
+  const ShardSet copies = on_host ? ShardSet{} : copy_shards_to(backend, shards, Memory::host);
+  auto shares = digest_shares(map, on_host ? shards : copies, scale_power);
   if (!shares) return shares.error();
   std::uint64_t sum = 0;
   for (const auto& [rank, share] : shares.value()) sum += share;
@@ -246,8 +271,8 @@ Result<std::uint64_t> digest_through(const Map& map, const ShardSet& shards, int
 }
 
 Status verify_digest(const Map& map, const ShardSet& shards, int scale_power, const std::vector<WantedDigest>& wanted,
-                     fault::Digested digested) {
-  auto actual = digest_through(map, shards, scale_power);
+                     fault::Digested digested, Backend& backend) {
+  auto actual = digest_through(map, shards, scale_power, backend);
   if (!actual) return actual.error();
   for (const WantedDigest& w : wanted) {
     if (w.value != actual.value()) return fault::digest_differs(actual.value(), w.value, w.state, digested);
@@ -258,13 +283,34 @@ Status verify_digest(const Map& map, const ShardSet& shards, int scale_power, co
 // A plan reads a replicated element once and writes it to every target holder, so every
 // copy in the target shards must equal its lowest holder's, which is the copy the target
 // side's digest counted.
-Status verify_target_replicas(const Map& target, const ShardSet& shards, DType dtype, const ReshardOptions& options) {
+Status verify_target_replicas(const Map& target, const ShardSet& shards, DType dtype, const ReshardOptions& options,
+                              Backend& backend) {
   auto checks = detail::replica_checks_of(target, options);
   if (!checks) return checks.error();
-  Status status = compare_replicas(checks.value(), shards, dtype);
+  Status status = compare_replicas(checks.value(), shards, dtype, backend, options.threading);
   if (status.ok()) return status;
   const Error& error = status.error();
   return reworded(error, "in the target shards the plan wrote, " + error.sentence);
+}
+
+// The checks of contract 10 after the copy: the source side first, since a mismatch there
+// is the shards or the source map, and only with that settled does a mismatch on the
+// target side point at the copies.
+Status verify_digests(const Map& source, const Map& target, const ShardSet& source_shards, const ShardSet& written,
+                      DType dtype, const ReshardOptions& options, Backend& backend) {
+  auto wanted = wanted_digests(source, target, options);
+  if (!wanted) return wanted.error();
+  if (Status status = verify_digest(source, source_shards, options.scale_power, wanted.value(),
+                                    fault::Digested::source_shards, backend);
+      !status.ok()) {
+    return status;
+  }
+  if (Status status =
+          verify_digest(target, written, options.scale_power, wanted.value(), fault::Digested::target_shards, backend);
+      !status.ok()) {
+    return status;
+  }
+  return verify_target_replicas(target, written, dtype, options, backend);
 }
 
 }  // namespace
@@ -273,23 +319,12 @@ Result<ShardSet> reshard(const Map& source, const Map& target, const ShardSet& s
                          const ReshardOptions& options) {
   auto made = plan(source, target, options);
   if (!made) return made.error();
-  auto shards = execute(made.value(), source_shards, dtype);
+  Backend& backend = backend_or_cpu(options.backend);
+  auto shards = execute(made.value(), source_shards, dtype, &backend, options.threading);
   if (!shards) return shards.error();
   if (!options.expected_digest && !options.digest_state) return shards;
-  auto wanted = wanted_digests(source, target, options);
-  if (!wanted) return wanted.error();
-  // The source side first: a mismatch there is the shards or the source map, and only
-  // with that settled does a mismatch on the target side point at the copies.
-  if (Status status = verify_digest(source, source_shards, options.scale_power, wanted.value(), fault::Digested::source_shards);
+  if (Status status = verify_digests(source, target, source_shards, shards.value(), dtype, options, backend);
       !status.ok()) {
-    return std::move(status).error();
-  }
-  if (Status status =
-          verify_digest(target, shards.value(), options.scale_power, wanted.value(), fault::Digested::target_shards);
-      !status.ok()) {
-    return std::move(status).error();
-  }
-  if (Status status = verify_target_replicas(target, shards.value(), dtype, options); !status.ok()) {
     return std::move(status).error();
   }
   return shards;

@@ -7,7 +7,8 @@
 // DCP and Megatron-Core describe: planning costs the pieces, whatever the rows), else as
 // address runs of F; and merges the overlaps into strided segments wherever one view on
 // each side covers two. The plan is a pure function of the two maps' contents: rank order
-// and piece order do not change a single segment. execute() runs a plan on shards.
+// and piece order do not change a single segment. execute() runs a plan on shards,
+// through a backend (core/include/shardcheck/backend.h), where the shards are.
 //
 // Nothing legitimate is refused as unsupported: a piece whose F view is not contiguous
 // along its inner axis is cut into single elements (finer segments, same result). What
@@ -28,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "shardcheck/backend.h"
 #include "shardcheck/checks.h"
 #include "shardcheck/convert.h"
 #include "shardcheck/error.h"
@@ -77,6 +79,12 @@ struct ReshardOptions {
   // Which tensor the shards hold (1 parameter, -1 exp_avg, -2 exp_avg_sq): the digest is
   // of F after unscaling. A plan itself never rescales, so nothing else depends on it.
   int scale_power = 1;
+  // reshard() only: the backend the plan executes on (nullptr: the CPU backend), and its
+  // threads and tile (Threading); neither changes a result or which error is reported.
+  // The shards are where the backend reaches (see execute), and the target shards stay
+  // there.
+  Backend* backend = nullptr;
+  Threading threading;
 };
 
 // One copy: `shape` elements seen through a view of a source rank's flat shard and a
@@ -133,14 +141,25 @@ Result<Plan> plan(const Map& source, const Map& target, const ReshardOptions& op
 bool same_copies(const Plan& a, const Plan& b);
 
 // The target shards (one per target rank with a shard shape), every address written once.
-Result<ShardSet> execute(const Plan& plan, const ShardSet& source_shards, DType dtype);
+// The segments run as one batch of BlockCopy through `backend` (nullptr: the CPU backend;
+// Backend::copy_blocks, on `threading`), the replica checks through compare_blocks. The
+// shards must all be in one memory that the backend reaches, and the target shards are
+// put there: a device's memory on device-omp or CUDA (else std::invalid_argument, a
+// caller's mistake). Segments must write disjoint target addresses, as plan() makes
+// them; where a plan edited by hand makes two write one address, which value remains is
+// unspecified (its views are still checked to stay inside the shards).
+Result<ShardSet> execute(const Plan& plan, const ShardSet& source_shards, DType dtype, Backend* backend = nullptr,
+                         const Threading& threading = {});
 // The same into caller-provided target shards, which must have the plan's ranks, sizes
-// and `dtype`; on an error their contents are unspecified.
-Status execute_into(const Plan& plan, const ShardSet& source_shards, ShardSet& target_shards);
+// and `dtype`, in the memory of the source shards; on an error their contents are
+// unspecified.
+Status execute_into(const Plan& plan, const ShardSet& source_shards, ShardSet& target_shards,
+                    Backend* backend = nullptr, const Threading& threading = {});
 
-// plan(), execute() and, when a digest is asked for, its two checks: the target shards, or
-// the first refusal. The checks come after every other check and the copy, as a rebuild
-// verifies its digest last.
+// plan(), execute() on options.backend and, when a digest is asked for, its two checks:
+// the target shards, or the first refusal. The checks come after every other check and
+// the copy, as a rebuild verifies its digest last; shards in a device's memory are
+// copied to the host for the digest shares.
 Result<ShardSet> reshard(const Map& source, const Map& target, const ShardSet& source_shards, DType dtype,
                          const ReshardOptions& options = {});
 
