@@ -1,5 +1,6 @@
-// Conversion where the tensors are (issue 27): buffers in a device's memory are converted
-// by a backend that reaches it, results stay there, and the host never reads them. The
+// Conversion where the tensors are (issue 27), and resharding (issue 47): buffers in a
+// device's memory are converted or resharded by a backend that reaches it, results stay
+// there, and the host never reads them. The
 // device code on OpenMP marks host memory as its device's, so these tests run in every
 // build that finds Thrust; on CUDA they run where a device is and are skipped, with the
 // reason, elsewhere.
@@ -9,12 +10,14 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardcheck/backend.h"
 #include "shardcheck/constructors.h"
 #include "shardcheck/convert.h"
 #include "shardcheck/digest.h"
+#include "shardcheck/reshard.h"
 
 namespace shardcheck {
 namespace {
@@ -202,6 +205,93 @@ TEST_P(DeviceMemory, ScaleFaultsAreFoundAtTheLowestAddressOnTheDevice) {
     ASSERT_FALSE(got_rebuild.ok());
     EXPECT_EQ(got_extract.error(), want_extract.error()) << "tile " << tile;
     EXPECT_EQ(got_rebuild.error(), want_rebuild.error()) << "tile " << tile;
+  }
+}
+
+// Contract 11 where the shards are: a plan executed on device memory leaves the target
+// shards there, bit for bit the CPU backend's, with every replica holder compared and the
+// content digest verified on both sides (the shares read host copies). Column to row,
+// replicas to a split and back, and uneven splits with empty ranks.
+TEST_P(DeviceMemory, ReshardStaysOnTheDeviceAndAgreesWithTheCpu) {
+  const std::vector<std::pair<Map, Map>> pairs = {
+      {contiguous_split_map({64, 48}, std::vector<Index>(8, 6), 1).value(),
+       contiguous_split_map({64, 48}, std::vector<Index>(4, 16), 0).value()},
+      {replicated_map({30, 7}, 3).value(), contiguous_split_map({30, 7}, {10, 0, 20}, 0).value()},
+      {contiguous_split_map({30, 7}, {3, 4}, 1).value(), replicated_map({30, 7}, 2).value()},
+  };
+  Backend& backend = this->backend();
+  for (std::size_t p = 0; p < pairs.size(); ++p) {
+    Map source = pairs[p].first;
+    Map target = pairs[p].second;
+    for (DType dtype : {DType::float32, DType::bfloat16, DType::int64}) {
+      const std::string context = GetParam() + ", pair " + std::to_string(p) + ", " + std::string(dtype_name(dtype));
+      const Buffer full = marker_buffer(dtype, checked_numel(source.logical_shape).value());
+      source.content_digests["param"] = target.content_digests["param"] = digest(full);
+      const ShardSet shards = extract_all(source, full).value();
+      const ShardSet want = extract_all(target, full).value();
+      ReshardOptions options;
+      options.compare_replicas = true;
+      options.digest_state = "param";
+      options.backend = &backend;
+      options.threading = Threading{2, 0, 0};
+      const auto got = reshard(source, target, copy_shards_to(backend, shards, Memory::device), dtype, options);
+      ASSERT_TRUE(got.ok()) << context << ": " << got.error().to_string();
+      ASSERT_EQ(got.value().size(), want.size()) << context;
+      for (const auto& [rank, shard] : got.value()) {
+        EXPECT_EQ(shard.memory(), Memory::device) << context;
+        EXPECT_TRUE(backend.copy_to(shard, Memory::host) == want.at(rank)) << context << ", rank " << rank;
+      }
+      // A digest the shards do not hold: the same refusal as on the CPU, source side first.
+      options.expected_digest = digest(full) + 1;
+      const auto refused = reshard(source, target, copy_shards_to(backend, shards, Memory::device), dtype, options);
+      ReshardOptions on_cpu = options;
+      on_cpu.backend = nullptr;
+      const auto want_refused = reshard(source, target, shards, dtype, on_cpu);
+      ASSERT_FALSE(want_refused.ok()) << context;
+      ASSERT_FALSE(refused.ok()) << context;
+      EXPECT_EQ(refused.error().kind, ErrorKind::digest) << context;
+      EXPECT_EQ(refused.error(), want_refused.error()) << context;
+    }
+  }
+}
+
+// A replica that disagrees, found where the shards are: rank 1 holds F's halves swapped
+// and its copy of F[1] (at its shard address 3) is damaged. The refusal is located at the
+// copy read (rank 0, shard address 1) and names the other holder's rank, address and bits,
+// read from device memory through the backend: the CPU backend's error, word for word.
+TEST_P(DeviceMemory, AReplicaMismatchInDeviceMemoryNamesBothHolders) {
+  auto piece = [](Index n, Index source_offset, Index dest_offset) {
+    Piece p;
+    p.shape = {n};
+    p.source = StridedView{source_offset, {1}};
+    p.dest = StridedView{dest_offset, {1}};
+    p.locations = {0, 1};
+    return p;
+  };
+  Map source;
+  source.logical_shape = {4};
+  source.ranks.push_back(RankEntry{0, Extents{4}, {piece(4, 0, 0)}});
+  source.ranks.push_back(RankEntry{1, Extents{4}, {piece(2, 2, 0), piece(2, 0, 2)}});
+  const Map target = contiguous_split_map({4}, {2, 2}, 0).value();
+  const Buffer full = marker_buffer(DType::float32, 4);
+  ShardSet shards = extract_all(source, full).value();
+  shards.at(1).set_bits(3, shards.at(1).bits(3) ^ 1);
+  ReshardOptions options;
+  options.compare_replicas = true;
+  const auto want = reshard(source, target, shards, DType::float32, options);
+  ASSERT_FALSE(want.ok());
+  EXPECT_EQ(want.error().kind, ErrorKind::different_data);
+  EXPECT_EQ(want.error().rank, 0);
+  EXPECT_EQ(want.error().address, 1);
+  EXPECT_NE(want.error().sentence.find("rank 1 holds"), std::string::npos) << want.error().sentence;
+  EXPECT_NE(want.error().sentence.find("at shard address 3"), std::string::npos) << want.error().sentence;
+  Backend& backend = this->backend();
+  options.backend = &backend;
+  for (Index tile : {1, 3, 0}) {
+    options.threading = Threading{2, 0, tile};
+    const auto got = reshard(source, target, copy_shards_to(backend, shards, Memory::device), DType::float32, options);
+    ASSERT_FALSE(got.ok()) << "tile " << tile;
+    EXPECT_EQ(got.error(), want.error()) << "tile " << tile << ": " << got.error().to_string();
   }
 }
 
