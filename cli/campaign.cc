@@ -251,7 +251,6 @@ int options_from_args(const CampaignArgs& args, campaign::Options& options) {
     // the digest share records digests in both maps of a pair, and the plan verifies them.
     options.large_share = 0;
     options.loopback_share = 0;
-    options.backend_share = 0;  // the backend differential runs rebuild and extract
   }
   options.isolate = true;
   return kExitOk;
@@ -588,9 +587,10 @@ void register_campaign(CLI::App& app, RunState& state) {
   defining(sub->add_option("--target", args->target,
                            "Implementation under test: strict, legacy, deepspeed, deepspeed-restore, "
                            "deepspeed-convert, dcp, megatron or exec:COMMAND (overrides --policy)"));
-  defining(sub->add_option("--backend", args->backend,
-                           "Also convert every case on this backend beside the CPU backend (device-omp, cuda); any "
-                           "difference in verdict, error or bits is a finding"));
+  defining(
+      sub->add_option("--backend", args->backend,
+                      "Also convert every case on this backend beside the CPU backend (device-omp, cuda), and with "
+                      "--op reshard execute its plan there; any difference in verdict, error or bits is a finding"));
   defining(add_seconds_option(sub, "--target-timeout", args->target_timeout,
                               "Seconds an exec target may take per request before it counts as hung (default 10)"));
   add_report_options(sub, args->reports);

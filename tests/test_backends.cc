@@ -10,12 +10,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
 #include <sstream>
 
 #include "shardcheck/constructors.h"
 #include "shardcheck/convert.h"
 #include "shardcheck/digest.h"
 #include "shardcheck/json.h"
+#include "shardcheck/reshard.h"
 
 #include "shardcheck/campaign.h"
 #include "shardcheck/gen/case_gen.h"
@@ -63,6 +66,42 @@ TEST(Backends, ExecutorReportsADifferentBackend) {
     }
   }
   EXPECT_GT(found, 100);
+}
+
+// The cases of `campaign --op reshard` (pairs of layouts, either side corrupted).
+campaign::Options reshard_campaign(std::uint64_t seed) {
+  campaign::Options options;
+  options.seed = seed;
+  options.generate.reshard = true;
+  return options;
+}
+
+// The differential runs reshard too (campaign --op reshard --backend): a backend that
+// flips one bit of each block it copies is caught on the target shards (or on the digest
+// a case verifies), with a signature that names the operation and the target rank.
+TEST(Backends, ExecutorReportsADifferentBackendOnReshards) {
+  std::vector<std::unique_ptr<Backend>> backends;
+  backends.push_back(make_cpu_backend());
+  backends.push_back(std::make_unique<FlippingBackend>());
+  campaign::Options options = reshard_campaign(3);
+  options.generate.corrupt_probability = 0.0;
+  int found = 0;
+  std::set<std::string> kinds;
+  for (Index i = 0; i < 200; ++i) {
+    const Case c = campaign::generate_indexed_case(options, i);
+    ASSERT_EQ(c.ops, OpList{Op::reshard});
+    if (auto difference = oracles::compare_backends(c, backends, oracles::LaunchShape{1, 0})) {
+      const std::string& signature = difference->signature;
+      EXPECT_TRUE(std::regex_match(signature, std::regex("backend:flipping-vs-cpu:reshard( r[0-9]+)?:"
+                                                         "(verdict|kind|error|bits|shape)")))
+          << signature;
+      EXPECT_EQ(signature.find('\n'), std::string::npos);
+      kinds.insert(signature.substr(signature.rfind(':') + 1));
+      ++found;
+    }
+  }
+  EXPECT_GT(found, 100);
+  EXPECT_TRUE(kinds.contains("bits")) << found;
 }
 
 // backend_present answers as backend_named would, for every name this build knows and
@@ -180,6 +219,49 @@ TEST(Backends, DeviceCodeAnswersDoNotDependOnTheLaunchShape) {
   }
 }
 
+// Reshard cases, valid and corrupted: each plan executed on the CPU backend and on the
+// device code (host memory, and device memory only as CUDA has it), every replica holder
+// compared, digests verified where a case records one: verdict, whole error and every
+// target shard's bits as the CPU backend's.
+TEST(Backends, DeviceCodeOnOpenMpAgreesWithCpuOnGeneratedReshards) {
+  if (!device_omp_compiled()) GTEST_SKIP() << "built without Thrust's headers: no device code on OpenMP";
+  expect_agreement_on_generated_cases(cpu_and(make_device_omp_backend()), reshard_campaign(31), 700);
+  expect_agreement_on_generated_cases(cpu_and(make_device_only_omp_backend()), reshard_campaign(32), 500);
+}
+
+// `campaign --op reshard --backend device-omp`: the campaign judges every case's plan on
+// the device code beside the CPU backend, and finds no difference.
+TEST(Backends, AReshardCampaignOnTheDeviceCodeFindsNoDifference) {
+  if (!device_omp_compiled()) GTEST_SKIP() << "built without Thrust's headers: no device code on OpenMP";
+  campaign::Options options = reshard_campaign(47);
+  options.cases = 600;
+  options.eval.backend = "device-omp";
+  const campaign::Report report = campaign::run(options);
+  EXPECT_EQ(report.cases, 600);
+  EXPECT_EQ(report.by_op.at("reshard").cases, 600);
+  EXPECT_TRUE(report.findings.empty()) << report.findings.front().signature;
+  EXPECT_FALSE(report.failed());
+}
+
+// A plan that moves more than the caches hold streams its rows on the device code as on
+// the CPU: TP 8 columns of 383 and 385 (rows no multiple of 16 bytes apart) to TP 4 rows.
+TEST(Backends, DeviceCodeReshardsBeyondTheCachesAsTheCpu) {
+  if (!device_omp_compiled()) GTEST_SKIP() << "built without Thrust's headers: no device code on OpenMP";
+  const Map source = contiguous_split_map({1025, 3072}, {383, 385, 383, 385, 383, 385, 383, 385}, 1).value();
+  const Map target = contiguous_split_map({1025, 3072}, {257, 256, 256, 256}, 0).value();
+  const Buffer full = marker_buffer(DType::float32, 1025 * 3072);
+  const ShardSet shards = extract_all(source, full).value();
+  const ShardSet want = extract_all(target, full).value();
+  const Plan made = plan(source, target).value();
+  ASSERT_GT(made.statistics.elements_moved * 4, Index{8} << 20);
+  auto omp = make_device_omp_backend();
+  for (int threads : {1, 2}) {
+    const auto got = execute(made, shards, DType::float32, omp.get(), Threading{threads, 0, 0});
+    ASSERT_TRUE(got.ok()) << got.error().to_string();
+    EXPECT_TRUE(got.value() == want) << threads << " threads";
+  }
+}
+
 // A backend made of the two per-block calls alone that still takes whole batches: every
 // batched entry is Backend's default (copy_blocks, copy_blocks_first_wins, compare_blocks,
 // first_scale_fault, digest). No in-tree backend leaves them to the defaults, so without it a
@@ -206,6 +288,7 @@ TEST(Backends, DefaultBatchedEntriesAgreeWithCpuOnGeneratedCases) {
       options.seed = seed;
       expect_agreement_on_generated_cases(cpu_and(std::make_unique<PerBlockBackend>(batches)), options, 600);
     }
+    expect_agreement_on_generated_cases(cpu_and(std::make_unique<PerBlockBackend>(batches)), reshard_campaign(23), 400);
   }
 }
 
@@ -352,6 +435,14 @@ TEST(Backends, CudaAgreesWithCpuOnGeneratedCases) {
   campaign::Options options;
   options.seed = 11;
   expect_agreement_on_generated_cases(cpu_and(std::move(cuda)), options, 3000);
+}
+
+// Resharding on CUDA: plans executed in device memory (scripts/gpu-check.sh runs it).
+TEST(Backends, CudaAgreesWithCpuOnGeneratedReshards) {
+  if (!cuda_compiled()) GTEST_SKIP() << "built without the CUDA toolkit";
+  auto cuda = make_cuda_backend();
+  if (!cuda) GTEST_SKIP() << "CUDA backend compiled, but no CUDA device is present";
+  expect_agreement_on_generated_cases(cpu_and(std::move(cuda)), reshard_campaign(11), 2000);
 }
 
 }  // namespace

@@ -111,9 +111,10 @@ struct EvalOptions {
   std::string target;
   double target_timeout_seconds = 10.0;
   // A backend run beside the CPU backend on the case (oracles::backend_named's names:
-  // "device-omp", "cuda"), strict conversion with shards from the truth map, each on two
-  // threads with the case's own launch shape: any difference in verdict, error or output
-  // bits is a `backend:` finding. Empty: none.
+  // "device-omp", "cuda"), strict conversion and a reshard's plan with shards from the
+  // truth map (oracles::compare_backends), each on two threads with the case's own launch
+  // shape: any difference in verdict, error or output bits is a `backend:` finding.
+  // Empty: none.
   std::string backend;
   // Profiling (the bench's campaign/parts row): when set, evaluate_case calls it as each
   // of its parts starts ("oracle": the case run on the policy or target with the oracle's

@@ -33,14 +33,20 @@ struct LaunchShape {
 LaunchShape launch_shape_for(const Case& c);
 
 struct BackendDifference {
-  std::string signature;  // "backend:<name>-vs-cpu:<op>:<verdict|kind|error|bits>"
+  // "backend:<name>-vs-cpu:<what>:<verdict|kind|error|bits|shape>", <what> one of
+  // "rebuild", "extract r<rank>", "reshard" (its verdict and error) and "reshard r<rank>"
+  // (a target shard's bits).
+  std::string signature;
   std::string message;
 };
 
 // Runs the case's ops (strict policy, shards extracted through the truth map) on every
-// backend, every size on `shape.threads` threads; std::nullopt when all agree on verdict,
-// the whole error (kind, rank, piece, address) and output bits, or when the truth map's
-// F has 2^28 elements or more (no data to move here).
+// backend, every size on `shape.threads` threads, where the backend's data lives (a
+// device's memory when it reaches one); a reshard executes the plan of the case's pair,
+// comparing every replica holder, and verifies the case's digest. std::nullopt when all
+// agree on verdict, the whole error (kind, rank, piece, address) and output bits (every
+// target shard of a reshard), or when the truth map's F has 2^28 elements or more (no
+// data to move here).
 std::optional<BackendDifference> compare_backends(const Case& c,
                                                   const std::vector<std::unique_ptr<Backend>>& backends,
                                                   const LaunchShape& shape);
