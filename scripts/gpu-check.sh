@@ -3,19 +3,24 @@
 # script, under 8 minutes with the build on a 16-core machine:
 #   1. configure and build with the CUDA toolkit (sm_90 + PTX); fail unless the CUDA
 #      backend finds a device;
-#   2. the device tests: test_backends (CUDA against the CPU backend on generated cases and
-#      on every case of corpus/regressions/) and test_device_memory (conversion on device
-#      memory: results stay there, the same errors, contract 1.2's refusals on the device);
-#   3. a backend-differential campaign, CUDA beside the CPU backend on every case;
+#   2. the device tests: test_backends (CUDA against the CPU backend on generated cases,
+#      generated reshard cases and every case of corpus/regressions/) and
+#      test_device_memory (conversion and resharding on device memory: results stay there,
+#      the same errors, contract 1.2's refusals on the device);
+#   3. a backend-differential campaign, CUDA beside the CPU backend on every case; then one
+#      of reshard cases (--op reshard: every plan executed in CUDA device memory), at most
+#      SHARDCHECK_GPU_RESHARD_CASES cases (default 100000) within CAMPAIGN_SECONDS;
 #   4. DeepSpeed's module on CUDA (SHARDCHECK_DEEPSPEED_DEVICE=cuda) for a while, where its
 #      sdist is at hand ($SHARDCHECK_DEEPSPEED_PATH, out/deepspeed/current, or fetched);
 #      torch without CUDA says so and runs it on CPU;
 #   5. benchmarks: rebuild, extract_all and rebuild with digest verification of 4096x4096
 #      and 16384x16384 float32 at TP 8, column and row split, against a device-to-device
 #      copy of the same bytes (issue 27: 4096x4096 rebuild at most 0.05 ms on an H200; a
-#      1 GiB tensor at 70% of the copy's bandwidth or better, vs_device_copy <= 1.43).
-# Output: OUT/ (default gpu-out/): gpu.txt, build.log, tests.log, campaign/, deepspeed/,
-# bench.json, summary.txt. Exit status 0 only when every step that ran passed.
+#      1 GiB tensor at 70% of the copy's bandwidth or better, vs_device_copy <= 1.43), and
+#      a reshard of 4096x4096 float32 from TP 8 columns to TP 4 rows in device memory.
+# Output: OUT/ (default gpu-out/): gpu.txt, build.log, tests.log, campaign/,
+# campaign-reshard/, deepspeed/, bench.json, summary.txt. Exit status 0 only when every
+# step that ran passed.
 #
 #   scripts/gpu-check.sh [OUT] [CAMPAIGN_SECONDS] [DEEPSPEED_SECONDS]
 #
@@ -79,6 +84,10 @@ grep -E "^\[  (PASSED|FAILED)" "$out/tests.log" | tee -a "$summary"
 
 step "campaign --backend cuda (${seconds} s)" "$out/campaign.log" \
   timeout $((seconds + 90)) "$build/shardcheck" campaign --time "$seconds" --backend cuda --out "$out/campaign" --quiet --overwrite
+reshard_cases=${SHARDCHECK_GPU_RESHARD_CASES:-100000}
+step "campaign --op reshard --backend cuda (at most ${reshard_cases} cases, ${seconds} s)" "$out/campaign-reshard.log" \
+  timeout $((seconds + 90)) "$build/shardcheck" campaign --op reshard --backend cuda --cases "$reshard_cases" \
+  --time "$seconds" --out "$out/campaign-reshard" --quiet --overwrite
 
 ds_path=${SHARDCHECK_DEEPSPEED_PATH:-}
 [[ -z $ds_path && -d $root/out/deepspeed/current ]] && ds_path=$root/out/deepspeed/current
@@ -126,11 +135,12 @@ for run in runs:
     if "vs_device_copy" in run:
         print(f"{run['name']}: best {run['best_ms']:.3f} ms, {run['vs_device_copy']:.2f}x a device-to-device copy "
               f"({run['device_copy_ms']:.3f} ms)")
-try:
-    report = json.load(open(f"{out}/campaign/report.json"))
-    print(f"campaign --backend cuda: {report['cases']} cases, {len(report.get('findings', []))} findings")
-except (OSError, ValueError, KeyError) as error:
-    print(f"campaign --backend cuda: no report ({error})")
+for folder, what in (("campaign", "campaign --backend cuda"), ("campaign-reshard", "campaign --op reshard --backend cuda")):
+    try:
+        report = json.load(open(f"{out}/{folder}/report.json"))
+        print(f"{what}: {report['cases']} cases, {len(report.get('findings', []))} findings")
+    except (OSError, ValueError, KeyError) as error:
+        print(f"{what}: no report ({error})")
 PY
 say "exit $status"
 exit $status
