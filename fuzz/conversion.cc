@@ -1,8 +1,8 @@
 // Fuzz targets conversion, reshard and their canaries: the fuzzer's bytes drive the same
 // generators as the properties (through FdpChoices), and the generated case goes
 // through props::evaluate_case: the truth oracle, the reference model against the
-// fast checks, and (conversion) the backend differential. Built once per row of
-// fuzz/targets.txt that names this file:
+// fast checks, and the backend differential (on a plan's execution, for reshard). Built
+// once per row of fuzz/targets.txt that names this file:
 //   SHARDCHECK_FUZZ_RESHARD: cases are pairs of maps over one shape through a transfer
 //     plan (contract 11) instead of rebuild and extract.
 //   SHARDCHECK_FUZZ_LEGACY: the pre-fix policy, under which the target must find silently
@@ -68,9 +68,9 @@ props::EvalOptions eval_options() {
   // targets cover it.
   options.compare_reference = !kCanary;
   // The backend differential (docs/backends.md): the device code on OpenMP threads beside
-  // the CPU backend, wherever this build has it. It converts the source map alone, which
-  // the conversion target covers, and a plan runs on no backend.
-  if (!kCanary && !kReshard && device_omp_compiled()) options.backend = "device-omp";
+  // the CPU backend, wherever this build has it: rebuild and extract here, a plan's
+  // execution for reshard.
+  if (!kCanary && device_omp_compiled()) options.backend = "device-omp";
   return options;
 }
 
