@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -18,6 +19,8 @@ namespace shardcheck {
 
 namespace {
 
+// The CPU backend keeps no state between calls (its scratch is per thread), so one serves
+// every caller that names no backend.
 Backend& backend_or_cpu(Backend* backend) {
   static const std::unique_ptr<Backend> cpu = make_cpu_backend();
   return backend != nullptr ? *backend : *cpu;
@@ -194,7 +197,7 @@ Status compare_replicas(const std::vector<TransferSegment>& checks, const ShardS
 Status execute_into(const Plan& plan, const ShardSet& source_shards, ShardSet& target_shards, Backend* backend,
                     const Threading& threading) {
   Backend& on = backend_or_cpu(backend);
-  memory_of(on, source_shards, &target_shards);
+  memory_of(on, source_shards, &target_shards);  // for its refusals: the shards stay where they are
   DType dtype = DType::float32;
   if (!source_shards.empty())
     dtype = source_shards.begin()->second.dtype();
