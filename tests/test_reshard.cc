@@ -291,6 +291,12 @@ TEST(Reshard, ScalesMustAgreeAndThenCopyPlainly) {
   auto refused = plan(source, target);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().kind, ErrorKind::scale);
+  // The planner on runs refuses it alike, at the same rank, piece and element.
+  ReshardOptions on_runs;
+  on_runs.plan_on_boxes = false;
+  auto refused_on_runs = plan(source, target, on_runs);
+  ASSERT_FALSE(refused_on_runs.ok());
+  EXPECT_EQ(refused_on_runs.error().to_string(), refused.error().to_string());
   for (auto& entry : target.ranks) {
     for (auto& piece : entry.pieces) piece.scale = 2.0;
   }

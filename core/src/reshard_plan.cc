@@ -332,30 +332,35 @@ void count(Plan& plan) {
 // before, and a larger max_segments raises it with them.
 Index run_budget(const ReshardOptions& options) { return std::max(options.max_segments, Index{1} << 22); }
 
-// The segments that copy every target piece's elements (`writers`) from their lowest
-// holders' pieces (`holders`), both cut into runs.
-Result<std::vector<TransferSegment>> run_copies(const std::vector<PieceRef>& holders,
-                                                const std::vector<PieceRef>& writers, const ReshardOptions& options) {
+// The segments that copy every wanted piece's elements from their lowest holders' pieces
+// (`holders`), both cut into runs: the plan's copies (`wanted`: every target piece), or,
+// with `checks`, its replica checks (`wanted`: the other holders' pieces, compared with the
+// lowest holder's copy where both hold it under one scale).
+Result<std::vector<TransferSegment>> run_segments(const std::vector<PieceRef>& holders,
+                                                  const std::vector<PieceRef>& wanted, const ReshardOptions& options,
+                                                  bool checks) {
   const Index budget = run_budget(options);
   auto source_runs = runs_of(holders, budget);
   if (!source_runs) return source_runs.error();
   const std::vector<Run> tile = tile_of_f(std::move(source_runs).value());
-  auto target_runs = runs_of(writers, budget);
-  if (!target_runs) return target_runs.error();
+  auto wanted_runs = runs_of(wanted, budget);
+  if (!wanted_runs) return wanted_runs.error();
   // Errors name the lowest target rank, then the lowest element of F.
-  std::vector<Run>& wanted = target_runs.value();
-  std::sort(wanted.begin(), wanted.end(),
+  std::vector<Run>& runs = wanted_runs.value();
+  std::sort(runs.begin(), runs.end(),
             [](const Run& a, const Run& b) { return std::tie(a.rank, a.f, a.at) < std::tie(b.rank, b.f, b.at); });
   std::vector<Row> rows;
   // Where neither map has replicas, the rows are the pieces of a common refinement of two
   // tilings of F: at most one per run of either.
-  rows.reserve(std::min(tile.size() + wanted.size(), static_cast<std::size_t>(budget)));
-  for (const Run& run : wanted) {
-    const PieceRef& writer = writers[run.ref];
+  rows.reserve(std::min(tile.size() + runs.size(), static_cast<std::size_t>(budget)));
+  for (const Run& run : runs) {
+    const PieceRef& writer = wanted[run.ref];
     Status status = overlaps(tile, run, [&](const Run& held, Index lo, Index hi) -> Status {
       const double source_scale = holders[held.ref].piece->scale;
-      if (source_scale != writer.piece->scale && !options.bugs.copy_across_scales) {
-        return fault::reshard_scales_differ(writer.at(), lo, source_scale);
+      if (source_scale != writer.piece->scale) {
+        // Replicas under different scales agree only after unscaling: no bitwise comparison.
+        if (checks) return {};
+        if (!options.bugs.copy_across_scales) return fault::reshard_scales_differ(writer.at(), lo, source_scale);
       }
       if (static_cast<Index>(rows.size()) >= budget) return fault::plan_over_budget(budget);
       rows.push_back(row_of(held, run, lo, hi));
@@ -363,32 +368,9 @@ Result<std::vector<TransferSegment>> run_copies(const std::vector<PieceRef>& hol
     });
     if (!status.ok()) return std::move(status).error();
   }
-  return merge_rows(std::move(rows), options.bugs);
-}
-
-// Each copy of a replicated element held by a rank other than its lowest holder (`others`),
-// against the lowest holder's copy: check segments whose target is the other copy.
-Result<std::vector<TransferSegment>> run_replica_checks(const std::vector<PieceRef>& holders,
-                                                        const std::vector<PieceRef>& others,
-                                                        const ReshardOptions& options) {
-  const Index budget = run_budget(options);
-  auto held_runs = runs_of(holders, budget);
-  if (!held_runs) return held_runs.error();
-  const std::vector<Run> tile = tile_of_f(std::move(held_runs).value());
-  auto runs = runs_of(others, budget);
-  if (!runs) return runs.error();
-  std::vector<Row> rows;
-  for (const Run& other : runs.value()) {
-    Status status = overlaps(tile, other, [&](const Run& held, Index lo, Index hi) -> Status {
-      // Replicas under different scales agree only after unscaling: no bitwise comparison.
-      if (holders[held.ref].piece->scale != others[other.ref].piece->scale) return {};
-      if (static_cast<Index>(rows.size()) >= budget) return fault::plan_over_budget(budget);
-      rows.push_back(row_of(held, other, lo, hi));
-      return {};
-    });
-    if (!status.ok()) return std::move(status).error();
-  }
-  return merge_rows(std::move(rows), PlannerBugs{});
+  auto segments = merge_rows(std::move(rows), checks ? PlannerBugs{} : options.bugs);
+  if (static_cast<Index>(segments.size()) > options.max_segments) return fault::plan_over_budget(options.max_segments);
+  return segments;
 }
 
 // ---- Plans on boxes ---------------------------------------------------------------------
@@ -780,28 +762,20 @@ std::optional<Result<std::vector<TransferSegment>>> box_segments(const std::vect
   return Result<std::vector<TransferSegment>>(std::move(segments));
 }
 
-// The plan's copies: on boxes where the maps allow it, else on runs; within the budget.
-Result<std::vector<TransferSegment>> copies(const std::vector<PieceRef>& holders, const std::vector<PieceRef>& writers,
-                                            const Extents& logical, const ReshardOptions& options) {
-  if (auto boxed = box_segments(holders, writers, logical, options, false)) return std::move(*boxed);
-  auto segments = run_copies(holders, writers, options);
-  if (segments && static_cast<Index>(segments.value().size()) > options.max_segments) {
-    return fault::plan_over_budget(options.max_segments);
-  }
-  return segments;
+// The plan's copies or replica checks (as run_segments): on boxes where the maps allow it,
+// else on runs; within the budget.
+Result<std::vector<TransferSegment>> segments_of(const std::vector<PieceRef>& holders,
+                                                 const std::vector<PieceRef>& wanted, const Extents& logical,
+                                                 const ReshardOptions& options, bool checks) {
+  if (auto boxed = box_segments(holders, wanted, logical, options, checks)) return std::move(*boxed);
+  return run_segments(holders, wanted, options, checks);
 }
 
 // The replica checks of `map` (each non-lowest holder's copy against the lowest's).
 Result<std::vector<TransferSegment>> replica_checks(const Map& map, const ReshardOptions& options) {
-  const auto holders = pieces_of(map, lowest_holder);
   const auto others = pieces_of(map, [](Rank rank, const Piece& p) { return !lowest_holder(rank, p); });
   if (others.empty()) return std::vector<TransferSegment>{};
-  if (auto boxed = box_segments(holders, others, map.logical_shape, options, true)) return std::move(*boxed);
-  auto checks = run_replica_checks(holders, others, options);
-  if (checks && static_cast<Index>(checks.value().size()) > options.max_segments) {
-    return fault::plan_over_budget(options.max_segments);
-  }
-  return checks;
+  return segments_of(pieces_of(map, lowest_holder), others, map.logical_shape, options, true);
 }
 
 }  // namespace
@@ -822,8 +796,9 @@ Result<Plan> plan(const Map& source, const Map& target, const ReshardOptions& op
   out.target_numel = shard_sizes(target);
   // Each element is read from its lowest holder: the pieces a rank lists as the first of
   // their locations (condition 6 makes those tile F).
-  auto segments = copies(pieces_of(source, lowest_holder), pieces_of(target, [](Rank, const Piece&) { return true; }),
-                         source.logical_shape, options);
+  auto segments = segments_of(pieces_of(source, lowest_holder),
+                              pieces_of(target, [](Rank, const Piece&) { return true; }), source.logical_shape,
+                              options, false);
   if (!segments) return segments.error();
   out.segments = std::move(segments).value();
   std::sort(out.segments.begin(), out.segments.end(), segment_less);
