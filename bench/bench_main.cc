@@ -526,6 +526,22 @@ void time_once(Best& best, Fn&& fn) {
   best.wall = std::min(best.wall, wall_seconds() - wall);
 }
 
+// `once` timed against a device-to-device copy of `full` (in the backend's memory): a
+// backend that does not reach host memory (CUDA) has no memcpy of the same bytes to compare
+// with. Counters vs_device_copy, best_ms and device_copy_ms.
+template <class Fn>
+void time_against_device_copy(benchmark::State& state, Backend& backend, const Buffer& full, Fn&& once) {
+  Best copy;
+  for (int i = 0; i < 5; ++i) {
+    time_once(copy, [&] { benchmark::DoNotOptimize(backend.copy_to(full, Memory::device)); });
+  }
+  Best best;
+  for (auto _ : state) time_once(best, once);
+  state.counters["vs_device_copy"] = best.wall / copy.wall;
+  state.counters["best_ms"] = best.wall * 1e3;
+  state.counters["device_copy_ms"] = copy.wall * 1e3;
+}
+
 Best memcpy_best(const Buffer& full) {
   std::vector<std::byte> to(full.size_bytes());
   std::memcpy(to.data(), full.data(), full.size_bytes());  // fault the pages in first
@@ -620,16 +636,7 @@ void BM_ReshardOnBackend(benchmark::State& state, std::string backend_name) {
     state.SkipWithError("the plan's shards are not the target's");
   }
   if (!backend->reaches(Memory::host)) {
-    const Buffer full = backend->copy_to(in.full, Memory::device);
-    Best copy;
-    for (int i = 0; i < 5; ++i) {
-      time_once(copy, [&] { benchmark::DoNotOptimize(backend->copy_to(full, Memory::device)); });
-    }
-    Best best;
-    for (auto _ : state) time_once(best, once);
-    state.counters["vs_device_copy"] = best.wall / copy.wall;
-    state.counters["best_ms"] = best.wall * 1e3;
-    state.counters["device_copy_ms"] = copy.wall * 1e3;
+    time_against_device_copy(state, *backend, backend->copy_to(in.full, Memory::device), once);
   } else {
     const double baseline = memcpy_seconds(in.full);
     const double best = best_of(10, once);
@@ -690,15 +697,7 @@ void BM_WideConvert(benchmark::State& state, std::string layout, DType dtype, bo
   };
   once();  // warm: scratch and the allocator's pages
   if (device_only) {
-    Best copy;
-    for (int i = 0; i < 5; ++i) {
-      time_once(copy, [&] { benchmark::DoNotOptimize(backend->copy_to(full, Memory::device)); });
-    }
-    Best best;
-    for (auto _ : state) time_once(best, once);
-    state.counters["vs_device_copy"] = best.wall / copy.wall;
-    state.counters["best_ms"] = best.wall * 1e3;
-    state.counters["device_copy_ms"] = copy.wall * 1e3;
+    time_against_device_copy(state, *backend, full, once);
     state.SetBytesProcessed(state.iterations() * static_cast<Index>(in.full.size_bytes()));
     return;
   }
