@@ -4,7 +4,7 @@
 # with torch 2.x, numpy and Megatron-Core from PyPI. Debian's own torch is 1.13, which has
 # neither torch.distributed.checkpoint's current API nor what megatron-core needs (>= 2.6).
 #
-#   bash scripts/torch2-env.sh [VENV]     (default $SHARDCHECK_TORCH2_VENV or /work/torch2/venv)
+#   bash scripts/torch2-env.sh [VENV]     (default $SHARDCHECK_TORCH2_VENV or out/torch2/venv in the repository)
 #   eval "$(bash scripts/torch2-env.sh)"  (its stdout is only the export lines)
 #
 # What it costs (docs/guide/targets.md, "The torch 2 environment"): PyPI's Linux torch
@@ -20,7 +20,7 @@
 # Progress goes to stderr; stdout is the export lines alone. Run again, it only checks.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-venv=${1:-${SHARDCHECK_TORCH2_VENV:-/work/torch2/venv}}
+venv=${1:-${SHARDCHECK_TORCH2_VENV:-$root/out/torch2/venv}}
 torch_spec=${SHARDCHECK_TORCH2_TORCH:-torch>=2.6,<3}
 megatron_spec=${SHARDCHECK_TORCH2_MEGATRON:-megatron-core==0.19.2}
 base=/usr/bin/python3
