@@ -234,7 +234,7 @@ int options_from_args(const CampaignArgs& args, campaign::Options& options) {
   if (args.digest_share) options.digest_share = static_cast<int>(*args.digest_share);
   if (args.large_share) options.large_share = static_cast<int>(*args.large_share);
   if (args.loopback_share) options.loopback_share = static_cast<int>(*args.loopback_share);
-  options.reduce_evaluations = args.reduce_evaluations.value_or(0);
+  options.reduce_evaluations = args.reduce_evaluations.value_or(props::kDefaultMaxEvaluations);
   if (!args.backend.empty()) {
     if (!oracles::backend_present(args.backend)) {
       std::fprintf(stderr, "shardcheck campaign: backend '%s' is not present here (this build knows: %s)\n",
@@ -618,9 +618,10 @@ void register_campaign(CLI::App& app, RunState& state) {
   defining(add_int_option(sub, "--large-share", args->large_share, Index{0}, Index{1} << 20, "")->group(""));
   defining(add_int_option(sub, "--loopback-share", args->loopback_share, Index{0}, Index{1} << 20, "")->group(""));
   defining(add_int_option(sub, "--reduce-evaluations", args->reduce_evaluations, Index{0}, Index{1} << 30,
-                          "At the end of a campaign that ran every case, reduce each finding's case while it shows "
-                          "the same finding, with at most N replays each (default 0: none; 2000 makes most locally "
-                          "minimal; a target in another process N/10); its case file records how far"));
+                          fmt::format("At the end of a campaign that ran every case, reduce each finding's case "
+                                      "while it shows the same finding, with at most N replays each (default {}; "
+                                      "0: none; a target in another process N/10); its case file records how far",
+                                      props::kDefaultMaxEvaluations)));
   defining(add_int_option(sub, "--backend-share", args->backend_share, Index{0}, Index{1} << 20, "")->group(""));
   // `campaign merge DIR... --out DIR` (campaign_merge.cc) runs instead of a campaign.
   CLI::App* merge = register_campaign_merge(sub, state);

@@ -25,7 +25,7 @@ struct ReduceArgs {
   std::string target;
   std::string backend;
   double target_timeout = 10.0;
-  Index max_evaluations = 5000;
+  Index max_evaluations = props::kDefaultMaxEvaluations;
 };
 
 using props::Shown;
@@ -152,7 +152,7 @@ void register_reduce(CLI::App& app, RunState& state) {
   add_seconds_option(sub, "--target-timeout", args->target_timeout,
                      "seconds an exec target may take per request before it counts as hung (default 10)");
   add_int_option(sub, "--max-evaluations", args->max_evaluations, Index{1}, Index{1} << 30,
-                 "replays of edited cases at most (default 5000)");
+                 fmt::format("replays of edited cases at most (default {})", props::kDefaultMaxEvaluations));
   add_max_input_bytes_option(sub);
   sub->callback([args, &state] { state.exit_code = run_reduce(*args); });
 }

@@ -173,7 +173,7 @@ TEST_F(ReduceCommand, ACampaignWritesReducedFindingsThatStillFail) {
   const fs::path out = dir_ / "campaign";
   const Ran ran = shardcheck(
       fmt::format("campaign --seed 1 --cases 120 --policy legacy --jobs 2 --quiet --reduce-evaluations {} --out {}",
-                  campaign::kDefaultReduceEvaluations, quoted(out.string())));
+                  props::kDefaultMaxEvaluations, quoted(out.string())));
   ASSERT_EQ(ran.exit_code, 1) << ran.out;
   const auto files = findings(out);
   ASSERT_GE(files.size(), 5u);
@@ -182,7 +182,7 @@ TEST_F(ReduceCommand, ACampaignWritesReducedFindingsThatStillFail) {
     const auto json = nlohmann::json::parse(read_text(file));
     ASSERT_TRUE(json.contains("reduced")) << file;
     const auto& reduced = json.at("reduced");
-    EXPECT_LE(reduced.at("evaluations").get<long long>(), campaign::kDefaultReduceEvaluations) << file;
+    EXPECT_LE(reduced.at("evaluations").get<long long>(), props::kDefaultMaxEvaluations) << file;
     EXPECT_TRUE(reduced.contains("from_case")) << file;
     if (reduced.at("locally_minimal").get<bool>()) ++minimal;
     const Ran replay = shardcheck("repro " + quoted(file.string()));
@@ -191,7 +191,7 @@ TEST_F(ReduceCommand, ACampaignWritesReducedFindingsThatStillFail) {
   EXPECT_GE(minimal, static_cast<int>(files.size()) - 1);
   // The same campaign without reduction keeps the generated cases: never smaller files.
   const fs::path plain = dir_ / "plain";
-  ASSERT_EQ(shardcheck(fmt::format("campaign --seed 1 --cases 120 --policy legacy --jobs 2 --quiet --out {}",
+  ASSERT_EQ(shardcheck(fmt::format("campaign --seed 1 --cases 120 --policy legacy --jobs 2 --quiet --reduce-evaluations 0 --out {}",
                                    quoted(plain.string())))
                 .exit_code,
             1);

@@ -23,6 +23,7 @@
 
 #include "shardcheck/gen/case_gen.h"
 #include "shardcheck/properties.h"
+#include "shardcheck/reduce.h"
 
 namespace shardcheck::campaign {
 
@@ -41,10 +42,6 @@ struct Tally {
   void merge(const Tally& other);
   friend bool operator==(const Tally&, const Tally&) = default;
 };
-
-// Replays per finding that make most findings locally minimal (legacy, seed 1: 156 of 157,
-// 180 replays each on average): what to ask for with --reduce-evaluations.
-inline constexpr Index kDefaultReduceEvaluations = 2000;
 
 struct Options {
   std::uint64_t seed = 1;
@@ -88,10 +85,10 @@ struct Options {
   // while it shows the same (props::reduce_case) with at most this many replays, and its
   // case file rewritten with the result and a `reduced` record; 0: no reduction. An
   // implementation in another process (eval.target) takes a tenth of it: each replay is
-  // a round trip. Off by default (the command line's too): under the sanitizers a
-  // reduction costs tens of times its campaign, and time-bounded reductions would make a
-  // resumed or sharded run's files differ from an uninterrupted one's.
-  Index reduce_evaluations = 0;
+  // a round trip. On by default, since a finding is meant to be a minimal case (see
+  // props::kDefaultMaxEvaluations). A reduction is deterministic; only one that the
+  // campaign's reduction deadline (reduce_findings) cuts off leaves its case as found.
+  Index reduce_evaluations = props::kDefaultMaxEvaluations;
   double case_time_limit = 60.0;             // seconds of wall time per case (isolated)
   Index case_memory_limit = Index{2} << 30;  // bytes per worker process (isolated)
   // Test-only hooks that plant a bad case: case INDEX aborts, sleeps forever, or

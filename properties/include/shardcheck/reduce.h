@@ -26,8 +26,13 @@
 
 namespace shardcheck::props {
 
+// Predicate calls per reduction unless told otherwise (`shardcheck reduce`, campaigns): a
+// legacy campaign's findings (seed 1, 20,000 cases: 568) all end locally minimal within it,
+// after 288 calls each on average and 4,674 at most.
+inline constexpr Index kDefaultMaxEvaluations = 5000;
+
 struct ReduceOptions {
-  Index max_evaluations = 2000;  // predicate calls, the first (on the case as given) included
+  Index max_evaluations = kDefaultMaxEvaluations;  // predicate calls, the first (on the case as given) included
 };
 
 struct Reduced {
