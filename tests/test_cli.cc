@@ -780,10 +780,11 @@ TEST_F(CliTest, CampaignReportPathsAreTriedBeforeTheRun) {
 // --- campaign merge vouches for what it merges ---------------------------------------
 
 // Two shards of a legacy campaign (findings in both) in DIR/shard-0 and DIR/shard-1.
-void legacy_shards(const fs::path& dir) {
+void legacy_shards(const fs::path& dir, const std::string& extra = "") {
   for (const char* shard : {"0", "1"}) {
     Ran run = shardcheck("campaign --seed 3 --cases 200 --policy legacy --jobs 1 --no-isolate --quiet --shard " +
-                         std::string(shard) + "/2 --out " + quoted((dir / ("shard-" + std::string(shard))).string()));
+                         std::string(shard) + "/2 --out " + quoted((dir / ("shard-" + std::string(shard))).string()) +
+                         extra);
     ASSERT_EQ(run.exit_code, 1) << run.out;
   }
 }
@@ -802,9 +803,13 @@ nlohmann::json read_json_file(const fs::path& path) {
 void write_json_file(const fs::path& path, const nlohmann::json& json) { std::ofstream(path) << json.dump(); }
 
 // A finding file that is cut short, or that holds another finding's case, is refused
-// naming the file (exit 2), and the merge makes no output folder.
-TEST_F(CliTest, CampaignMergeRefusesAFindingFileThatIsNotItsCase) {
-  legacy_shards(dir_);
+// naming the file (exit 2), and the merge makes no output folder. Reduced findings (the
+// default) record the case they came from; unreduced ones are that case.
+class MergeOfSwappedFindings : public CliTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(MergeOfSwappedFindings, AreRefusedNamingTheFile) {
+  const bool reduced = GetParam();
+  legacy_shards(dir_, reduced ? "" : " --reduce-evaluations 0");
   const auto files = names_in(dir_ / "shard-0" / "findings");
   ASSERT_GE(files.size(), 2u);
   const std::string name = *files.begin();
@@ -823,11 +828,15 @@ TEST_F(CliTest, CampaignMergeRefusesAFindingFileThatIsNotItsCase) {
                 fs::copy_options::overwrite_existing);
   Ran other = merge(dir_, "swapped");
   EXPECT_EQ(other.exit_code, 2) << other.out;
-  EXPECT_NE(other.out.find(swapped.string() + " is not the case file of case "), std::string::npos) << other.out;
+  const std::string why = reduced ? " records a reduction from another case than case " : " is not the case file of case ";
+  EXPECT_NE(other.out.find(swapped.string() + why), std::string::npos) << other.out;
   EXPECT_NE(other.out.find(" that shard 0/2 (" + (dir_ / "swapped").string() + ") records for "), std::string::npos)
       << other.out;
   EXPECT_EQ(merge(dir_, "shard-0").exit_code, 1);
 }
+
+INSTANTIATE_TEST_SUITE_P(CampaignMerge, MergeOfSwappedFindings, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "Reduced" : "AsFound"; });
 
 // A shard whose checkpoint was edited so that its findings became refusals (its resume
 // would then say PASS) is refused naming the shard and the count, however the edit went.
