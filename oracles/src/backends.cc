@@ -11,6 +11,7 @@
 #include <string>
 
 #include "shardcheck/convert.h"
+#include "shardcheck/fnv1a.h"
 #include "shardcheck/oracles/descendants.h"
 #include "shardcheck/reshard.h"
 
@@ -55,9 +56,10 @@ std::vector<std::string> backend_names() {
 }
 
 LaunchShape launch_shape_for(const Case& c) {
-  // FNV-1a of the map as the case holds it: the same case, the same launch.
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char ch : encode_map_text(c.map)) h = (h ^ ch) * 0x100000001b3ull;
+  // A hash of the map as the case holds it: the same case, the same launch.
+  Fnv1a hash;
+  hash.add_bytes(encode_map_text(c.map));
+  const std::uint64_t h = hash.value();
   static constexpr Index kTiles[] = {1, 2, 3, 7, 64, 1000, 0};
   LaunchShape shape;
   // Two threads: real parallelism on a 2-core machine, where more would only queue.
