@@ -9,11 +9,15 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include <fmt/format.h>
@@ -33,43 +37,64 @@ namespace shardcheck::cli {
 
 namespace {
 
+using namespace campaign::option_traits;
+
+// The command line's value of an option of campaign_options.def by the row's type:
+// numbers and seconds are optional (unset: Options keeps its default), flags and texts
+// plain; a row registered by hand (kCommandLineByHand) keeps its text in CampaignArgs.
+template <class T, bool by_hand>
+struct Arg {
+  using type = std::optional<T>;
+};
+template <class T>
+struct Arg<std::optional<T>, false> {
+  using type = std::optional<T>;
+};
+template <>
+struct Arg<bool, false> {
+  using type = bool;
+};
+template <>
+struct Arg<std::string, false> {
+  using type = std::string;
+};
+template <class T>
+struct Arg<T, true> {
+  using type = std::monostate;
+};
+// (Not spelled Arg<...>::type in the rows' macros, where `type` is a column.)
+template <class T, bool by_hand>
+using ArgOf = typename Arg<T, by_hand>::type;
+template <class A, class T>
+A initial_arg(const T& default_value) {
+  if constexpr (std::is_same_v<A, bool> || std::is_same_v<A, std::string>) return A(default_value);
+  else return A{};
+}
+
 struct CampaignArgs {
-  std::optional<std::uint64_t> seed;
-  std::optional<Index> cases;
-  std::optional<double> time_seconds;
-  std::string policy = "strict";
-  std::string oracle{oracles::oracle_kind_name(oracles::OracleKind::truth)};
-  std::string target;
-  double target_timeout = 10.0;
-  int jobs = 0;
-  std::string shard = "0/1";
-  std::string out = "campaign-out";
-  bool strict_layout = false;
-  bool digest = false;
-  std::string op;  // "" (rebuild and extract, as always) or "reshard"
-  Index max_elements = 256;
-  bool quiet = false;
-  bool verbose = false;  // every finding again at the end, with its count of cases
-  std::string resume;
-  bool overwrite = false;  // a used --out: its outputs are removed first
-  bool isolate = false;
-  bool no_isolate = false;
-  std::optional<double> case_time_limit;
-  std::optional<Index> case_memory_limit_mib;
-  std::optional<Index> plant_crash_at;
-  std::optional<Index> plant_hang_at;
-  std::optional<Index> plant_oom_at;
-  std::optional<Index> plant_garbage_at;
-  std::optional<Index> digest_share;
-  std::optional<Index> large_share;
-  std::optional<Index> loopback_share;
-  std::optional<Index> reduce_evaluations;
-  std::string backend;
-  std::optional<Index> backend_share;
-  ReportFiles reports;  // --junit, --markdown
+#define SHARDCHECK_CAMPAIGN_OPTION(key, field, type, default_value, flag, min, max, help, traits) \
+  ArgOf<type, ((traits)&kCommandLineByHand) != 0> key =                                      \
+      initial_arg<ArgOf<type, ((traits)&kCommandLineByHand) != 0>>(default_value);
+#define SHARDCHECK_CAMPAIGN_FLAG(key, type, default_value, flag, help, traits) type key = default_value;
+#include "shardcheck/campaign_options.def"
+  // The rows registered by hand, as given.
+  std::string policy_text{policy_name(Policy::strict)};
+  std::string oracle_text{oracles::oracle_kind_name(oracles::OracleKind::truth)};
+  std::string shard_text = "0/1";
+  std::string op_text;  // "" (rebuild and extract, as always) or "reshard"
   // Options that define the campaign, so that --resume refuses them: name -> given.
   std::vector<std::pair<std::string, CLI::Option*>> defining;
 };
+
+// A row's value from the command line into Options, when given (a flag or a text: always).
+template <class T, class Field>
+void copy_given(const std::optional<T>& given, Field& field) {
+  if (given) field = *given;
+}
+void copy_given(bool given, bool& field) { field = given; }
+void copy_given(const std::string& given, std::string& field) { field = given; }
+template <class Field>
+void copy_given(std::monostate, Field&) {}
 
 // "I/N" with 0 <= I < N.
 bool parse_shard(const std::string& text, int& index, int& count) {
@@ -191,19 +216,23 @@ class ProgressPrinter {
 
 // The options of a new campaign from the command line.
 int options_from_args(const CampaignArgs& args, campaign::Options& options) {
+  // The rows that decide the cases (campaign_options.def), but those copied by hand below.
+#define SHARDCHECK_CAMPAIGN_OPTION(key, field, type, default_value, flag, min, max, help, traits) \
+  if (((traits)&kChangesCases) && !((traits) & (kCopiedByHand | kCommandLineByHand))) copy_given(args.key, options.field);
+#include "shardcheck/campaign_options.def"
   options.seed = args.seed ? *args.seed : std::random_device{}();
-  if (args.cases)
-    options.cases = *args.cases;
+  if (args.requested_cases)
+    options.cases = *args.requested_cases;
   else
     options.time_seconds = args.time_seconds ? *args.time_seconds : 60.0;
-  if (args.cases && args.time_seconds) options.time_seconds = *args.time_seconds;
-  if (!parse_shard(args.shard, options.shard_index, options.shard_count)) {
-    std::fprintf(stderr, "shardcheck campaign: --shard wants I/N with 0 <= I < N, got '%s'\n", args.shard.c_str());
+  if (args.requested_cases && args.time_seconds) options.time_seconds = *args.time_seconds;
+  if (!parse_shard(args.shard_text, options.shard_index, options.shard_count)) {
+    std::fprintf(stderr, "shardcheck campaign: --shard wants I/N with 0 <= I < N, got '%s'\n", args.shard_text.c_str());
     return kExitUsage;
   }
-  auto policy = parse_policy(args.policy);
+  auto policy = parse_policy(args.policy_text);
   if (!policy) {
-    std::fprintf(stderr, "shardcheck campaign: unknown policy '%s' (strict or legacy)\n", args.policy.c_str());
+    std::fprintf(stderr, "shardcheck campaign: unknown policy '%s' (strict or legacy)\n", args.policy_text.c_str());
     return kExitUsage;
   }
   options.eval.policy = *policy;
@@ -212,29 +241,22 @@ int options_from_args(const CampaignArgs& args, campaign::Options& options) {
       options.eval.policy = *builtin;
     } else {
       options.eval.target = args.target;
-      options.eval.target_timeout_seconds = args.target_timeout;
+      if (args.target_timeout) options.eval.target_timeout_seconds = *args.target_timeout;
     }
   }
-  if (auto oracle = oracles::parse_oracle_kind(args.oracle)) {
+  if (auto oracle = oracles::parse_oracle_kind(args.oracle_text)) {
     options.eval.oracle = *oracle;
   } else {
-    std::fprintf(stderr, "shardcheck campaign: unknown oracle '%s' (%s)\n", args.oracle.c_str(),
+    std::fprintf(stderr, "shardcheck campaign: unknown oracle '%s' (%s)\n", args.oracle_text.c_str(),
                  oracles::oracle_choices().c_str());
     return kExitUsage;
   }
-  options.eval.strict_layout = args.strict_layout;
-  if (!args.op.empty() && args.op != op_name(Op::reshard)) {
+  if (!args.op_text.empty() && args.op_text != op_name(Op::reshard)) {
     std::fprintf(stderr, "shardcheck campaign: --op takes reshard (without it, cases rebuild and extract), got '%s'\n",
-                 args.op.c_str());
+                 args.op_text.c_str());
     return kExitUsage;
   }
-  options.generate.reshard = !args.op.empty();
-  options.generate.record_digest = args.digest;
-  options.generate.layout.max_elements = args.max_elements;
-  if (args.digest_share) options.digest_share = static_cast<int>(*args.digest_share);
-  if (args.large_share) options.large_share = static_cast<int>(*args.large_share);
-  if (args.loopback_share) options.loopback_share = static_cast<int>(*args.loopback_share);
-  options.reduce_evaluations = args.reduce_evaluations.value_or(props::kDefaultMaxEvaluations);
+  options.generate.reshard = !args.op_text.empty();
   if (!args.backend.empty()) {
     if (!oracles::backend_present(args.backend)) {
       std::fprintf(stderr, "shardcheck campaign: backend '%s' is not present here (this build knows: %s)\n",
@@ -245,7 +267,6 @@ int options_from_args(const CampaignArgs& args, campaign::Options& options) {
   }
   // A share of every default campaign runs the device code beside the CPU backend.
   if (device_omp_compiled()) options.share_backend = "device-omp";
-  if (args.backend_share) options.backend_share = static_cast<int>(*args.backend_share);
   if (options.generate.reshard) {
     // Reshard pairs have no large variant, and the protocol's loopback serves no reshard;
     // the digest share records digests in both maps of a pair, and the plan verifies them.
@@ -367,14 +388,17 @@ int campaign_options(const CampaignArgs& args, OutDirLock& lock, campaign::Check
   } else if (int code = options_from_args(args, options); code != kExitOk) {
     return code;
   }
-  if (args.jobs > 0)
-    options.jobs = args.jobs;
+  // The rows of how this run executes (campaign_options.def), but those copied by hand below.
+#define SHARDCHECK_CAMPAIGN_OPTION(key, field, type, default_value, flag, min, max, help, traits) \
+  if (!((traits) & (kChangesCases | kCopiedByHand | kCommandLineByHand))) copy_given(args.key, options.field);
+#include "shardcheck/campaign_options.def"
+  if (args.jobs.value_or(0) > 0)
+    options.jobs = *args.jobs;
   else if (args.resume.empty())
     options.jobs = std::max(1u, std::thread::hardware_concurrency());
   if (args.isolate) options.isolate = true;
   if (args.no_isolate) options.isolate = false;
-  if (args.case_time_limit) options.case_time_limit = *args.case_time_limit;
-  if (args.case_memory_limit_mib) options.case_memory_limit = *args.case_memory_limit_mib << 20;
+  if (args.case_memory_limit) options.case_memory_limit = *args.case_memory_limit << 20;  // MiB
   // The loopback target: this very program, serving the strict policy over the protocol
   // (a share of the cases, Options::loopback_share; not with a target of the user's).
   if (options.eval.target.empty() && options.loopback_share > 0) {
@@ -382,10 +406,6 @@ int campaign_options(const CampaignArgs& args, OutDirLock& lock, campaign::Check
     const auto self = std::filesystem::read_symlink("/proc/self/exe", self_error);
     if (!self_error) options.loopback_target = "exec:exec " + oracles::shell_word(self.string()) + " serve-protocol";
   }
-  options.plant_crash_at = args.plant_crash_at;
-  options.plant_hang_at = args.plant_hang_at;
-  options.plant_oom_at = args.plant_oom_at;
-  options.plant_garbage_at = args.plant_garbage_at;
   return kExitOk;
 }
 
@@ -558,71 +578,72 @@ int run_campaign(const CampaignArgs& args) {
   return conclude(args, report, out, announced);
 }
 
+// A row of campaign_options.def on the command line, by the type of its argument.
+CLI::Option* add_row_option(CLI::App* sub, bool& arg, const std::string& flag, Index, Index, const std::string& help) {
+  return sub->add_flag(flag, arg, help);
+}
+CLI::Option* add_row_option(CLI::App* sub, std::string& arg, const std::string& flag, Index, Index,
+                            const std::string& help) {
+  return sub->add_option(flag, arg, help);
+}
+CLI::Option* add_row_option(CLI::App* sub, std::optional<std::uint64_t>& arg, const std::string& flag, Index, Index,
+                            const std::string& help) {
+  return add_uint64_option(sub, flag, arg, help);
+}
+CLI::Option* add_row_option(CLI::App* sub, std::optional<double>& arg, const std::string& flag, Index, Index,
+                            const std::string& help) {
+  return add_seconds_option(sub, flag, arg, help);
+}
+template <class T>
+CLI::Option* add_row_option(CLI::App* sub, std::optional<T>& arg, const std::string& flag, Index min, Index max,
+                            const std::string& help) {
+  return add_int_option(sub, flag, arg, static_cast<T>(min), static_cast<T>(max), help);
+}
+
+// Rows registered by hand (add_row_by_hand) have no argument of the row's own.
+CLI::Option* add_row_option(CLI::App*, std::monostate&, const std::string&, Index, Index, const std::string&) {
+  return nullptr;
+}
+CLI::Option* add_row_option(CLI::App*, ReportFiles&, const std::string&, Index, Index, const std::string&) {
+  return nullptr;
+}
+
+// The rows whose command-line spelling is text the row cannot parse (kCommandLineByHand),
+// registered in their row's place; nullptr for a row with no flag of its own.
+CLI::Option* add_row_by_hand(CLI::App* sub, CampaignArgs& args, std::string_view key) {
+  if (key == "policy") return sub->add_option("--policy", args.policy_text, "strict (default) or legacy");
+  if (key == "oracle") return sub->add_option("--oracle", args.oracle_text, oracle_help());
+  if (key == "shard_index") return sub->add_option("--shard", args.shard_text, "Run part I of N (I/N), tables add up");
+  if (key == "op") {
+    return sub->add_option("--op", args.op_text,
+                           "reshard: pairs of layouts over one shape, either side corrupted, through transfer "
+                           "plans (contract section 11); default: rebuild and extract cases");
+  }
+  if (key == "reports") add_report_options(sub, args.reports);
+  return nullptr;  // shard_count (--shard), share_backend and loopback_target (no flag)
+}
+
 }  // namespace
 
 void register_campaign(CLI::App& app, RunState& state) {
   auto args = std::make_shared<CampaignArgs>();
   CLI::App* sub = app.add_subcommand("campaign", "Run generated (layout, corruption) cases through the oracle");
-  auto defining = [&](CLI::Option* option) { args->defining.emplace_back(option->get_name(), option); };
-  defining(add_uint64_option(sub, "--seed", args->seed, "Seed, 0 to 2^64-1 (default: random, printed)"));
-  defining(add_int_option(sub, "--cases", args->cases, Index{0}, std::numeric_limits<Index>::max(),
-                          "Number of cases (deterministic)"));
-  defining(
-      add_seconds_option(sub, "--time", args->time_seconds, "Time budget in seconds (default 60 without --cases)"));
-  defining(sub->add_option("--policy", args->policy, "strict (default) or legacy"));
-  defining(sub->add_option("--oracle", args->oracle, oracle_help()));
-  add_int_option(sub, "--jobs", args->jobs, 0, 4096,
-                 "Worker processes or threads, at most 4096; 0 (the default) means all cores");
-  defining(sub->add_option("--shard", args->shard, "Run part I of N (I/N), tables add up"));
-  defining(sub->add_option("--out", args->out, "Directory for report.json and findings/ (default campaign-out)"));
-  defining(sub->add_flag("--strict-layout", args->strict_layout, "Valid-but-different cases fail the run too"));
-  defining(sub->add_flag("--digest", args->digest,
-                         "The producer records a content digest and every rebuild (with --op reshard: every "
-                         "reshard, on both sides of its plan) verifies it; the catalogue also corrupts the record"));
-  defining(sub->add_option("--op", args->op,
-                           "reshard: pairs of layouts over one shape, either side corrupted, through transfer "
-                           "plans (contract section 11); default: rebuild and extract cases"));
-  defining(add_int_option(sub, "--max-elements", args->max_elements, Index{1}, Index{1} << 20,
-                          "Largest numel(F) generated (default 256)"));
-  defining(sub->add_option("--target", args->target,
-                           "Implementation under test: strict, legacy, deepspeed, deepspeed-restore, "
-                           "deepspeed-convert, dcp, megatron or exec:COMMAND (overrides --policy)"));
-  defining(
-      sub->add_option("--backend", args->backend,
-                      "Also convert every case on this backend beside the CPU backend (device-omp, cuda), and with "
-                      "--op reshard execute its plan there; any difference in verdict, error or bits is a finding"));
-  defining(add_seconds_option(sub, "--target-timeout", args->target_timeout,
-                              "Seconds an exec target may take per request before it counts as hung (default 10)"));
-  add_report_options(sub, args->reports);
-  sub->add_flag("--quiet", args->quiet, "Print the verdict line and errors only: no progress, table or finding lines (table.txt and report.json still have them)");
-  sub->add_flag("-v,--verbose", args->verbose,
-                "At the end, list every finding with its count of cases (by default each finding shows once, "
-                "when it is found)");
-  sub->add_option("--resume", args->resume, "Continue the stopped campaign in DIR from its checkpoint.json");
-  sub->add_flag("--overwrite", args->overwrite,
-                "Start the campaign in an --out that holds an earlier run's outputs: they are removed first");
-  sub->add_flag("--isolate", args->isolate, "Run cases in worker processes (the default)");
-  sub->add_flag("--no-isolate", args->no_isolate, "Run cases in threads of this process");
-  add_seconds_option(sub, "--case-time-limit", args->case_time_limit,
-                     "Seconds one case may take before its worker is killed (isolated; default 60)");
-  add_int_option(sub, "--case-memory-limit", args->case_memory_limit_mib, Index{16}, Index{1} << 30,
-                 "MiB of memory one worker may use (isolated; default 2048)");
-  // Test-only hooks (hidden): plant a case that aborts, hangs or exhausts memory.
-  constexpr Index kMaxIndex = std::numeric_limits<Index>::max();
-  add_int_option(sub, "--plant-crash-at", args->plant_crash_at, Index{0}, kMaxIndex, "")->group("");
-  add_int_option(sub, "--plant-hang-at", args->plant_hang_at, Index{0}, kMaxIndex, "")->group("");
-  add_int_option(sub, "--plant-oom-at", args->plant_oom_at, Index{0}, kMaxIndex, "")->group("");
-  add_int_option(sub, "--plant-garbage-at", args->plant_garbage_at, Index{0}, kMaxIndex, "")->group("");
-  // Hidden: the shares of the default campaign's variants (1 in N cases; 0: none).
-  defining(add_int_option(sub, "--digest-share", args->digest_share, Index{0}, Index{1} << 20, "")->group(""));
-  defining(add_int_option(sub, "--large-share", args->large_share, Index{0}, Index{1} << 20, "")->group(""));
-  defining(add_int_option(sub, "--loopback-share", args->loopback_share, Index{0}, Index{1} << 20, "")->group(""));
-  defining(add_int_option(sub, "--reduce-evaluations", args->reduce_evaluations, Index{0}, Index{1} << 30,
-                          fmt::format("At the end of a campaign that ran every case, reduce each finding's case "
-                                      "while it shows the same finding, with at most N replays each (default {}; "
-                                      "0: none; a target in another process N/10); its case file records how far",
-                                      props::kDefaultMaxEvaluations)));
-  defining(add_int_option(sub, "--backend-share", args->backend_share, Index{0}, Index{1} << 20, "")->group(""));
+  auto add_row = [&](auto& arg, std::string_view key, const std::string& flag, Index min, Index max,
+                     const std::string& help, unsigned traits) {
+    CLI::Option* option = nullptr;
+    if (traits & kCommandLineByHand)
+      option = add_row_by_hand(sub, *args, key);
+    else if (!flag.empty())
+      option = add_row_option(sub, arg, flag, min, max, help);
+    if (option == nullptr) return;
+    if (traits & kHidden) option->group("");
+    if (traits & kChangesCases) args->defining.emplace_back(option->get_name(), option);
+  };
+#define SHARDCHECK_CAMPAIGN_OPTION(key, field, type, default_value, flag, min, max, help, traits) \
+  add_row(args->key, #key, flag, min, max, help, traits);
+#define SHARDCHECK_CAMPAIGN_FLAG(key, type, default_value, flag, help, traits) \
+  add_row(args->key, #key, flag, 0, 0, help, traits);
+#include "shardcheck/campaign_options.def"
   // `campaign merge DIR... --out DIR` (campaign_merge.cc) runs instead of a campaign.
   CLI::App* merge = register_campaign_merge(sub, state);
   sub->callback([args, merge, &state] {

@@ -68,12 +68,6 @@ struct KeptFile {
   std::string text;
 };
 
-// The checkpoint fields that say which campaign a shard belongs to: everything but how
-// and where it ran (jobs, isolation, limits, timings) and what it found.
-const char* const kCampaignFields[] = {"seed",        "requested_cases", "time_seconds", "policy", "target",
-                                       "oracle",      "strict_layout",   "max_elements", "digest", "digest_share",
-                                       "large_share", "loopback_share",  "shard_count"};
-
 // The report.json fields that must say what the checkpoint says.
 const char* const kReportFields[] = {"cases",         "complete",        "total", "by_constructor",
                                      "by_corruption", "by_refusal_kind", "by_op", "findings"};
@@ -108,7 +102,7 @@ std::string read_shard(const fs::path& dir, Shard& shard) {
   return {};
 }
 
-std::string field_text(const Json& checkpoint, const char* field) {
+std::string field_text(const Json& checkpoint, const std::string& field) {
   return checkpoint.contains(field) ? checkpoint[field].dump() : "(none)";
 }
 
@@ -116,7 +110,11 @@ std::string field_text(const Json& checkpoint, const char* field) {
 std::string refuse_shards(const std::vector<Shard>& shards) {
   const Shard& first = shards.front();
   for (const Shard& shard : shards) {
-    for (const char* field : kCampaignFields) {
+    // The checkpoint fields that say which campaign a shard belongs to (campaign_options.def's
+    // kComparedByMerge): not how and where it ran (jobs, isolation, limits) nor what it found.
+    for (const campaign::OptionRow& row : campaign::kOptionRows) {
+      if ((row.traits & campaign::kComparedByMerge) == 0) continue;
+      const std::string field(row.key);
       if (field_text(shard.checkpoint_json, field) != field_text(first.checkpoint_json, field)) {
         return fmt::format("{} and {} are shards of different campaigns: {} {} and {}", first.dir.string(),
                            shard.dir.string(), field, field_text(first.checkpoint_json, field),

@@ -838,6 +838,23 @@ TEST_P(MergeOfSwappedFindings, AreRefusedNamingTheFile) {
 INSTANTIATE_TEST_SUITE_P(CampaignMerge, MergeOfSwappedFindings, ::testing::Values(true, false),
                          [](const auto& info) { return info.param ? "Reduced" : "AsFound"; });
 
+// Shards of one seed and count whose cases are of different operations (or run on
+// different backends) are shards of different campaigns: their tables would add up to
+// no campaign's.
+TEST_F(CliTest, CampaignMergeRefusesShardsOfAnotherOperation) {
+  legacy_shards(dir_);
+  Ran reshard = shardcheck("campaign --seed 3 --cases 200 --policy legacy --op reshard --jobs 1 --no-isolate --quiet "
+                           "--reduce-evaluations 0 --shard 0/2 --out " +
+                               quoted((dir_ / "reshard").string()),
+                           true);
+  ASSERT_TRUE(reshard.exit_code == 0 || reshard.exit_code == 1) << reshard.out;
+  Ran merged = merge(dir_, "reshard");
+  EXPECT_EQ(merged.exit_code, 2) << merged.out;
+  EXPECT_NE(merged.out.find("are shards of different campaigns: op \"reshard\" and (none)"), std::string::npos)
+      << merged.out;
+  EXPECT_FALSE(fs::exists(dir_ / "merged"));
+}
+
 // A shard whose checkpoint was edited so that its findings became refusals (its resume
 // would then say PASS) is refused naming the shard and the count, however the edit went.
 TEST_F(CliTest, CampaignMergeRefusesAShardWhoseFindingsWereMovedToRefused) {

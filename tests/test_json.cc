@@ -983,5 +983,130 @@ TEST(CheckpointReader, RefusesTruncatedAndGarbageCheckpoints) {
   EXPECT_GT(refused, 20);
 }
 
+
+// A value of an option's type other than `value`, so that a round trip that dropped the
+// option (or read back its default) shows.
+bool other_than(bool value) { return !value; }
+int other_than(int value) { return value + 3; }
+Index other_than(Index value) { return value + 3; }
+std::uint64_t other_than(std::uint64_t value) { return value + 3; }
+double other_than(double value) { return value + 0.5; }
+std::string other_than(const std::string& value) { return value + "other"; }
+Policy other_than(Policy value) { return value == Policy::strict ? Policy::legacy : Policy::strict; }
+oracles::OracleKind other_than(oracles::OracleKind value) {
+  return value == oracles::OracleKind::truth ? oracles::OracleKind::same_map : oracles::OracleKind::truth;
+}
+template <class T>
+std::optional<T> other_than(const std::optional<T>& value) {
+  return value ? other_than(*value) : T{5};
+}
+
+// The defaults the rows of campaign_options.def state are the defaults campaign::Options
+// has (a nested row repeats its struct's default; the command line relies on both).
+TEST(CampaignOptions, RowDefaultsAreTheOptionsDefaults) {
+  const campaign::Options defaults;
+  using namespace campaign::option_traits;
+  int rows = 0;
+#define SHARDCHECK_CAMPAIGN_OPTION(key, field, type, default_value, flag, min, max, help, traits) \
+  EXPECT_EQ(defaults.field, type(default_value)) << #key;                                   \
+  ++rows;
+#include "shardcheck/campaign_options.def"
+  EXPECT_EQ(rows, static_cast<int>(std::size(campaign::kOptionRows)));
+}
+
+// Every checkpointed row of campaign_options.def, given a value other than its default,
+// is written and read back equal.
+TEST(CheckpointReader, EveryOptionRowRoundTrips) {
+  using namespace campaign::option_traits;
+  campaign::Checkpoint written;
+  campaign::Options& options = written.report.options;
+  int checkpointed = 0;
+#define SHARDCHECK_CAMPAIGN_OPTION(key, field, type, default_value, flag, min, max, help, traits) \
+  if ((traits) & (kCheckpointed | kCheckpointedByHand)) {                                   \
+    options.field = other_than(type(default_value));                                        \
+    ++checkpointed;                                                                         \
+  }
+#include "shardcheck/campaign_options.def"
+  ASSERT_GT(checkpointed, 20);
+  const Json json = campaign::checkpoint_to_json(written);
+  const auto read = campaign::checkpoint_from_json(json);
+  ASSERT_TRUE(read.ok()) << read.error().to_string() << "\n" << json.dump();
+  const campaign::Options& back = read.value().report.options;
+#define SHARDCHECK_CAMPAIGN_OPTION(key, field, type, default_value, flag, min, max, help, traits) \
+  if ((traits) & (kCheckpointed | kCheckpointedByHand)) {                                   \
+    EXPECT_EQ(back.field, options.field) << #key;                                           \
+    EXPECT_NE(back.field, type(default_value)) << #key;                                     \
+  }
+#include "shardcheck/campaign_options.def"
+  // Written and read again: the same text.
+  EXPECT_EQ(campaign::checkpoint_to_json(read.value()).dump(), json.dump());
+}
+
+// A bad value is refused with the field at fault named, in the sentence (what `campaign
+// --resume` prints) and as the error's JSON path.
+TEST(CheckpointReader, NamesTheFieldAtFault) {
+  campaign::Options options;
+  options.seed = 7;
+  options.cases = 30;
+  options.jobs = 1;
+  campaign::Checkpoint written;
+  written.report = campaign::run(options);
+  written.done = {{0, 30}};
+  ASSERT_FALSE(written.report.by_constructor.empty());
+  const Json json = campaign::checkpoint_to_json(written);
+  ASSERT_TRUE(campaign::checkpoint_from_json(json).ok());
+
+  struct Bad {
+    std::string key;  // a top-level key, or "" for `edit` alone
+    Json value;
+    std::string path;  // the path the error must name
+  };
+  const std::string constructor = written.report.by_constructor.begin()->first;
+  const std::vector<Bad> cases = {
+      {"seed", Json(-1), "seed"},  // read as 2^64-1 by a careless get<std::uint64_t>
+      {"seed", Json("7"), "seed"},
+      {"requested_cases", Json(true), "requested_cases"},
+      {"time_seconds", Json("60"), "time_seconds"},
+      {"jobs", Json("x"), "jobs"},
+      {"policy", Json("lenient"), "policy"},
+      {"oracle", Json("psychic"), "oracle"},
+      {"digest_share", Json(-1), "digest_share"},
+      {"reduce_evaluations", Json(1.5), "reduce_evaluations"},
+      {"target_timeout", Json(0), "target_timeout"},
+      {"shard_index", Json(1), "shard_index"},  // of 1 shard
+      {"op", Json("rebuild"), "op"},
+      {"case_memory_limit", Json::array({1}), "case_memory_limit"},
+      {"complete", Json(1), "complete"},
+      {"done", Json::array({Json::array({0, -30})}), "done[0][1]"},
+  };
+  for (const Bad& bad : cases) {
+    Json edited = json;
+    edited[bad.key] = bad.value;
+    const auto read = campaign::checkpoint_from_json(edited);
+    ASSERT_FALSE(read.ok()) << bad.key << " = " << bad.value.dump();
+    EXPECT_EQ(read.error().kind, ErrorKind::format);
+    EXPECT_EQ(read.error().path, "$." + bad.path) << read.error().to_string();
+    EXPECT_EQ(read.error().sentence.rfind("malformed checkpoint: " + bad.path + " ", 0), 0u) << read.error().sentence;
+  }
+  // Inside the tallies and the findings too.
+  Json tally = json;
+  tally["by_constructor"][constructor][2] = "x";
+  auto read = campaign::checkpoint_from_json(tally);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().path, "$.by_constructor." + constructor + "[2]") << read.error().to_string();
+  Json missing = json;
+  missing.erase("seed");
+  read = campaign::checkpoint_from_json(missing);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().sentence, "malformed checkpoint: seed is missing");
+  if (!json["findings"].empty()) {
+    Json finding = json;
+    finding["findings"][0]["numel"] = -2;
+    read = campaign::checkpoint_from_json(finding);
+    ASSERT_FALSE(read.ok());
+    EXPECT_EQ(read.error().path, "$.findings[0].numel") << read.error().to_string();
+  }
+}
+
 }  // namespace
 }  // namespace shardcheck

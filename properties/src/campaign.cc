@@ -1,6 +1,7 @@
 #include "shardcheck/campaign.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <memory>
@@ -192,9 +193,7 @@ std::string render_table(const std::vector<TableSection>& sections) {
   return out;
 }
 
-std::string_view oracle_name(oracles::OracleKind oracle) {
-  return oracle == oracles::OracleKind::truth ? "truth" : "same-map";
-}
+std::string_view oracle_name(oracles::OracleKind oracle) { return oracles::oracle_kind_name(oracle); }
 
 // What ran the conversions: the target's name, or the policy's.
 std::string implementation_name(const Options& o) {
@@ -307,35 +306,273 @@ Json report_to_json(const Report& report) {
   return j;
 }
 
+namespace {
+
+// Counts beyond this are not a campaign's: refusing them keeps the sums below exact.
+constexpr Index kMaxCount = Index{1} << 50;
+
+// The option keys of checkpoints written before campaign_options.def, in the order they
+// were written then (the rows follow `campaign --help` instead): a checkpoint keeps them
+// in this order, and the key of a newer row follows them in row order. Never edited.
+constexpr std::string_view kCheckpointKeyOrder[] = {
+    "seed",           "requested_cases", "time_seconds",       "policy",      "target",        "target_timeout",
+    "oracle",         "strict_layout",   "max_elements",       "digest",      "op",            "digest_share",
+    "large_share",    "loopback_share",  "reduce_evaluations", "backend",     "backend_share", "share_backend",
+    "shard_index",    "shard_count",     "jobs",               "isolate",     "case_time_limit",
+    "case_memory_limit"};
+
+// An option's value in a checkpoint, by its type (campaign_options.def's `type`).
+template <class T>
+Json option_json(const T& value) {
+  return Json(value);
+}
+Json option_json(Policy policy) { return std::string(policy_name(policy)); }
+Json option_json(oracles::OracleKind oracle) { return std::string(oracles::oracle_kind_name(oracle)); }
+template <class T>
+Json option_json(const std::optional<T>& value) {
+  return value ? option_json(*value) : Json(nullptr);
+}
+
+// Reads a checkpoint's value into `out`, or says what it should have been.
+std::optional<std::string> decode(const Json& j, bool& out) {
+  if (!j.is_boolean()) return "true or false";
+  out = j.get<bool>();
+  return std::nullopt;
+}
+std::optional<std::string> decode(const Json& j, std::string& out) {
+  if (!j.is_string()) return "a string";
+  out = j.get<std::string>();
+  return std::nullopt;
+}
+std::optional<std::string> decode(const Json& j, double& out) {
+  if (!j.is_number() || !std::isfinite(j.get<double>())) return "a number";
+  out = j.get<double>();
+  return std::nullopt;
+}
+// A whole number that is not negative, or nothing: nlohmann would read -1 as 2^64-1.
+std::optional<std::uint64_t> whole_number(const Json& j) {
+  if (j.is_number_unsigned()) return j.get<std::uint64_t>();
+  if (j.is_number_integer() && j.get<std::int64_t>() >= 0) return static_cast<std::uint64_t>(j.get<std::int64_t>());
+  return std::nullopt;
+}
+std::optional<std::string> decode(const Json& j, std::uint64_t& out) {
+  const auto value = whole_number(j);
+  if (!value) return fmt::format("a whole number from 0 to {}", std::numeric_limits<std::uint64_t>::max());
+  out = *value;
+  return std::nullopt;
+}
+std::optional<std::string> decode(const Json& j, int& out) {
+  const auto value = whole_number(j);
+  if (!value || *value > static_cast<std::uint64_t>(std::numeric_limits<int>::max())) {
+    return fmt::format("a whole number from 0 to {}", std::numeric_limits<int>::max());
+  }
+  out = static_cast<int>(*value);
+  return std::nullopt;
+}
+// A count: never past kMaxCount.
+std::optional<std::string> decode(const Json& j, Index& out) {
+  const auto value = whole_number(j);
+  if (!value || *value > static_cast<std::uint64_t>(kMaxCount)) return "a whole number from 0 to 2^50";
+  out = static_cast<Index>(*value);
+  return std::nullopt;
+}
+std::optional<std::string> decode(const Json& j, Policy& out) {
+  const auto policy = j.is_string() ? parse_policy(j.get<std::string>()) : std::nullopt;
+  if (!policy) return "a policy (strict or legacy)";
+  out = *policy;
+  return std::nullopt;
+}
+std::optional<std::string> decode(const Json& j, oracles::OracleKind& out) {
+  const auto oracle = j.is_string() ? oracles::parse_oracle_kind(j.get<std::string>()) : std::nullopt;
+  if (!oracle) return "an oracle (" + oracles::oracle_choices() + ")";
+  out = *oracle;
+  return std::nullopt;
+}
+template <class T>
+std::optional<std::string> decode(const Json& j, std::optional<T>& out) {
+  if (j.is_null()) {
+    out.reset();
+    return std::nullopt;
+  }
+  T value{};
+  auto why = decode(j, value);
+  if (!why) out = value;
+  return why ? std::optional<std::string>("null or " + *why) : std::nullopt;
+}
+
+// The fields of one JSON object of a checkpoint, read into typed values. The first fault
+// is kept (`fault`, shared by every Fields of one read) and names the field at fault by
+// its path ("seed", "findings[2].numel"); each read after it does nothing.
+class Fields {
+ public:
+  Fields(const Json& object, std::string path, std::optional<Error>& fault)
+      : object_(object), path_(std::move(path)), fault_(fault) {
+    if (!object_.is_object()) fail(path_, "must be an object");
+  }
+
+  bool has(std::string_view key) const { return object_.is_object() && object_.contains(std::string(key)); }
+  std::string path_of(std::string_view key) const {
+    return path_.empty() ? std::string(key) : fmt::format("{}.{}", path_, key);
+  }
+  // The value of a key that must be there, or nullptr (a fault, unless there was one).
+  const Json* at(std::string_view key) {
+    if (fault_) return nullptr;
+    if (!has(key)) {
+      fail(path_of(key), "is missing");
+      return nullptr;
+    }
+    return &object_[std::string(key)];
+  }
+  template <class T>
+  void read(std::string_view key, T& out) {
+    if (const Json* value = at(key)) read_value(*value, path_of(key), out);
+  }
+  // A key that older checkpoints lack: then `out` keeps its value.
+  template <class T>
+  void read_if_present(std::string_view key, T& out) {
+    if (has(key)) read(key, out);
+  }
+  template <class T>
+  void read_value(const Json& value, const std::string& path, T& out) {
+    if (fault_) return;
+    if (auto why = decode(value, out)) {
+      std::string got = value.dump(-1, ' ', false, Json::error_handler_t::replace);
+      if (got.size() > 40) got = got.substr(0, 37) + "...";
+      fail(path, fmt::format("must be {}, got {}", *why, got));
+    }
+  }
+  // A fault of the field at `path` ("" for the whole checkpoint): "<path> <what>".
+  void fail(const std::string& path, std::string_view what) {
+    if (fault_) return;
+    const std::string sentence = path.empty() ? fmt::format("malformed checkpoint: {}", what)
+                                              : fmt::format("malformed checkpoint: {} {}", path, what);
+    fault_ = make_error(ErrorKind::format, sentence, Where::in_json(path.empty() ? "$" : "$." + path));
+  }
+
+ private:
+  const Json& object_;
+  std::string path_;
+  std::optional<Error>& fault_;
+};
+
+// Six counts: a checkpoint written before target faults were counted (none then).
+void read_tally(Fields& fields, const Json& j, const std::string& path, Tally& t) {
+  if (!j.is_array() || (j.size() != 7 && j.size() != 6)) return fields.fail(path, "must be an array of 7 counts");
+  Index* counts[] = {&t.cases, &t.refused, &t.exact, &t.wrong, &t.valid_but_different, &t.crashed, &t.target_faults};
+  Index sum = 0;
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    fields.read_value(j[i], fmt::format("{}[{}]", path, i), *counts[i]);
+    if (i > 0) sum += *counts[i];
+  }
+  if (sum != t.cases) fields.fail(path, "has outcomes that do not add up to its cases");
+}
+
+void read_tallies(Fields& fields, std::string_view section, std::map<std::string, Tally>& out) {
+  const Json* tallies = fields.at(section);
+  if (!tallies) return;
+  if (!tallies->is_object()) return fields.fail(std::string(section), "must be an object");
+  for (const auto& [name, tally] : tallies->items()) {
+    read_tally(fields, tally, fmt::format("{}.{}", section, name), out[name]);
+  }
+}
+
+// The done ranges: sorted, disjoint and non-empty; returns how many cases they hold.
+Index read_done(Fields& fields, std::vector<std::pair<Index, Index>>& done) {
+  const Json* ranges = fields.at("done");
+  if (!ranges) return 0;
+  if (!ranges->is_array()) {
+    fields.fail("done", "must be an array of [first, end] ranges");
+    return 0;
+  }
+  Index cases = 0;
+  Index previous_end = -1;
+  for (std::size_t i = 0; i < ranges->size(); ++i) {
+    const Json& range = (*ranges)[i];
+    const std::string path = fmt::format("done[{}]", i);
+    if (!range.is_array() || range.size() != 2) {
+      fields.fail(path, "must be [first, end]");
+      return 0;
+    }
+    Index first = 0, end = 0;
+    fields.read_value(range[0], path + "[0]", first);
+    fields.read_value(range[1], path + "[1]", end);
+    if (end <= first || first <= previous_end) fields.fail(path, "is not sorted, disjoint and non-empty");
+    previous_end = end;
+    cases += end - first;
+    done.emplace_back(first, end);
+  }
+  return cases;
+}
+
+void read_findings(Fields& fields, std::optional<Error>& fault, std::vector<FindingRecord>& findings) {
+  const Json* list = fields.at("findings");
+  if (!list) return;
+  if (!list->is_array()) return fields.fail("findings", "must be an array");
+  for (std::size_t i = 0; i < list->size() && !fault; ++i) {
+    Fields f((*list)[i], fmt::format("findings[{}]", i), fault);
+    FindingRecord record;
+    std::string judge;
+    f.read("judge", judge);
+    if (const auto id = props::judge_named(judge)) {
+      record.judge = *id;
+    } else {
+      f.fail(f.path_of("judge"), "names no judge of findings.def");
+    }
+    f.read("signature", record.signature);
+    f.read("message", record.message);
+    f.read("case_index", record.first_case);
+    f.read("occurrences", record.occurrences);
+    f.read("numel", record.numel);
+    f.read("pieces", record.pieces);
+    f.read("has_case", record.has_case);
+    findings.push_back(std::move(record));
+  }
+}
+
+// The options of campaign_options.def's checkpointed rows (by their types), and the
+// checks across them.
+void read_options(Fields& fields, Options& o) {
+#define SHARDCHECK_CAMPAIGN_OPTION(key, field, type, default_value, flag, min, max, help, traits) \
+  if (!((traits) & kCheckpointed)) {                                                          \
+  } else if (!fields.has(#key) && ((traits) & kOffWhenAbsent)) {                              \
+    o.field = type{};                                                                         \
+  } else if ((traits) & kDefaultWhenAbsent) {                                                 \
+    fields.read_if_present(#key, o.field);                                                    \
+  } else {                                                                                    \
+    fields.read(#key, o.field);                                                               \
+  }
+#include "shardcheck/campaign_options.def"
+  // The op row (kCheckpointedByHand): absent from checkpoints of campaigns that did not reshard.
+  std::string op;
+  fields.read_if_present("op", op);
+  if (!op.empty() && op != "reshard") fields.fail("op", fmt::format("must be \"reshard\", got {}", Json(op).dump(-1, ' ', false, Json::error_handler_t::replace)));
+  o.generate.reshard = !op.empty();
+  if (!o.cases && !o.time_seconds) fields.fail("", "it has neither a case count nor a time budget");
+  if (!(o.eval.target_timeout_seconds > 0)) fields.fail("target_timeout", "must be positive");
+  if (o.shard_count < 1) fields.fail("shard_count", "must be at least 1");
+  if (o.shard_index >= o.shard_count) fields.fail("shard_index", "must be below shard_count");
+  o.jobs = std::max(1, o.jobs);
+}
+
+}  // namespace
+
 Json checkpoint_to_json(const Checkpoint& checkpoint) {
   const Report& report = checkpoint.report;
   const Options& o = report.options;
+  Json options = Json::object();
+#define SHARDCHECK_CAMPAIGN_OPTION(key, field, type, default_value, flag, min, max, help, traits) \
+  if ((traits) & kCheckpointed) options[#key] = option_json(o.field);
+#include "shardcheck/campaign_options.def"
+  // The op row (kCheckpointedByHand): only then, so that other checkpoints read as before.
+  if (o.generate.reshard) options["op"] = "reshard";
   Json j;
   j["shardcheck_checkpoint"] = 1;
-  j["seed"] = o.seed;
-  j["requested_cases"] = o.cases ? Json(*o.cases) : Json(nullptr);
-  j["time_seconds"] = o.time_seconds ? Json(*o.time_seconds) : Json(nullptr);
-  j["policy"] = policy_name(o.eval.policy);
-  j["target"] = o.eval.target;
-  j["target_timeout"] = o.eval.target_timeout_seconds;
-  j["oracle"] = oracle_name(o.eval.oracle);
-  j["strict_layout"] = o.eval.strict_layout;
-  j["max_elements"] = o.generate.layout.max_elements;
-  j["digest"] = o.generate.record_digest;
-  if (o.generate.reshard) j["op"] = "reshard";
-  j["digest_share"] = o.digest_share;
-  j["large_share"] = o.large_share;
-  j["loopback_share"] = o.loopback_share;
-  j["reduce_evaluations"] = o.reduce_evaluations;
-  j["backend"] = o.eval.backend;
-  j["backend_share"] = o.backend_share;
-  j["share_backend"] = o.share_backend;
-  j["shard_index"] = o.shard_index;
-  j["shard_count"] = o.shard_count;
-  j["jobs"] = o.jobs;
-  j["isolate"] = o.isolate;
-  j["case_time_limit"] = o.case_time_limit;
-  j["case_memory_limit"] = o.case_memory_limit;
+  for (std::string_view key : kCheckpointKeyOrder) {
+    if (!options.contains(std::string(key))) continue;
+    j[std::string(key)] = options[std::string(key)];
+    options.erase(std::string(key));
+  }
+  for (const auto& [key, value] : options.items()) j[key] = value;
   j["seconds"] = report.seconds;
   j["complete"] = report.complete;
   j["done"] = Json::array();
@@ -359,139 +596,33 @@ Json checkpoint_to_json(const Checkpoint& checkpoint) {
   return j;
 }
 
-namespace {
-
-// Counts beyond this are not a campaign's: refusing them keeps the sums below exact.
-constexpr Index kMaxCount = Index{1} << 50;
-
-Index checked_count(const Json& j, const char* what) {
-  const Index value = j.get<Index>();
-  if (value < 0 || value > kMaxCount) throw std::out_of_range(fmt::format("{} out of range", what));
-  return value;
-}
-
-Index count_field(const Json& j, const char* key) { return checked_count(j.at(key), key); }
-
-// Six counts: a checkpoint written before target faults were counted (none then).
-Tally tally_from_array(const Json& j) {
-  if (!j.is_array() || (j.size() != 7 && j.size() != 6)) throw std::out_of_range("a tally is not an array of 7 counts");
-  Tally t;
-  Index* fields[] = {&t.cases, &t.refused, &t.exact, &t.wrong, &t.valid_but_different, &t.crashed, &t.target_faults};
-  Index sum = 0;
-  for (std::size_t i = 0; i < j.size(); ++i) {
-    *fields[i] = checked_count(j[i], "a tally count");
-    if (i > 0) sum += *fields[i];
+Result<Checkpoint> checkpoint_from_json(const Json& json) {
+  std::optional<Error> fault;
+  if (!json.is_object() || !json.contains("shardcheck_checkpoint") || json["shardcheck_checkpoint"] != 1) {
+    return make_error(ErrorKind::format, "malformed checkpoint: not a shardcheck checkpoint (version 1)");
   }
-  if (sum != t.cases) throw std::out_of_range("a tally's outcomes do not add up to its cases");
-  return t;
-}
-
-Checkpoint parse_checkpoint(const Json& j) {
-  if (!j.is_object() || !j.contains("shardcheck_checkpoint") || j.at("shardcheck_checkpoint") != 1) {
-    throw std::out_of_range("not a shardcheck checkpoint (version 1)");
-  }
+  Fields fields(json, "", fault);
   Checkpoint checkpoint;
   Report& report = checkpoint.report;
-  Options& o = report.options;
-  o.seed = j.at("seed").get<std::uint64_t>();
-  if (!j.at("requested_cases").is_null()) o.cases = count_field(j, "requested_cases");
-  if (!j.at("time_seconds").is_null()) o.time_seconds = j.at("time_seconds").get<double>();
-  if (!o.cases && !o.time_seconds) throw std::out_of_range("neither a case count nor a time budget");
-  const auto policy = parse_policy(j.at("policy").get<std::string>());
-  if (!policy) throw std::out_of_range("unknown policy");
-  o.eval.policy = *policy;
-  // Absent from checkpoints written before targets existed: the policy ran.
-  if (j.contains("target")) o.eval.target = j.at("target").get<std::string>();
-  if (j.contains("target_timeout")) o.eval.target_timeout_seconds = j.at("target_timeout").get<double>();
-  if (!(o.eval.target_timeout_seconds > 0)) throw std::out_of_range("target_timeout is not positive");
-  const auto oracle = j.at("oracle").get<std::string>();
-  if (oracle == "truth") o.eval.oracle = oracles::OracleKind::truth;
-  else if (oracle == "same-map") o.eval.oracle = oracles::OracleKind::same_map;
-  else throw std::out_of_range("unknown oracle");
-  o.eval.strict_layout = j.at("strict_layout").get<bool>();
-  o.generate.layout.max_elements = count_field(j, "max_elements");
-  o.generate.record_digest = j.at("digest").get<bool>();
-  // Absent from checkpoints of campaigns that did not reshard.
-  if (j.contains("op")) {
-    if (j.at("op") != "reshard") throw std::out_of_range("unknown op");
-    o.generate.reshard = true;
-  }
-  // Absent from checkpoints written before the shared variants: none, as that campaign ran.
-  o.digest_share = j.value("digest_share", 0);
-  o.large_share = j.value("large_share", 0);
-  o.loopback_share = j.value("loopback_share", 0);
-  o.reduce_evaluations = j.value("reduce_evaluations", Index{0});
-  o.eval.backend = j.value("backend", std::string());
-  o.backend_share = j.value("backend_share", 0);
-  o.share_backend = j.value("share_backend", std::string());
-  if (o.digest_share < 0 || o.large_share < 0 || o.loopback_share < 0 || o.backend_share < 0 ||
-      o.reduce_evaluations < 0) {
-    throw std::out_of_range("a share is negative");
-  }
-  o.shard_index = j.at("shard_index").get<int>();
-  o.shard_count = j.at("shard_count").get<int>();
-  if (o.shard_count < 1 || o.shard_index < 0 || o.shard_index >= o.shard_count) {
-    throw std::out_of_range("shard out of range");
-  }
-  o.jobs = std::max(1, j.at("jobs").get<int>());
-  o.isolate = j.at("isolate").get<bool>();
-  o.case_time_limit = j.at("case_time_limit").get<double>();
-  o.case_memory_limit = count_field(j, "case_memory_limit");
-  report.seconds = j.at("seconds").get<double>();
-  report.complete = j.at("complete").get<bool>();
-
-  Index done = 0;
-  Index previous_end = -1;
-  for (const auto& range : j.at("done")) {
-    if (!range.is_array() || range.size() != 2) throw std::out_of_range("a done range is not [first, end]");
-    const Index first = checked_count(range[0], "a done range");
-    const Index end = checked_count(range[1], "a done range");
-    if (first < 0 || end <= first || first <= previous_end) {
-      throw std::out_of_range("done ranges are not sorted, disjoint and non-empty");
-    }
-    previous_end = end;
-    done += end - first;
-    checkpoint.done.emplace_back(first, end);
-  }
-  for (const auto& [name, tally] : j.at("by_constructor").items()) report.by_constructor[name] = tally_from_array(tally);
-  for (const auto& [name, tally] : j.at("by_corruption").items()) report.by_corruption[name] = tally_from_array(tally);
-  for (const auto& [name, tally] : j.at("by_refusal_kind").items()) report.by_refusal_kind[name] = tally_from_array(tally);
-  for (const auto& [name, tally] : j.at("by_op").items()) report.by_op[name] = tally_from_array(tally);
+  read_options(fields, report.options);
+  fields.read("seconds", report.seconds);
+  fields.read("complete", report.complete);
+  const Index done = read_done(fields, checkpoint.done);
+  read_tallies(fields, "by_constructor", report.by_constructor);
+  read_tallies(fields, "by_corruption", report.by_corruption);
+  read_tallies(fields, "by_refusal_kind", report.by_refusal_kind);
+  read_tallies(fields, "by_op", report.by_op);
   for (const auto& [name, tally] : report.by_constructor) {
     report.total.merge(tally);
-    if (report.total.cases > kMaxCount) throw std::out_of_range("the tallies count too many cases");
+    if (report.total.cases > kMaxCount) fields.fail("by_constructor", "counts too many cases");
   }
   report.cases = report.total.cases;
-  if (report.cases != done) throw std::out_of_range("the tallies do not count the done cases");
-  for (const auto& f : j.at("findings")) {
-    FindingRecord record;
-    const auto judge = props::judge_named(f.at("judge").get<std::string>());
-    if (!judge) throw std::out_of_range("a finding names no judge of findings.def");
-    record.judge = *judge;
-    record.signature = f.at("signature").get<std::string>();
-    record.message = f.at("message").get<std::string>();
-    record.first_case = count_field(f, "case_index");
-    record.occurrences = count_field(f, "occurrences");
-    record.numel = count_field(f, "numel");
-    record.pieces = count_field(f, "pieces");
-    record.has_case = f.at("has_case").get<bool>();
-    report.findings.push_back(std::move(record));
-  }
+  if (report.cases != done) fields.fail("done", "holds other cases than the tallies count");
+  read_findings(fields, fault, report.findings);
+  if (fault) return *fault;
   std::sort(report.findings.begin(), report.findings.end(),
             [](const FindingRecord& a, const FindingRecord& b) { return a.signature < b.signature; });
   return checkpoint;
-}
-
-}  // namespace
-
-Result<Checkpoint> checkpoint_from_json(const Json& json) {
-  // The parse reads nlohmann values with checked accessors, which throw on a wrong type or
-  // a missing key; the exception stops here and becomes the reader's error.
-  try {
-    return parse_checkpoint(json);
-  } catch (const std::exception& e) {
-    return make_error(ErrorKind::format, std::string("malformed checkpoint: ") + e.what());
-  }
 }
 
 Json finding_case_file(const Report& report, const FindingRecord& finding) {

@@ -43,62 +43,41 @@ struct Tally {
   friend bool operator==(const Tally&, const Tally&) = default;
 };
 
+// The traits of a row of campaign_options.def (its header says what each means), in a
+// namespace of their own so that code outside campaign:: that expands the rows can use them.
+namespace option_traits {
+enum OptionTrait : unsigned {
+  kCheckpointed = 1u << 0,
+  kOffWhenAbsent = 1u << 1,
+  kDefaultWhenAbsent = 1u << 2,
+  kComparedByMerge = 1u << 3,
+  kHidden = 1u << 4,
+  kChangesCases = 1u << 5,
+  kCommandLineByHand = 1u << 6,
+  kCopiedByHand = 1u << 7,
+  kCheckpointedByHand = 1u << 8,
+};
+}  // namespace option_traits
+using namespace option_traits;
+
+// A row's key and traits, in row order: for code that needs no more of it.
+struct OptionRow {
+  std::string_view key;
+  unsigned traits = 0;
+};
+inline constexpr OptionRow kOptionRows[] = {
+#define SHARDCHECK_CAMPAIGN_OPTION(key, field, type, default_value, flag, min, max, help, traits) {#key, traits},
+#include "shardcheck/campaign_options.def"
+};
+
 struct Options {
-  std::uint64_t seed = 1;
-  std::optional<Index> cases;          // a fixed count (deterministic)...
-  std::optional<double> time_seconds;  // ...or a time budget
-  int jobs = 1;
-  int shard_index = 0;
-  int shard_count = 1;
   props::EvalOptions eval;
   gen::CaseOptions generate;
-
-  // Shares of the cases (1 in N; 0: none) that a default campaign also runs in ways the
-  // plain case does not, each chosen by a hash of (seed, index) (variant_of), so that a
-  // case regenerated from its index is the case that ran:
-  // - digest_share: the producer records digest(F) and rebuild (or reshard) verifies it,
-  //   as with --digest (generate.record_digest, which makes it every case); only without
-  //   a target of the user's (eval.target), which may ignore digests;
-  // - large_share: a large layout (gen::LayoutOptions::large), past the wide copy's
-  //   chunking and the parallel threshold, whatever max_elements says;
-  // - loopback_share: the case goes to `loopback_target` (an exec: target, normally
-  //   `shardcheck serve-protocol`, the strict policy behind the protocol codec) instead
-  //   of the in-process policy; only when eval.target is empty and loopback_target set.
-  // - backend_share: the case also runs on `share_backend` beside the CPU backend (the
-  //   backend differential, props::EvalOptions::backend); only when eval.backend is empty
-  //   and share_backend names a backend this build has.
-  int digest_share = 8;
-  int large_share = 10000;
-  int loopback_share = 64;
-  std::string loopback_target;
-  int backend_share = 64;
-  std::string share_backend;
-
-  // Isolation: cases run in forked worker processes (batches of cases per process), so
-  // a case that crashes, hangs or exhausts memory becomes a finding of its own
-  // ("crash:<signal>:...", "timeout:...", "oom:...") and a fresh worker carries on
-  // after it. Off: worker threads in this process (a crash ends the campaign).
-  // The workers are forked from the thread that calls run(), without exec: threads of
-  // the caller's own must not be inside the allocator or hold library locks then.
-  bool isolate = false;
-  // At the end of a campaign that ran every case, each finding's kept case is reduced
-  // while it shows the same (props::reduce_case) with at most this many replays, and its
-  // case file rewritten with the result and a `reduced` record; 0: no reduction. An
-  // implementation in another process (eval.target) takes a tenth of it: each replay is
-  // a round trip. On by default, since a finding is meant to be a minimal case (see
-  // props::kDefaultMaxEvaluations). A reduction is deterministic; only one that the
-  // campaign's reduction deadline (reduce_findings) cuts off leaves its case as found.
-  Index reduce_evaluations = props::kDefaultMaxEvaluations;
-  double case_time_limit = 60.0;             // seconds of wall time per case (isolated)
-  Index case_memory_limit = Index{2} << 30;  // bytes per worker process (isolated)
-  // Test-only hooks that plant a bad case: case INDEX aborts, sleeps forever, or
-  // allocates memory without bound. They exist to show isolation at work.
-  std::optional<Index> plant_crash_at;
-  std::optional<Index> plant_hang_at;
-  std::optional<Index> plant_oom_at;
-  // Test-only: the worker that runs case INDEX (isolated) reports its batch with one
-  // case too many in a tally, as a worker whose memory was damaged might.
-  std::optional<Index> plant_garbage_at;
+  // One member per OPTION row of campaign_options.def, which says what each is for.
+#define SHARDCHECK_CAMPAIGN_OPTION(key, field, type, default_value, flag, min, max, help, traits) \
+  type field = default_value;
+#define SHARDCHECK_CAMPAIGN_NESTED_OPTION(key, field, type, default_value, flag, min, max, help, traits)
+#include "shardcheck/campaign_options.def"
 };
 
 // The smallest case seen for one finding signature (minimised by size, then index).
