@@ -359,44 +359,34 @@ TargetFault ExecTarget::child_crashed(std::string what, const std::string& reaso
   return fault(FaultKind::crash, reason, std::move(detail));
 }
 
-TargetResult<Json> ExecTarget::exchange(Json request, double timeout_seconds, std::size_t expected_bytes) {
-  const std::string op = request.value("op", std::string("request"));
-  if (pid_ < 0) {
-    if (std::string error = start(); !error.empty()) return fault(FaultKind::crash, "start", error);
-  }
-  // Output nobody asked for, or an exit after the last answer, belongs to no request:
-  // it is charged to this one, which is the first to see it.
-  {
-    pollfd p{io_fd_, POLLIN, 0};
-    if (!pending_.empty() || (poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP)))) {
-      char buffer[4096];
-      const ssize_t n = recv(io_fd_, buffer, sizeof buffer, MSG_DONTWAIT);
-      if (pending_.empty() && n == 0) return reap_as_crash("it exited between requests");
-      if (n > 0) pending_.append(buffer, static_cast<std::size_t>(n));
-      if (!pending_.empty() && pending_.find('\n') == pending_.size() - 1) {
-        if (auto reason = crash_report(pending_.substr(0, pending_.size() - 1))) {
-          pending_.clear();
-          return child_crashed("it died between requests", *reason);
-        }
-      }
-      if (!pending_.empty()) {
-        std::string detail = "unsolicited output: " + excerpt(pending_);
-        stop(std::chrono::milliseconds(0));
-        return fault(FaultKind::garbage, "unsolicited-output", std::move(detail));
-      }
+std::optional<TargetFault> ExecTarget::unsolicited_output() {
+  pollfd p{io_fd_, POLLIN, 0};
+  if (pending_.empty() && !(poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP)))) return std::nullopt;
+  char buffer[4096];
+  const ssize_t n = recv(io_fd_, buffer, sizeof buffer, MSG_DONTWAIT);
+  if (pending_.empty() && n == 0) return reap_as_crash("it exited between requests");
+  if (n > 0) pending_.append(buffer, static_cast<std::size_t>(n));
+  if (!pending_.empty() && pending_.find('\n') == pending_.size() - 1) {
+    if (auto reason = crash_report(pending_.substr(0, pending_.size() - 1))) {
+      pending_.clear();
+      return child_crashed("it died between requests", *reason);
     }
   }
-  const std::int64_t id = next_id_++;
-  request["id"] = id;
-  const std::string out = request.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+  if (pending_.empty()) return std::nullopt;
+  std::string detail = "unsolicited output: " + excerpt(pending_);
+  stop(std::chrono::milliseconds(0));
+  return fault(FaultKind::garbage, "unsolicited-output", std::move(detail));
+}
+
+std::variant<ExecTarget::Sent, TargetFault> ExecTarget::send_and_read_line(const std::string& out, const std::string& op,
+                                                                         double timeout_seconds,
+                                                                         std::size_t expected_bytes) {
   const std::size_t line_limit = kBaseLineLimit + 2 * out.size() + 2 * expected_bytes;
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(timeout_seconds));
-  std::size_t sent = 0;
-  std::string line;
-  bool have_line = false;
-  while (!have_line) {
+  Sent result;
+  while (true) {
     const int wait = remaining_ms(deadline);
     if (wait == 0) {
       drain_stderr();
@@ -404,7 +394,7 @@ TargetResult<Json> ExecTarget::exchange(Json request, double timeout_seconds, st
       stop(std::chrono::milliseconds(0));
       return fault(FaultKind::timeout, "timeout", std::move(detail));
     }
-    pollfd fds[2] = {{io_fd_, static_cast<short>(POLLIN | (sent < out.size() ? POLLOUT : 0)), 0},
+    pollfd fds[2] = {{io_fd_, static_cast<short>(POLLIN | (result.bytes < out.size() ? POLLOUT : 0)), 0},
                      {err_fd_, POLLIN, 0}};
     const int ready = poll(fds, err_fd_ >= 0 ? 2 : 1, wait);
     if (ready < 0) {
@@ -412,32 +402,38 @@ TargetResult<Json> ExecTarget::exchange(Json request, double timeout_seconds, st
       return reap_as_crash(fmt::format("poll failed: {}", std::strerror(errno)));
     }
     if (err_fd_ >= 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) drain_stderr();
-    if ((fds[0].revents & POLLOUT) && sent < out.size()) {
-      const ssize_t n = send(io_fd_, out.data() + sent, out.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) sent += static_cast<std::size_t>(n);
+    if ((fds[0].revents & POLLOUT) && result.bytes < out.size()) {
+      const ssize_t n =
+          send(io_fd_, out.data() + result.bytes, out.size() - result.bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) result.bytes += static_cast<std::size_t>(n);
       else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         return reap_as_crash(fmt::format("it stopped reading its input during {}", op));
       }
     }
-    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-      char buffer[65536];
-      const ssize_t n = recv(io_fd_, buffer, sizeof buffer, MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        return reap_as_crash(fmt::format("it died during {}", op));
-      }
-      if (n > 0) pending_.append(buffer, static_cast<std::size_t>(n));
-      const auto newline = pending_.find('\n');
-      if (newline != std::string::npos) {
-        line = pending_.substr(0, newline);
-        pending_.erase(0, newline + 1);
-        have_line = true;
-      } else if (pending_.size() > line_limit) {
-        stop(std::chrono::milliseconds(0));
-        return fault(FaultKind::garbage, "too-long",
-                     fmt::format("a response line to {} longer than {} bytes", op, line_limit));
-      }
+    if (!(fds[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    char buffer[65536];
+    const ssize_t n = recv(io_fd_, buffer, sizeof buffer, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      return reap_as_crash(fmt::format("it died during {}", op));
+    }
+    if (n > 0) pending_.append(buffer, static_cast<std::size_t>(n));
+    const auto newline = pending_.find('\n');
+    if (newline != std::string::npos) {
+      result.line = pending_.substr(0, newline);
+      pending_.erase(0, newline + 1);
+      return result;
+    }
+    if (pending_.size() > line_limit) {
+      stop(std::chrono::milliseconds(0));
+      return fault(FaultKind::garbage, "too-long",
+                   fmt::format("a response line to {} longer than {} bytes", op, line_limit));
     }
   }
+}
+
+TargetResult<Json> ExecTarget::answer_of(const Sent& sent, bool whole_request_sent, std::int64_t id,
+                                         const std::string& op) {
+  const std::string& line = sent.line;
   auto garbage = [&](std::string reason, std::string what) -> TargetResult<Json> {
     std::string detail = fmt::format("{} in the answer to {}: {}", what, op, excerpt(line));
     stop(std::chrono::milliseconds(0));
@@ -447,7 +443,7 @@ TargetResult<Json> ExecTarget::exchange(Json request, double timeout_seconds, st
   if (auto reason = crash_report(line); reason && pending_.empty()) {
     return child_crashed(fmt::format("it died during {}", op), *reason);
   }
-  if (sent < out.size()) return garbage("answered-early", "an answer before the whole request was read");
+  if (!whole_request_sent) return garbage("answered-early", "an answer before the whole request was read");
   if (!pending_.empty()) return garbage("extra-output", "more than one line");
   // nlohmann reads a NUL byte as the end of its input; JSON text cannot hold one.
   Json response = line.find('\0') == std::string::npos ? Json::parse(line, nullptr, false) : Json(Json::value_t::discarded);
@@ -476,6 +472,23 @@ TargetResult<Json> ExecTarget::exchange(Json request, double timeout_seconds, st
     if (!refusal.fallback) return garbage("bad-fallback", "a fallback without an object holding a message");
   }
   return refusal;
+}
+
+TargetResult<Json> ExecTarget::exchange(Json request, double timeout_seconds, std::size_t expected_bytes) {
+  const std::string op = request.value("op", std::string("request"));
+  if (pid_ < 0) {
+    if (std::string error = start(); !error.empty()) return fault(FaultKind::crash, "start", error);
+  }
+  // Output nobody asked for, or an exit after the last answer, belongs to no request:
+  // it is charged to this one, which is the first to see it.
+  if (auto unsolicited = unsolicited_output()) return std::move(*unsolicited);
+  const std::int64_t id = next_id_++;
+  request["id"] = id;
+  const std::string out = request.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+  auto sent = send_and_read_line(out, op, timeout_seconds, expected_bytes);
+  if (auto* failed = std::get_if<TargetFault>(&sent)) return std::move(*failed);
+  const Sent& answered = std::get<Sent>(sent);
+  return answer_of(answered, answered.bytes == out.size(), id, op);
 }
 
 TargetFault ExecTarget::garbage_answer(const std::string& op, const Json& response, std::string reason,

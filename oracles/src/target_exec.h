@@ -48,6 +48,17 @@ class ExecTarget final : public Target {
   // One request/response exchange: the response object, a refusal, or a fault.
   // `expected_bytes` (the size of a result tensor) bounds how long a line may grow.
   TargetResult<Json> exchange(Json request, double timeout_seconds, std::size_t expected_bytes);
+  // exchange's steps. A fault for output that came before the request was sent.
+  std::optional<TargetFault> unsolicited_output();
+  // The request sent (as far as the process read it) and the first line it answered.
+  struct Sent {
+    std::size_t bytes = 0;
+    std::string line;
+  };
+  std::variant<Sent, TargetFault> send_and_read_line(const std::string& out, const std::string& op,
+                                                    double timeout_seconds, std::size_t expected_bytes);
+  // The answer line as the protocol reads it: the response object, a refusal, or a fault.
+  TargetResult<Json> answer_of(const Sent& sent, bool whole_request_sent, std::int64_t id, const std::string& op);
   TargetResult<Buffer> tensor_request(Json request, DType dtype, Index expected_numel);
   // A fault for a well-formed line whose content the protocol does not allow.
   TargetFault garbage_answer(const std::string& op, const Json& response, std::string reason, std::string what);
