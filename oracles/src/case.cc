@@ -329,122 +329,195 @@ Status decode_expectations(const Json& json, Case& c) {
   return {};
 }
 
-}  // namespace
+// One field of a case file each; a field absent from the file is left as Case has it.
+Status decode_name(const Json& value, Case& c) {
+  auto name = get_string(value, "$.name");
+  if (!name) return name.error();
+  c.name = name.value();
+  return {};
+}
 
-Result<Case> decode_case(const Json& json) {
-  if (!json.is_object()) return format_error("$", "a case file must be a JSON object");
-  if (!json.contains("shardcheck_case")) {
-    return format_error("$", "not a case file, as \"shardcheck_case\" is missing");
+Status decode_truth(const Json& value, Case& c) {
+  auto truth = decode_map(value, "$.truth");
+  if (!truth) return truth.error();
+  c.truth = std::move(truth.value());
+  return {};
+}
+
+// Resharding (contract 11): the target side. A target map that does not decode is
+// refused format like the source map (it is under test too); a target truth that does
+// not decode makes the case unusable, as a truth does.
+Status decode_target_map(const Json& value, Case& c) {
+  auto map = decode_map(value, "$.target_map");
+  if (map) {
+    c.target_map = std::move(map.value());
+  } else {
+    c.undecoded_target_map = value;
+    c.target_map = Map{};
   }
-  const Json& version = json["shardcheck_case"];
-  if (!version.is_number_integer() || version.dump() != std::to_string(kCaseVersion)) {
-    return format_error("$.shardcheck_case",
-                        fmt::format("case format {} is not supported (this reader knows {})",
-                                    version.dump(), kCaseVersion));
+  return {};
+}
+
+Status decode_target_truth(const Json& value, Case& c) {
+  auto map = decode_map(value, "$.target_truth");
+  if (!map) return map.error();
+  c.target_truth = std::move(map.value());
+  return {};
+}
+
+Status decode_dtype(const Json& value, Case& c) {
+  auto name = get_string(value, "$.dtype");
+  if (!name) return name.error();
+  auto dtype = parse_dtype(name.value());
+  if (!dtype) return format_error("$.dtype", fmt::format("expected a dtype, got \"{}\"", name.value()));
+  c.dtype = *dtype;
+  return {};
+}
+
+Status decode_full(const Json& value, Case& c) {
+  auto full = decode_values(c.dtype, value, "$.full");
+  if (!full) return full.error();
+  c.full = std::move(full.value());
+  return {};
+}
+
+Status decode_case_shards(const Json& value, Case& c) {
+  auto shards = decode_shards(c.dtype, value, "$.shards");
+  if (!shards) return shards.error();
+  c.shards = std::move(shards.value());
+  return {};
+}
+
+Status decode_scale_power(const Json& value, Case& c) {
+  auto power = get_integer(value, "$.scale_power");
+  if (!power) return power.error();
+  if (power.value() < std::numeric_limits<int>::min() || power.value() > std::numeric_limits<int>::max()) {
+    return format_error("$.scale_power", "scale_power does not fit an int");
   }
-  Case c;
-  if (json.contains("name")) {
-    auto name = get_string(json["name"], "$.name");
-    if (!name) return name.error();
-    c.name = name.value();
+  c.scale_power = static_cast<int>(power.value());
+  return {};
+}
+
+// Contract 10: the digest the rebuild is asked to verify.
+Status decode_digest(const Json& value, Case& c) {
+  auto text = get_string(value, "$.digest");
+  if (!text) return text.error();
+  auto digest = parse_digest(text.value());
+  if (!digest) return format_error("$.digest", "expected a content digest \"0x\" followed by 16 hex digits");
+  c.digest = *digest;
+  return {};
+}
+
+Status decode_digest_state(const Json& value, Case& c) {
+  auto state = get_string(value, "$.digest_state");
+  if (!state) return state.error();
+  if (state.value().empty()) return format_error("$.digest_state", "expected a state name, got the empty string");
+  c.digest_state = state.value();
+  return {};
+}
+
+Status decode_case_ops(const Json& value, Case& c) {
+  auto ops = decode_ops(value);
+  if (!ops) return ops.error();
+  c.ops = ops.value();
+  return {};
+}
+
+Status decode_case_legacy(const Json& value, Case& c) { return decode_legacy(value, c.dtype, c); }
+
+Status decode_constructor(const Json& value, Case& c) {
+  auto constructor = get_string(value, "$.constructor");
+  if (!constructor) return constructor.error();
+  c.constructor = constructor.value();
+  return {};
+}
+
+Status decode_case_corruption(const Json& value, Case& c) {
+  auto corruption = decode_corruption(value, "$.corruption");
+  if (!corruption) return corruption.error();
+  c.corruption = std::move(corruption.value());
+  return {};
+}
+
+// The fields after the map under test, in the order they are read: the dtype before the
+// values it types, so that an error names the first field at fault in this order.
+struct CaseField {
+  const char* key;
+  Status (*decode)(const Json& value, Case& c);
+};
+
+constexpr CaseField kCaseFields[] = {
+    {"truth", decode_truth},
+    {"target_map", decode_target_map},
+    {"target_truth", decode_target_truth},
+    {"dtype", decode_dtype},
+    {"full", decode_full},
+    {"shards", decode_case_shards},
+    {"scale_power", decode_scale_power},
+    {"digest", decode_digest},
+    {"digest_state", decode_digest_state},
+    {"op", decode_case_ops},
+};
+
+// After the expectations, which decode_expectations reads together.
+constexpr CaseField kCaseRecordFields[] = {
+    {"legacy", decode_case_legacy},
+    {"constructor", decode_constructor},
+    {"corruption", decode_case_corruption},
+};
+
+Status decode_fields(const Json& json, std::span<const CaseField> fields, Case& c) {
+  for (const CaseField& field : fields) {
+    if (!json.contains(field.key)) continue;
+    if (Status status = field.decode(json[field.key], c); !status.ok()) return status;
   }
+  return {};
+}
+
+// The map under test, as JSON or as the text it was read from. One that does not decode
+// is kept as given: the case's verdict is then refused format, not an unusable case.
+Status decode_map_under_test(const Json& json, Case& c) {
   if (json.contains("map_text")) {
     auto text = get_string(json["map_text"], "$.map_text");
     if (!text) return text.error();
     c.map_text = text.value();
-    auto map = decode_map_text(*c.map_text);
-    if (map) c.map = std::move(map.value());  // else refused format, not an unusable case
+    if (auto map = decode_map_text(*c.map_text)) c.map = std::move(map.value());
+    return {};
+  }
+  if (!json.contains("map")) return format_error("$", "the case has no \"map\"");
+  if (auto map = decode_map(json["map"], "$.map")) {
+    c.map = std::move(map.value());
   } else {
-    if (!json.contains("map")) return format_error("$", "the case has no \"map\"");
-    auto map = decode_map(json["map"], "$.map");
-    if (map) c.map = std::move(map.value());
-    else c.undecoded_map = json["map"];  // a refused map, not an unusable case
+    c.undecoded_map = json["map"];
   }
-  if (json.contains("truth")) {
-    auto truth = decode_map(json["truth"], "$.truth");
-    if (!truth) return truth.error();
-    c.truth = std::move(truth.value());
+  return {};
+}
+
+Status check_case_version(const Json& json) {
+  if (!json.is_object()) return format_error("$", "a case file must be a JSON object");
+  if (!json.contains("shardcheck_case")) return format_error("$", "not a case file, as \"shardcheck_case\" is missing");
+  const Json& version = json["shardcheck_case"];
+  if (!version.is_number_integer() || version.dump() != std::to_string(kCaseVersion)) {
+    return format_error("$.shardcheck_case", fmt::format("case format {} is not supported (this reader knows {})",
+                                                         version.dump(), kCaseVersion));
   }
-  // Resharding (contract 11): the target side. A target map that does not decode is
-  // refused format like the source map (it is under test too); a target truth that does
-  // not decode makes the case unusable, as a truth does.
-  for (const char* key : {"target_map", "target_truth"}) {
-    if (!json.contains(key)) continue;
-    const bool under_test = std::string_view(key) == "target_map";
-    auto map = decode_map(json[key], std::string("$.") + key);
-    if (!map && under_test) {
-      c.undecoded_target_map = json[key];
-      c.target_map = Map{};
-      continue;
-    }
-    if (!map) return map.error();
-    (under_test ? c.target_map : c.target_truth) = std::move(map.value());
+  return {};
+}
+
+}  // namespace
+
+Result<Case> decode_case(const Json& json) {
+  if (Status status = check_case_version(json); !status.ok()) return status.error();
+  Case c;
+  if (json.contains("name")) {
+    if (Status status = decode_name(json["name"], c); !status.ok()) return status.error();
   }
+  if (Status status = decode_map_under_test(json, c); !status.ok()) return status.error();
+  if (Status status = decode_fields(json, kCaseFields, c); !status.ok()) return status.error();
   if (c.target_truth && !c.target_map) return format_error("$.target_truth", "a target_truth needs a target_map");
-  if (json.contains("dtype")) {
-    auto name = get_string(json["dtype"], "$.dtype");
-    if (!name) return name.error();
-    auto dtype = parse_dtype(name.value());
-    if (!dtype) {
-      return format_error("$.dtype", fmt::format("expected a dtype, got \"{}\"", name.value()));
-    }
-    c.dtype = *dtype;
-  }
-  if (json.contains("full")) {
-    auto full = decode_values(c.dtype, json["full"], "$.full");
-    if (!full) return full.error();
-    c.full = std::move(full.value());
-  }
-  if (json.contains("shards")) {
-    auto shards = decode_shards(c.dtype, json["shards"], "$.shards");
-    if (!shards) return shards.error();
-    c.shards = std::move(shards.value());
-  }
-  if (json.contains("scale_power")) {
-    auto power = get_integer(json["scale_power"], "$.scale_power");
-    if (!power) return power.error();
-    if (power.value() < std::numeric_limits<int>::min() ||
-        power.value() > std::numeric_limits<int>::max()) {
-      return format_error("$.scale_power", "scale_power does not fit an int");
-    }
-    c.scale_power = static_cast<int>(power.value());
-  }
-  // Contract 10: the digest the rebuild is asked to verify.
-  if (json.contains("digest")) {
-    auto text = get_string(json["digest"], "$.digest");
-    if (!text) return text.error();
-    auto value = parse_digest(text.value());
-    if (!value) {
-      return format_error("$.digest", "expected a content digest \"0x\" followed by 16 hex digits");
-    }
-    c.digest = *value;
-  }
-  if (json.contains("digest_state")) {
-    auto state = get_string(json["digest_state"], "$.digest_state");
-    if (!state) return state.error();
-    if (state.value().empty()) return format_error("$.digest_state", "expected a state name, got the empty string");
-    c.digest_state = state.value();
-  }
-  if (json.contains("op")) {
-    auto ops = decode_ops(json["op"]);
-    if (!ops) return ops.error();
-    c.ops = ops.value();
-  }
   if (c.ops.has(Op::reshard) && !c.target_map) return format_error("$", "a reshard case needs a \"target_map\"");
   if (Status status = decode_expectations(json, c); !status.ok()) return status.error();
-  if (json.contains("legacy")) {
-    if (Status status = decode_legacy(json["legacy"], c.dtype, c); !status.ok()) return status.error();
-  }
-  if (json.contains("constructor")) {
-    auto constructor = get_string(json["constructor"], "$.constructor");
-    if (!constructor) return constructor.error();
-    c.constructor = constructor.value();
-  }
-  if (json.contains("corruption")) {
-    auto corruption = decode_corruption(json["corruption"], "$.corruption");
-    if (!corruption) return corruption.error();
-    c.corruption = std::move(corruption.value());
-  }
+  if (Status status = decode_fields(json, kCaseRecordFields, c); !status.ok()) return status.error();
   return c;
 }
 
