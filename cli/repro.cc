@@ -103,6 +103,59 @@ bool backends_differ(const Case& c, const std::string& name, std::string& line, 
   return false;
 }
 
+// The implementation's target, started on first use; why it cannot start, or empty.
+std::string start_target(const ReproArgs& args, const std::string& implementation,
+                         std::unique_ptr<oracles::Target>& target) {
+  if (target) return {};
+  oracles::TargetOptions target_options;
+  target_options.timeout_seconds = args.target_timeout;
+  auto made = oracles::make_target(implementation, target_options);
+  if (!made.target) return made.error;
+  target = std::move(made.target);
+  return {};
+}
+
+// What `repro` says of an outcome after its message: why a wrong tensor or an accepted map
+// matters, the harness's own doubts, and whether the case's expectations were met.
+void explain_outcome(const ReproArgs& args, const Case& c, const oracles::CaseOutcome& o,
+                     const std::string& implementation, bool legacy_model, const std::string& misreported,
+                     std::vector<std::string>& lines) {
+  auto print = [&](std::string line) { lines.push_back(std::move(line)); };
+  const bool digest_ignored =
+      std::any_of(o.ops.begin(), o.ops.end(), [](const oracles::OpOutcome& op) { return op.digest_ignored; });
+  const bool nan_bits_only = std::any_of(o.ops.begin(), o.ops.end(), [](const oracles::OpOutcome& op) {
+    return op.verdict == Outcome::wrong && op.difference && op.difference->nan_bits_only;
+  });
+  const bool compared = std::any_of(o.ops.begin(), o.ops.end(), [](const oracles::OpOutcome& op) {
+    return op.verdict == Outcome::wrong && op.difference.has_value();
+  });
+  if (oracles::wrong_on_valid_layout(o) && compared && !digest_ignored && !nan_bits_only) {
+    print("the map passes every check of spec 3: a valid but different layout");
+  }
+  if (o.accepted_invalid) {
+    print(fmt::format(
+        "{} returned a tensor through a map the contract refuses (section 3, or a scale section 1.2 refuses): it "
+        "accepts an invalid map",
+        o.target.empty() ? "the implementation" : o.target));
+  }
+  if (!o.expected_vs_full.reason.empty()) {
+    print(fmt::format("the expected tensor is not F: {}", o.expected_vs_full.reason));
+  }
+  if (!o.expected_vs_full.harness_defect.empty())
+    print(fmt::format("HARNESS DEFECT: {}", o.expected_vs_full.harness_defect));
+  if (!misreported.empty()) print(fmt::format("refusal misreported: {}", misreported));
+  if (!o.digest_shares_wrong.empty()) print(fmt::format("digest shares wrong: {}", o.digest_shares_wrong));
+  if (!args.implementation_given && implementation != args.policy_name) {
+    print(fmt::format("replayed with {}, as the case file records", implementation));
+  }
+  const std::string stated = stated_expectation(c, legacy_model);
+  if (!o.matches_expectation) {
+    print(fmt::format("expectation not met: {}", o.expectation_message));
+  } else if (!stated.empty() && o.expectation_judged) {
+    print(fmt::format("expectation met: {}", stated));
+  }
+}
+
 // Replays one case file: its exit code, and what it prints (stdout lines; a usage error
 // as the one line, with exit 2).
 ReplayedCase replay(const ReproArgs& args, const std::string& path, Targets& targets) {
@@ -125,13 +178,7 @@ ReplayedCase replay(const ReproArgs& args, const std::string& path, Targets& tar
   if (implementation.empty()) return usage(refusal);
   result.implementation = implementation;
   std::unique_ptr<oracles::Target>& target = targets[implementation];
-  if (!target) {
-    oracles::TargetOptions target_options;
-    target_options.timeout_seconds = args.target_timeout;
-    auto made = oracles::make_target(implementation, target_options);
-    if (!made.target) return usage(made.error);
-    target = std::move(made.target);
-  }
+  if (std::string error = start_target(args, implementation, target); !error.empty()) return usage(error);
   // CLI11 has checked the name against the table.
   const oracles::OracleKind oracle = oracles::parse_oracle_kind(args.oracle_name).value_or(oracles::OracleKind::truth);
   auto outcome = oracles::run_case(c.value(), *target, oracle);
@@ -149,39 +196,7 @@ ReplayedCase replay(const ReproArgs& args, const std::string& path, Targets& tar
     print(oracles::outcome_to_json(c.value(), o).dump(-1, ' ', true));
   } else {
     print(o.message);
-    const bool digest_ignored =
-        std::any_of(o.ops.begin(), o.ops.end(), [](const oracles::OpOutcome& op) { return op.digest_ignored; });
-    const bool nan_bits_only = std::any_of(o.ops.begin(), o.ops.end(), [](const oracles::OpOutcome& op) {
-      return op.verdict == Outcome::wrong && op.difference && op.difference->nan_bits_only;
-    });
-    const bool compared = std::any_of(o.ops.begin(), o.ops.end(), [](const oracles::OpOutcome& op) {
-      return op.verdict == Outcome::wrong && op.difference.has_value();
-    });
-    if (oracles::wrong_on_valid_layout(o) && compared && !digest_ignored && !nan_bits_only) {
-      print("the map passes every check of spec 3: a valid but different layout");
-    }
-    if (o.accepted_invalid) {
-      print(fmt::format(
-          "{} returned a tensor through a map the contract refuses (section 3, or a scale section 1.2 refuses): it "
-          "accepts an invalid map",
-          o.target.empty() ? "the implementation" : o.target));
-    }
-    if (!o.expected_vs_full.reason.empty()) {
-      print(fmt::format("the expected tensor is not F: {}", o.expected_vs_full.reason));
-    }
-    if (!o.expected_vs_full.harness_defect.empty())
-      print(fmt::format("HARNESS DEFECT: {}", o.expected_vs_full.harness_defect));
-    if (!misreported.empty()) print(fmt::format("refusal misreported: {}", misreported));
-    if (!o.digest_shares_wrong.empty()) print(fmt::format("digest shares wrong: {}", o.digest_shares_wrong));
-    if (!args.implementation_given && implementation != args.policy_name) {
-      print(fmt::format("replayed with {}, as the case file records", implementation));
-    }
-    const std::string stated = stated_expectation(c.value(), target->is_legacy_model());
-    if (!o.matches_expectation) {
-      print(fmt::format("expectation not met: {}", o.expectation_message));
-    } else if (!stated.empty() && o.expectation_judged) {
-      print(fmt::format("expectation met: {}", stated));
-    }
+    explain_outcome(args, c.value(), o, implementation, target->is_legacy_model(), misreported, result.lines);
   }
   // A crash, hang or garbage answer of an implementation under test is never a pass, nor
   // is a harness whose own expected tensor breaks contract 8.

@@ -206,75 +206,62 @@ Status refusal_without_data(const Case& c) {
   return reference_scale_refusal(c.map, c.dtype, c.scale_power);
 }
 
-}  // namespace
-
-Result<Inputs> prepare_truth(const Case& c) {
-  Inputs in;
+// The shards when the case supplies none: the truth map's (the reference model's extract
+// of F), or, where it cannot write them, what the producer would have written and what
+// a converter then owes.
+Result<Inputs> shards_written_from_full(const Case& c, Inputs in) {
   const Map& truth = c.truth_map();
-  if (needs_full(c, OracleKind::truth) || c.full) {
-    auto full = make_full(c, truth, "truth");
-    if (!full) {
-      // An F that cannot be made: the case runs with no data where the map under test
-      // is refused without any (contract 9), so strict refuses it with its kind.
-      Status invalid = refusal_without_data(c);
-      if (invalid.ok()) return full.error();
-      in.full = Buffer(c.dtype, 0);
-      if (c.shards) {
-        for (const auto& [rank, values] : *c.shards) in.shards.emplace(rank, to_buffer(c.dtype, values));
-      }
-      in.no_truth = invalid.error();
-      return in;
-    }
-    in.full = std::move(full.value());
+  // The truth shards come from the reference model, never from the extract under
+  // test: a fault shared by extract and rebuild would otherwise round-trip unseen.
+  auto shards = reference_extract_all(truth, *in.full, c.scale_power);
+  if (shards) {
+    in.shards = std::move(shards.value());
+    in.truth_wrote_shards = true;
+    set_expected_from_truth(c, in);
+    return in;
   }
-  if (!c.shards) {
-    // The truth shards come from the reference model, never from the extract under
-    // test: a fault shared by extract and rebuild would otherwise round-trip unseen.
-    auto shards = reference_extract_all(truth, *in.full, c.scale_power);
-    if (shards) {
-      in.shards = std::move(shards.value());
-      in.truth_wrote_shards = true;
-      set_expected_from_truth(c, in);
-      return in;
+  if (c.truth) {
+    // The truth cannot write the shards (its scale refused, say). Only when the map
+    // under test passes what needs no data is the case unusable (contract 9); else its
+    // refusal is the verdict, and an implementation is given what the producer would
+    // have written through the truth map unchecked, and owes that refusal.
+    if (refusal_without_data(c).ok()) {
+      return reworded(shards.error(), "in the truth map, " + shards.error().sentence);
     }
-    if (c.truth) {
-      // The truth cannot write the shards (its scale refused, say). Only when the map
-      // under test passes what needs no data is the case unusable (contract 9); else its
-      // refusal is the verdict, and an implementation is given what the producer would
-      // have written through the truth map unchecked, and owes that refusal.
-      if (refusal_without_data(c).ok()) {
-        return reworded(shards.error(), "in the truth map, " + shards.error().sentence);
-      }
-      in.shards = producer_shards(truth, *in.full, c.scale_power);
-      in.no_truth = shards.error();
-      // They were written from F: F is what a converter that accepts anyway must return.
-      in.expected = in.full;
-      return in;
-    }
-    if (reference_check(c.map).valid()) {
-      // A valid map that cannot write F. A scale no conversion of this dtype may apply
-      // (contract 1.2) leaves no correct tensor, and strict owes its refusal whatever the
-      // shards hold: they are what the producer wrote. An element of F the scale would
-      // overflow or flush is data the map could not have written, so a case that reads
-      // shards is unusable; an extract reads F alone, and refusing that element is its
-      // verdict (contract 1.2 puts the refusal in conversion, and repro knows the dtype).
-      const bool reads_shards = c.ops.has(Op::rebuild) || c.ops.has(Op::reshard);
-      const bool scale_refused = !reference_scale_refusal(c.map, c.dtype, c.scale_power).ok();
-      if (reads_shards && !scale_refused) {
-        return reworded(shards.error(), "the map cannot write F, " + shards.error().sentence);
-      }
-      in.shards = producer_shards(c.map, *in.full, c.scale_power);
-      in.no_truth = shards.error();
-      // Contract 9: the shards were written from F, so F is what a converter that accepts
-      // the scale anyway must return; its acceptance is judged apart (owed_refusal).
-      if (scale_refused) in.expected = in.full;
-      return in;
-    }
-    // Nothing is known about the data but the reported map: it wrote the shards.
-    in.shards = producer_shards(c.map, *in.full, c.scale_power);
+    in.shards = producer_shards(truth, *in.full, c.scale_power);
+    in.no_truth = shards.error();
+    // They were written from F: F is what a converter that accepts anyway must return.
     in.expected = in.full;
     return in;
   }
+  if (reference_check(c.map).valid()) {
+    // A valid map that cannot write F. A scale no conversion of this dtype may apply
+    // (contract 1.2) leaves no correct tensor, and strict owes its refusal whatever the
+    // shards hold: they are what the producer wrote. An element of F the scale would
+    // overflow or flush is data the map could not have written, so a case that reads
+    // shards is unusable; an extract reads F alone, and refusing that element is its
+    // verdict (contract 1.2 puts the refusal in conversion, and repro knows the dtype).
+    const bool reads_shards = c.ops.has(Op::rebuild) || c.ops.has(Op::reshard);
+    const bool scale_refused = !reference_scale_refusal(c.map, c.dtype, c.scale_power).ok();
+    if (reads_shards && !scale_refused) {
+      return reworded(shards.error(), "the map cannot write F, " + shards.error().sentence);
+    }
+    in.shards = producer_shards(c.map, *in.full, c.scale_power);
+    in.no_truth = shards.error();
+    // Contract 9: the shards were written from F, so F is what a converter that accepts
+    // the scale anyway must return; its acceptance is judged apart (owed_refusal).
+    if (scale_refused) in.expected = in.full;
+    return in;
+  }
+  // Nothing is known about the data but the reported map: it wrote the shards.
+  in.shards = producer_shards(c.map, *in.full, c.scale_power);
+  in.expected = in.full;
+  return in;
+}
+
+// The case's own shards: the expected tensor is the truth map's rebuild of them.
+Result<Inputs> shards_given(const Case& c, Inputs in) {
+  const Map& truth = c.truth_map();
   for (const auto& [rank, values] : *c.shards) in.shards.emplace(rank, to_buffer(c.dtype, values));
   if (c.full) {
     // Contract 8: the expected tensor is the truth map's rebuild of the shards, and F
@@ -299,6 +286,31 @@ Result<Inputs> prepare_truth(const Case& c) {
     in.no_truth = rebuilt.error();
   }
   return in;
+}
+
+}  // namespace
+
+Result<Inputs> prepare_truth(const Case& c) {
+  Inputs in;
+  const Map& truth = c.truth_map();
+  if (needs_full(c, OracleKind::truth) || c.full) {
+    auto full = make_full(c, truth, "truth");
+    if (!full) {
+      // An F that cannot be made: the case runs with no data where the map under test
+      // is refused without any (contract 9), so strict refuses it with its kind.
+      Status invalid = refusal_without_data(c);
+      if (invalid.ok()) return full.error();
+      in.full = Buffer(c.dtype, 0);
+      if (c.shards) {
+        for (const auto& [rank, values] : *c.shards) in.shards.emplace(rank, to_buffer(c.dtype, values));
+      }
+      in.no_truth = invalid.error();
+      return in;
+    }
+    in.full = std::move(full.value());
+  }
+  if (!c.shards) return shards_written_from_full(c, std::move(in));
+  return shards_given(c, std::move(in));
 }
 
 // Whether value * scale, exactly, lies below the dtype's smallest normal: scaling into
