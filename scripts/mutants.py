@@ -403,7 +403,7 @@ def print_matrix(results, detectors, totals):
             print(f"{d}: time to detection {t['detection']}")
 
 
-def main():
+def parse_args():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--detectors", default="campaign", help="comma-separated: campaign, replay, ctest")
     p.add_argument("--only", action="append", default=[], help="mutant id (repeatable, or comma-separated)")
@@ -419,7 +419,87 @@ def main():
     p.add_argument("--build-timeout", type=int, default=1200)
     p.add_argument("--ctest-timeout", type=int, default=3600)
     p.add_argument("--list", action="store_true", help="check the catalogue's anchors against this tree and exit")
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def list_anchors(mutants):
+    """Each mutant's anchor checked against this tree: 1 when one is stale."""
+    stale = 0
+    for m in mutants:
+        path = REPO / m["file"]
+        n = path.read_text().count(m["search"]) if path.is_file() else 0
+        state = "ok" if n == 1 else f"STALE ({n} matches)"
+        stale += n != 1
+        print(f"{m['id']:<34} {m['file']:<26} {state}")
+    print(f"{len(mutants)} mutants, {stale} stale")
+    return 1 if stale else 0
+
+
+def prepare_scratch(args, src, build_dir, work, detectors, setup_log):
+    """The scratch tree synced and built, and every detector passing on it (else every
+    mutant would look killed): the build targets the detectors need."""
+    sync_tree(src)
+    if not (build_dir / "build.ninja").exists() and not (build_dir / "Makefile").exists():
+        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+        rc, _ = sh(["cmake", *gen, "-S", str(src), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
+                    "-DSHARDCHECK_CUDA=OFF", "-DSHARDCHECK_BENCH=OFF", "-DSHARDCHECK_TESTS=ON",
+                    "-DSHARDCHECK_SANITIZE=OFF", "-DSHARDCHECK_DEVICE_OMP=ON"], setup_log)
+        if rc != 0:
+            sys.exit(f"mutants: configuring the scratch build failed, see {setup_log}")
+    targets = targets_for(detectors)
+    rc, secs = build(args, build_dir, targets, setup_log)
+    if rc != 0:
+        sys.exit(f"mutants: the unmutated tree does not build, see {setup_log}")
+    print(f"baseline build: {secs:.0f} s", flush=True)
+    # Every detector must pass on the unmutated tree, or every mutant would look killed.
+    for d in detectors:
+        status, detail, secs, _ = detect(d, args, build_dir, work, setup_log)
+        print(f"baseline {d}: {detail} ({secs:.0f} s)", flush=True)
+        if status != SURVIVED:
+            sys.exit(f"mutants: the {d} detector fails on the unmutated tree ({detail}); see {setup_log}")
+    return targets
+
+
+def run_mutant(m, args, src, build_dir, work, detectors, targets, out_dir):
+    """One mutant planted, built and judged by each detector, then taken out: its row."""
+    path = src / m["file"]
+    log = out_dir / "logs" / f"{m['id']}.log"
+    log.write_text(f"# {m['id']}: {m['what']}\n")
+    original = path.read_text() if path.is_file() else None
+    matches = original.count(m["search"]) if original is not None else 0
+    row = {"id": m["id"], "file": m["file"], "what": m["what"], "equivalent": m["equivalent"], "detectors": {}}
+    cells = row["detectors"]
+    if matches != 1:
+        for d in detectors:
+            cells[d] = {"status": STALE, "seconds": 0.0,
+                        "detail": f"the search text occurs {matches} times in {m['file']}"}
+    else:
+        try:
+            path.write_text(original.replace(m["search"], m["replace"], 1))
+            rc, bsecs = build(args, build_dir, targets, log)
+            row["build_seconds"] = round(bsecs, 1)
+            if rc != 0:
+                for d in detectors:
+                    cells[d] = {"status": BUILD_FAILED, "seconds": bsecs, "detail": f"build exit {rc}"}
+            else:
+                for d in detectors:
+                    status, detail, secs, detect_cpu = detect(d, args, build_dir, work, log)
+                    excuse = excused(m, d)
+                    if status == SURVIVED and excuse:
+                        status = excuse[0]
+                        detail = f"{detail}; {excuse[0]}: {excuse[1]}"
+                    elif status == KILLED and excuse:
+                        detail += f" (the catalogue calls it {excuse[0]}: its reason is wrong)"
+                    cells[d] = {"status": status, "seconds": secs, "detail": detail}
+                    if detect_cpu is not None:
+                        cells[d]["detect_cpu_seconds"] = round(detect_cpu, 2)
+        finally:
+            path.write_text(original)
+    return row
+
+
+def main():
+    args = parse_args()
 
     detectors = [d for d in args.detectors.split(",") if d]
     for d in detectors:
@@ -434,15 +514,7 @@ def main():
         mutants = [m for m in mutants if m["id"] in only]
 
     if args.list:
-        stale = 0
-        for m in mutants:
-            path = REPO / m["file"]
-            n = path.read_text().count(m["search"]) if path.is_file() else 0
-            state = "ok" if n == 1 else f"STALE ({n} matches)"
-            stale += n != 1
-            print(f"{m['id']:<34} {m['file']:<26} {state}")
-        print(f"{len(mutants)} mutants, {stale} stale")
-        return 1 if stale else 0
+        return list_anchors(mutants)
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir = Path(args.out) if args.out else REPO / "out" / "mutants" / stamp
@@ -463,62 +535,12 @@ def main():
     print(f"mutants: {len(mutants)} mutants, detectors {','.join(detectors)}, budget {args.budget} s, "
           f"scratch {scratch}, report {out_dir}", flush=True)
 
-    sync_tree(src)
-    setup_log = out_dir / "logs" / "_baseline.log"
-    if not (build_dir / "build.ninja").exists() and not (build_dir / "Makefile").exists():
-        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-        rc, _ = sh(["cmake", *gen, "-S", str(src), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
-                    "-DSHARDCHECK_CUDA=OFF", "-DSHARDCHECK_BENCH=OFF", "-DSHARDCHECK_TESTS=ON",
-                    "-DSHARDCHECK_SANITIZE=OFF", "-DSHARDCHECK_DEVICE_OMP=ON"], setup_log)
-        if rc != 0:
-            sys.exit(f"mutants: configuring the scratch build failed, see {setup_log}")
-    targets = targets_for(detectors)
-    rc, secs = build(args, build_dir, targets, setup_log)
-    if rc != 0:
-        sys.exit(f"mutants: the unmutated tree does not build, see {setup_log}")
-    print(f"baseline build: {secs:.0f} s", flush=True)
-    # Every detector must pass on the unmutated tree, or every mutant would look killed.
-    for d in detectors:
-        status, detail, secs, _ = detect(d, args, build_dir, work, setup_log)
-        print(f"baseline {d}: {detail} ({secs:.0f} s)", flush=True)
-        if status != SURVIVED:
-            sys.exit(f"mutants: the {d} detector fails on the unmutated tree ({detail}); see {setup_log}")
+    targets = prepare_scratch(args, src, build_dir, work, detectors, out_dir / "logs" / "_baseline.log")
 
     results = []
     for i, m in enumerate(mutants, 1):
-        path = src / m["file"]
-        log = out_dir / "logs" / f"{m['id']}.log"
-        log.write_text(f"# {m['id']}: {m['what']}\n")
-        original = path.read_text() if path.is_file() else None
-        matches = original.count(m["search"]) if original is not None else 0
-        row = {"id": m["id"], "file": m["file"], "what": m["what"], "equivalent": m["equivalent"], "detectors": {}}
+        row = run_mutant(m, args, src, build_dir, work, detectors, targets, out_dir)
         cells = row["detectors"]
-        if matches != 1:
-            for d in detectors:
-                cells[d] = {"status": STALE, "seconds": 0.0,
-                            "detail": f"the search text occurs {matches} times in {m['file']}"}
-        else:
-            try:
-                path.write_text(original.replace(m["search"], m["replace"], 1))
-                rc, bsecs = build(args, build_dir, targets, log)
-                row["build_seconds"] = round(bsecs, 1)
-                if rc != 0:
-                    for d in detectors:
-                        cells[d] = {"status": BUILD_FAILED, "seconds": bsecs, "detail": f"build exit {rc}"}
-                else:
-                    for d in detectors:
-                        status, detail, secs, detect_cpu = detect(d, args, build_dir, work, log)
-                        excuse = excused(m, d)
-                        if status == SURVIVED and excuse:
-                            status = excuse[0]
-                            detail = f"{detail}; {excuse[0]}: {excuse[1]}"
-                        elif status == KILLED and excuse:
-                            detail += f" (the catalogue calls it {excuse[0]}: its reason is wrong)"
-                        cells[d] = {"status": status, "seconds": secs, "detail": detail}
-                        if detect_cpu is not None:
-                            cells[d]["detect_cpu_seconds"] = round(detect_cpu, 2)
-            finally:
-                path.write_text(original)
         results.append(row)
         summary = ", ".join(f"{d} {cells[d]['status']}" for d in detectors)
         built = f", build {row['build_seconds']:.0f} s" if "build_seconds" in row else ""
@@ -526,7 +548,7 @@ def main():
         write_reports(out_dir, meta, results, detectors)  # current after every mutant
 
     # Leave the scratch build matching the real tree for the next run.
-    build(args, build_dir, targets, setup_log)
+    build(args, build_dir, targets, out_dir / "logs" / "_baseline.log")
     totals = write_reports(out_dir, meta, results, detectors)
     print_matrix(results, detectors, totals)
     print(f"\nreport: {out_dir}/matrix.md, results.tsv, results.json; logs in {out_dir}/logs")

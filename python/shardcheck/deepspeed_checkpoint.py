@@ -472,13 +472,9 @@ def _module(state, path):
     return module
 
 
-def inspect(directory, cases_dir="shardcheck-inspect", unsafe_load=False, rebuilt=None, max_bytes=None):
-    """Every parameter an affine map or an AutoEP placement describes, judged: a list of
-    ParamReport. ``rebuilt``, a dict, receives each exactly rebuilt tensor by name (NumPy
-    arrays, bfloat16 ones as BFloat16Array; torch tensors with ``unsafe_load``).
-    ``max_bytes``: the most bytes of model-state files read, all together (default
-    default_max_checkpoint_bytes()). Raises CheckpointError when the checkpoint cannot be
-    read."""
+def _load_checkpoint(directory, unsafe_load, max_bytes):
+    """The model-state files of a checkpoint folder (or of the tag its ``latest`` names),
+    read within ``max_bytes`` all together: (folder, {path: state}, {path: module})."""
     if not os.path.isdir(directory):
         raise CheckpointError(f"{directory} is not a directory")
     latest = os.path.join(directory, "latest")
@@ -505,6 +501,11 @@ def inspect(directory, cases_dir="shardcheck-inspect", unsafe_load=False, rebuil
         if not isinstance(state, dict):
             raise CheckpointError(f"{path} holds a {type(state).__name__}, not a model-state dict")
     modules = {path: _module(state, path) for path, state in loaded.items()}  # checked once, for every file
+    return directory, loaded, modules
+
+
+def _affine_reports(directory, loaded, modules, cases_dir, rebuilt):
+    """A report for every parameter an affine map pattern of the checkpoint names."""
     # Tensor parallel ranks: the mp_rank_XX files (ZeRO-3's per-rank files are AutoEP's).
     states = {}
     files = model_files(directory)
@@ -546,6 +547,12 @@ def inspect(directory, cases_dir="shardcheck-inspect", unsafe_load=False, rebuil
         _judge(report, affine_params[matched[0]], shards, cases_dir, rebuilt)
         reports.append(report)
 
+    return reports
+
+
+def _autoep_reports(loaded, modules, cases_dir, rebuilt):
+    """A report for every expert weight an AutoEP placement describes."""
+    reports = []
     judged_prefixes = set()
     for _, entry in _autoep_entries(loaded):
         prefix = entry[AUTOEP_EXPERT_KEY_PREFIX]
@@ -593,6 +600,18 @@ def inspect(directory, cases_dir="shardcheck-inspect", unsafe_load=False, rebuil
             _judge(report, amap, shards, cases_dir, rebuilt)
             reports.append(report)
     return reports
+
+
+def inspect(directory, cases_dir="shardcheck-inspect", unsafe_load=False, rebuilt=None, max_bytes=None):
+    """Every parameter an affine map or an AutoEP placement describes, judged: a list of
+    ParamReport. ``rebuilt``, a dict, receives each exactly rebuilt tensor by name (NumPy
+    arrays, bfloat16 ones as BFloat16Array; torch tensors with ``unsafe_load``).
+    ``max_bytes``: the most bytes of model-state files read, all together (default
+    default_max_checkpoint_bytes()). Raises CheckpointError when the checkpoint cannot be
+    read."""
+    directory, loaded, modules = _load_checkpoint(directory, unsafe_load, max_bytes)
+    return (_affine_reports(directory, loaded, modules, cases_dir, rebuilt)
+            + _autoep_reports(loaded, modules, cases_dir, rebuilt))
 
 
 # Characters shown as escapes when text from a checkpoint is printed: the table's and the
