@@ -2,6 +2,9 @@
 // rebuild against memcpy of the same bytes and against the reference model, rebuild with
 // a content digest against rebuild without, and campaign cases per second on one core
 // for small (<= 256) and larger (<= 4096) maps.
+//
+// Long file: one benchmark binary, because every speed is a ratio against a baseline row
+// (memcpy, the reference model) timed in the same run on the same machine.
 #include <benchmark/benchmark.h>
 
 #include <map>

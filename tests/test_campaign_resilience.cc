@@ -3,6 +3,9 @@
 // it announced; a stopped campaign resumed from its checkpoint must end exactly as an
 // uninterrupted one; a case that crashes, hangs or exhausts memory (planted through the
 // test-only hooks) must become one finding while every other case still runs.
+//
+// Long file: one test binary per tests/test_*.cc; these tests share the Running child
+// process fixture and its signal helpers, and a split would add a binary and a link.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>

@@ -1,6 +1,9 @@
 // Map checks of contract 3 (conditions 1-6): the reported corruptions of contract 6,
 // valid layouts, overflow inputs, order independence, planted bugs, large maps, and a
 // cross-check against a naive element-by-element model for many small random maps.
+//
+// Long file: one test binary per tests/test_*.cc; these tests share the corpus and map
+// builders above the first test, and a split would add a binary and a link.
 #include "shardcheck/checks.h"
 #include "shardcheck/constructors.h"
 #include "shardcheck/oracles/reference.h"

@@ -1,6 +1,9 @@
 // Runs the shardcheck executable on temp files and corpus files and checks what it
 // prints and how it exits: 0 nothing found, 1 refused / silently wrong / not as
 // expected, 2 unreadable input or bad usage.
+//
+// Long file: one test binary per tests/test_*.cc; these tests share the CliTest fixture
+// (a temp folder, the executable, legacy shards), and a split would add a binary and a link.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -1,6 +1,9 @@
 // The JSON codec (contract 2): decoding DeepSpeed's format, refusing what cannot
 // be represented with a located `format` error, and keeping everything else so the
 // core checks see it.
+//
+// Long file: one test binary per tests/test_*.cc; these tests share the map and text
+// builders of the codec, and a split would add a binary and a link.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -267,6 +270,7 @@ std::string piece_without(const std::string& replaced, const std::string& by) {
   return with_piece(out);
 }
 
+// Long function: a table, one malformed input and the path its error names per row.
 std::vector<Malformed> malformed_inputs() {
   return {
       {"empty input", "", "$"},
@@ -681,7 +685,7 @@ TEST(JsonEncode, UnrepresentableRankIdsAreNotDroppedSilently) {
   EXPECT_EQ(refused.error().path, "$.ranks[0].rank");
 }
 
-TEST(JsonText, ReadingTextAnswersAsReadingItsJsonValue) {
+TEST(JsonText, ReadingCorpusTextAndItsDamageAnswersAsReadingItsJsonValue) {
   namespace fs = std::filesystem;
   std::size_t files = 0;
   for (const char* dir : {"map_json", "regressions", "case_file"}) {
@@ -702,6 +706,9 @@ TEST(JsonText, ReadingTextAnswersAsReadingItsJsonValue) {
     }
   }
   EXPECT_GE(files, 40u);
+}
+
+TEST(JsonText, ReadingHandWrittenTextAnswersAsReadingItsJsonValue) {
   for (const char* text : {R"({"a":1,"b":{"c":1,"c":2},"a":3})", R"([{"x":1},{"y":[{"x":1,"x":2}]}])",
                            R"({"logical_shape":[1e400]})", R"({"logical_shape":[18446744073709551616]})",
                            "\xef\xbb\xbf"
@@ -709,7 +716,10 @@ TEST(JsonText, ReadingTextAnswersAsReadingItsJsonValue) {
                            R"({"version":1,"params":{"a":{"logical_shape":[2],"ranks":{}},"b":[]}})"}) {
     expect_same_reading(text);
   }
-  // Every kind of value where each kind of value is expected.
+}
+
+// Every kind of value where each kind of value is expected.
+TEST(JsonText, EveryKindOfValueInEveryPlaceReadsAsItsJsonValue) {
   const std::string places[] = {
       R"({"logical_shape":@,"ranks":{}})",
       R"({"logical_shape":[@],"ranks":{}})",

@@ -2,6 +2,9 @@
 // The planner (core/src/reshard.cc) is judged against the reference model's naive
 // element-by-element reshard, against rebuild-then-extract, and by the truth oracle on
 // generated pairs of layouts, corrupted on either side.
+//
+// Long file: one test binary per tests/test_*.cc; these tests share the pair builders and
+// the naive reshard they are judged against, and a split would add a binary and a link.
 #include <algorithm>
 #include <array>
 #include <chrono>

@@ -1,3 +1,6 @@
+// Long file: rebuild, extract and the guards they share (scales, tiling, scratch, the
+// copy paths) are one anonymous namespace, so that no guard is reachable from outside the
+// two operations that must run it; a split would export them through a header.
 #include "shardcheck/convert.h"
 
 #include <algorithm>

@@ -1,3 +1,6 @@
+// Long file: the map decoder is one set of templates over two kinds of value (nlohmann's
+// Json and the tape of json_tape.h), instantiated here for both, and the readers of map
+// text beside them use both instantiations.
 #include "shardcheck/json.h"
 
 #include <algorithm>

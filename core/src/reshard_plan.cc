@@ -1,3 +1,6 @@
+// Long file: the two planners (boxes and runs) must make the same copies, and are held to
+// it by tests; they sit together so that a change to one is read beside the other.
+//
 // Transfer plans (contract 11): planning. See reshard.h for what is planned and what is
 // refused; reshard.cc executes plans.
 //

@@ -1,3 +1,5 @@
+# Long file: the readers of both layouts and the restricted unpickler are one module, so
+# that every path from a file's bytes to an object is read in one place (contract 2).
 """``torch.save`` files read without torch, and without running anything they hold
 (contract 2: a checkpoint is untrusted like a map).
 
