@@ -307,6 +307,7 @@ void apply_edit(detail::Edit& e, const Row& row, Site site) {
     case Op::text_negative_zero:
     case Op::text_leading_zero:
     case Op::text_trailing:
+    case Op::text_lenient:
       return text_edit(e, row.op);
   }
 }
