@@ -267,6 +267,39 @@ TEST(Generators, EveryConstructorAndCorruptionKindOccurs) {
   EXPECT_TRUE(replicated_piece && zero_d && four_d);
 }
 
+// replica_copy_flip aims half its flips at the copy's first element, its last, or the last
+// of a row (the piece's last axis), where a replica check that stops one short or starts
+// one late misses them; a uniform flip lands there once in a row's length. Red when the
+// row draws its element uniformly again.
+TEST(Generators, ReplicaFlipsAimAtRowEndsHalfTheTime) {
+  SeededChoices c(kSeed ^ 0xf11b);
+  int flips = 0, at_an_end = 0, first = 0, last = 0;
+  for (int i = 0; i < 20000 && flips < 600; ++i) {
+    const Layout layout = generate_layout(c, LayoutOptions{});
+    const Corrupted bad = corrupt_with(layout.map, "replica_copy_flip", c);
+    if (bad.record.kind != "replica_copy_flip") continue;  // no replica to damage
+    ASSERT_TRUE(bad.replica_flip.has_value());
+    const RankEntry* entry = layout.map.find_rank(bad.replica_flip->rank);
+    ASSERT_NE(entry, nullptr);
+    const Piece& piece = entry->pieces[static_cast<std::size_t>(bad.replica_flip->piece)];
+    const Index numel = numel_of(piece.shape);
+    const Index row = piece.shape.empty() ? 1 : piece.shape.back();
+    const Index element = bad.replica_flip->element;
+    ASSERT_GE(element, 0);
+    ASSERT_LT(element, numel);
+    ++flips;
+    first += element == 0;
+    last += element == numel - 1;
+    at_an_end += element == 0 || element % row == row - 1;
+  }
+  ASSERT_EQ(flips, 600);
+  // Aimed: half the flips, and some of the uniform ones; uniform alone: about one in a
+  // row's length, and the default layouts' rows are mostly several elements long.
+  EXPECT_GT(at_an_end, flips / 2);
+  EXPECT_GT(first, flips / 12);
+  EXPECT_GT(last, flips / 12);
+}
+
 TEST(Generators, CaseOptionsAreHonoured) {
   CaseOptions never;
   never.corrupt_probability = 0.0;

@@ -11,6 +11,7 @@
 // reader meets: the object form, the array form, a one-parameter envelope.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <utility>
@@ -78,7 +79,21 @@ void replica_flip(Edit& e, Site site) {
   const RankEntry& entry = e.map.ranks[site.rank];
   const Piece& piece = entry.pieces[site.piece];
   const Index numel = checked_numel(piece.shape).value_or(1);
-  const Index element = static_cast<Index>(e.c.below(static_cast<std::size_t>(numel)));
+  // Half the flips land where a walk that stops one short, or starts one late, misses
+  // them: the copy's first element, its last, or the last of a row (the piece's last
+  // axis). A replica check that skips a row's last element passes every uniform flip but
+  // one in a row's length.
+  Index element = 0;
+  if (e.c.coin()) {
+    const Index row = piece.shape.empty() ? 1 : std::max<Index>(piece.shape.back(), 1);
+    switch (e.c.below(3)) {
+      case 0: element = 0; break;
+      case 1: element = numel - 1; break;
+      default: element = static_cast<Index>(e.c.below(static_cast<std::size_t>(numel / row))) * row + row - 1; break;
+    }
+  } else {
+    element = static_cast<Index>(e.c.below(static_cast<std::size_t>(numel)));
+  }
   e.record.field = fmt::format("shard_data[{}]", element);
   e.record.old_value = "as the truth map wrote it";
   e.record.new_value = "sign bit flipped";
