@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "shardcheck/checks.h"
+#include "shardcheck/dtype.h"
 #include "shardcheck/gen/case_gen.h"
 #include "shardcheck/gen/corruption.h"
 #include "shardcheck/gen/layout.h"
@@ -298,6 +299,45 @@ TEST(Generators, ReplicaFlipsAimAtRowEndsHalfTheTime) {
   EXPECT_GT(at_an_end, flips / 2);
   EXPECT_GT(first, flips / 12);
   EXPECT_GT(last, flips / 12);
+}
+
+// Half the large layouts cross the streaming copies' threshold (kStreamTotalBytes, 8 MiB,
+// core/src/streaming.h) with pieces whose destination offsets are not 16-byte aligned,
+// so that the streamed copy's unaligned head and tail run; the others stay at 4 to
+// 4.5 MiB. Every one is valid. Red when the share stops drawing them, or the cut that
+// misaligns their rows is dropped.
+TEST(Generators, LargeLayoutsCrossTheStreamingThresholdHalfTheTime) {
+  constexpr Index kStreamTotalBytes = Index{8} << 20;
+  LayoutOptions options;
+  options.large = true;
+  SeededChoices c(kSeed ^ 0x1a76e);
+  const int n = 40;
+  int crossing = 0, misaligned = 0;
+  for (int i = 0; i < n; ++i) {
+    const Layout layout = generate_layout(c, options);
+    const Status status = check_map(layout.map);
+    ASSERT_TRUE(status.ok()) << layout.constructor << " " << status.error().to_string();
+    const auto width = static_cast<Index>(element_size(layout.dtype));
+    const Index bytes = numel_of(layout.map.logical_shape) * width;
+    ASSERT_GT(bytes, Index{4} << 20) << layout.constructor;
+    if (bytes <= kStreamTotalBytes) {
+      EXPECT_LE(bytes, (Index{9} << 19) + 4096 * width) << layout.constructor;
+      continue;
+    }
+    ++crossing;
+    EXPECT_LE(bytes, (Index{17} << 19) + 4096 * width) << layout.constructor;
+    bool unaligned = false;
+    for (const auto& entry : layout.map.ranks) {
+      for (const auto& piece : entry.pieces) {
+        unaligned |= numel_of(piece.shape) > 0 && piece.dest.offset * width % 16 != 0;
+      }
+    }
+    misaligned += unaligned;
+  }
+  // Binomial(40, 1/2): 12 to 28 is within 2.5 standard deviations, and the seed is fixed.
+  EXPECT_GE(crossing, 12);
+  EXPECT_LE(crossing, 28);
+  EXPECT_EQ(misaligned, crossing);
 }
 
 TEST(Generators, CaseOptionsAreHonoured) {
