@@ -5,7 +5,9 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
@@ -268,6 +270,15 @@ TEST(Generators, EveryConstructorAndCorruptionKindOccurs) {
   EXPECT_TRUE(replicated_piece && zero_d && four_d);
 }
 
+// The deviation of a count from its expectation that a fixed seed exceeds with a chance
+// below 1e-9 (Bernstein's inequality, in Freedman's form for draws that depend on
+// earlier ones): t = L/3 + sqrt(L^2/9 + 2 V L), L = ln(2 / 1e-9), the variance V of a
+// sum of indicators at most its expectation.
+double deviation_bound(double expected) {
+  const double l = std::log(2.0 / 1e-9);
+  return l / 3 + std::sqrt(l * l / 9 + 2 * expected * l);
+}
+
 // replica_copy_flip aims half its flips at the copy's first element, its last, or the last
 // of a row (the piece's last axis), where a replica check that stops one short or starts
 // one late misses them; a uniform flip lands there once in a row's length. Red when the
@@ -338,6 +349,73 @@ TEST(Generators, LargeLayoutsCrossTheStreamingThresholdHalfTheTime) {
   EXPECT_GE(crossing, 12);
   EXPECT_LE(crossing, 28);
   EXPECT_EQ(misaligned, crossing);
+}
+
+// Each constructor kind, corruption row and list of operations comes up as often as the
+// generator's own rules say: the constructors uniformly (constructor_names()), the lists
+// of operations by kOpWeights, a case corrupted with corrupt_probability, and each row
+// with the share corrupt() gives it on that case's map: the rows drawn uniformly, a row
+// that cannot edit the map falling to the next that can (applicable_corruptions). Every
+// row must also edit a fair share of the maps itself, so that a row that stopped
+// applying is red too. At a fixed seed no count strays past deviation_bound (a chance
+// below 1e-9 each); a constructor or row that stopped being made, or came up twice as
+// often, is several bounds away. Planting a skip of `segmented` in generate_layout and
+// of `shape_swap` in corrupt() turned it red.
+TEST(Generators, EveryConstructorKindAndOperationOccursAsOftenAsTheRulesSay) {
+  CaseOptions options;
+  SeededChoices c(kSeed ^ 0xd157);
+  const auto names = constructor_names();
+  const auto kinds = corruption_kinds();
+  std::map<std::string, double> constructors, rows, expected_rows, own_rows;
+  double rebuild = 0, extract = 0, both = 0, corrupted = 0;
+  const int n = 50000;
+  for (int i = 0; i < n; ++i) {
+    const Case k = generate_case(c, options);
+    constructors[k.constructor] += 1;
+    rebuild += k.ops == OpList{Op::rebuild};
+    extract += k.ops == OpList{Op::extract};
+    both += k.ops == OpList{Op::rebuild, Op::extract};
+    if (!k.truth) continue;
+    ++corrupted;
+    rows[k.corruption->kind] += 1;
+    const std::vector<bool> applies = applicable_corruptions(*k.truth);
+    // corrupt() draws among the rows before the content_digests ones for a map without
+    // a recorded digest, and among all of them otherwise.
+    std::size_t drawn = kinds.size();
+    if (k.truth->content_digests.empty()) {
+      drawn = 0;
+      while (drawn < kinds.size() && !kinds[drawn].starts_with("digest_")) ++drawn;
+    }
+    for (std::size_t first = 0; first < drawn; ++first) {
+      std::size_t row = first;
+      while (!applies[row]) row = (row + 1) % kinds.size();
+      expected_rows[std::string(kinds[row])] += 1.0 / static_cast<double>(drawn);
+      own_rows[std::string(kinds[first])] += applies[first] ? 1.0 : 0.0;
+    }
+  }
+  auto expect_near = [](std::string_view what, double observed, double expected) {
+    EXPECT_LE(std::abs(observed - expected), deviation_bound(expected))
+        << what << ": " << observed << " times, expected " << expected;
+  };
+  for (auto name : names) {
+    expect_near(name, constructors[std::string(name)], static_cast<double>(n) / static_cast<double>(names.size()));
+  }
+  EXPECT_EQ(constructors.size(), names.size());
+  const OpWeights& w = kOpWeights;
+  const double parts = w.rebuild + w.extract + w.both;
+  expect_near("rebuild", rebuild, n * w.rebuild / parts);
+  expect_near("extract", extract, n * w.extract / parts);
+  expect_near("rebuild and extract", both, n * w.both / parts);
+  expect_near("corrupted", corrupted, n * options.corrupt_probability);
+  for (auto kind : kinds) {
+    if (kind.starts_with("digest_")) continue;  // drawn only for a recorded digest, none here
+    const std::string name(kind);
+    expect_near(name, rows[name], expected_rows[name]);
+    // A row edits at least a tenth of the maps it is drawn for itself.
+    EXPECT_GE(own_rows[name], corrupted / 10) << name << " applies to few maps";
+  }
+  const auto digest_rows = std::count_if(kinds.begin(), kinds.end(), [](auto kind) { return kind.starts_with("digest_"); });
+  EXPECT_EQ(rows.size() + static_cast<std::size_t>(digest_rows), kinds.size()) << "a row never came up";
 }
 
 TEST(Generators, CaseOptionsAreHonoured) {

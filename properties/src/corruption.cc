@@ -355,6 +355,13 @@ std::span<const std::string_view> corruption_kinds() { return kKindNames; }
 
 std::span<const CorruptionKind> corruption_catalogue() { return kCatalogue; }
 
+std::vector<bool> applicable_corruptions(const Map& map) {
+  const MapFacts facts = map_facts(map);
+  std::vector<bool> out(kKindCount);
+  for (std::size_t i = 0; i < kKindCount; ++i) out[i] = applicable(kRows[i], map, facts);
+  return out;
+}
+
 Corrupted corrupt(const Map& map, ChoiceSource& c) {
   const std::size_t drawn = map.content_digests.empty() ? detail::first_digest_row() : kKindCount;
   return apply_from(map, c.below(drawn), c);
