@@ -281,12 +281,17 @@ double deviation_bound(double expected) {
 
 // replica_copy_flip aims half its flips at the copy's first element, its last, or the last
 // of a row (the piece's last axis), where a replica check that stops one short or starts
-// one late misses them; a uniform flip lands there once in a row's length. Red when the
-// row draws its element uniformly again.
+// one late misses them. Each count is held to what the aim gives (half the flips spread
+// over the three targets, plus what the uniform half hits), and the row ends must stand
+// clear of what uniform flips alone would give (once in a row's length; replicas of one
+// element are common, so the first and last elements alone cannot): red when the row
+// draws its element uniformly again (planted: it was, 641 ends against at least 810).
 TEST(Generators, ReplicaFlipsAimAtRowEndsHalfTheTime) {
   SeededChoices c(kSeed ^ 0xf11b);
-  int flips = 0, at_an_end = 0, first = 0, last = 0;
-  for (int i = 0; i < 20000 && flips < 600; ++i) {
+  int flips = 0;
+  double at_an_end = 0, first = 0, last = 0;
+  double uniform_end = 0, aimed_end = 0, aimed_first = 0, aimed_last = 0;
+  for (int i = 0; i < 40000 && flips < 1000; ++i) {
     const Layout layout = generate_layout(c, LayoutOptions{});
     const Corrupted bad = corrupt_with(layout.map, "replica_copy_flip", c);
     if (bad.record.kind != "replica_copy_flip") continue;  // no replica to damage
@@ -303,13 +308,21 @@ TEST(Generators, ReplicaFlipsAimAtRowEndsHalfTheTime) {
     first += element == 0;
     last += element == numel - 1;
     at_an_end += element == 0 || element % row == row - 1;
+    // The chances of this flip: uniform over numel elements, numel / row row ends and
+    // the first element besides (when rows are longer than one); aimed, half of that and
+    // a third of a half on each of the three targets, each of them an end.
+    const double n = static_cast<double>(numel);
+    const double p_end = (static_cast<double>(numel / row) + (row > 1 ? 1.0 : 0.0)) / n;
+    uniform_end += p_end;
+    aimed_end += 0.5 + 0.5 * p_end;
+    aimed_first += 1.0 / 6 + 0.5 / n;  // at least: a row end may be the first too
+    aimed_last += 1.0 / 6 + 0.5 / n;   // at least: so may the last row's end
   }
-  ASSERT_EQ(flips, 600);
-  // Aimed: half the flips, and some of the uniform ones; uniform alone: about one in a
-  // row's length, and the default layouts' rows are mostly several elements long.
-  EXPECT_GT(at_an_end, flips / 2);
-  EXPECT_GT(first, flips / 12);
-  EXPECT_GT(last, flips / 12);
+  ASSERT_EQ(flips, 1000);
+  EXPECT_GT(at_an_end, uniform_end + deviation_bound(uniform_end)) << "row ends as often as uniform flips hit them";
+  EXPECT_LE(std::abs(at_an_end - aimed_end), deviation_bound(aimed_end)) << at_an_end << " vs " << aimed_end;
+  EXPECT_GE(first, aimed_first - deviation_bound(aimed_first)) << first << " vs " << aimed_first;
+  EXPECT_GE(last, aimed_last - deviation_bound(aimed_last)) << last << " vs " << aimed_last;
 }
 
 // Half the large layouts cross the streaming copies' threshold (kStreamTotalBytes, 8 MiB,
