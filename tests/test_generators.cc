@@ -5,13 +5,16 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "shardcheck/checks.h"
+#include "shardcheck/dtype.h"
 #include "shardcheck/gen/case_gen.h"
 #include "shardcheck/gen/corruption.h"
 #include "shardcheck/gen/layout.h"
@@ -265,6 +268,167 @@ TEST(Generators, EveryConstructorAndCorruptionKindOccurs) {
   EXPECT_TRUE(rank_ids.count(9) || rank_ids.count(11) || rank_ids.count(13));
   EXPECT_TRUE(empty_rank && unsorted_ranks && scaled && zero_extent);
   EXPECT_TRUE(replicated_piece && zero_d && four_d);
+}
+
+// The deviation of a count from its expectation that a fixed seed exceeds with a chance
+// below 1e-9 (Bernstein's inequality, in Freedman's form for draws that depend on
+// earlier ones): t = L/3 + sqrt(L^2/9 + 2 V L), L = ln(2 / 1e-9), the variance V of a
+// sum of indicators at most its expectation.
+double deviation_bound(double expected) {
+  const double l = std::log(2.0 / 1e-9);
+  return l / 3 + std::sqrt(l * l / 9 + 2 * expected * l);
+}
+
+// replica_copy_flip aims half its flips at the copy's first element, its last, or the last
+// of a row (the piece's last axis), where a replica check that stops one short or starts
+// one late misses them. Each count is held to what the aim gives (half the flips spread
+// over the three targets, plus what the uniform half hits), and the row ends must stand
+// clear of what uniform flips alone would give (once in a row's length; replicas of one
+// element are common, so the first and last elements alone cannot): red when the row
+// draws its element uniformly again (planted: it was, 641 ends against at least 810).
+TEST(Generators, ReplicaFlipsAimAtRowEndsHalfTheTime) {
+  SeededChoices c(kSeed ^ 0xf11b);
+  int flips = 0;
+  double at_an_end = 0, first = 0, last = 0;
+  double uniform_end = 0, aimed_end = 0, aimed_first = 0, aimed_last = 0;
+  for (int i = 0; i < 40000 && flips < 1000; ++i) {
+    const Layout layout = generate_layout(c, LayoutOptions{});
+    const Corrupted bad = corrupt_with(layout.map, "replica_copy_flip", c);
+    if (bad.record.kind != "replica_copy_flip") continue;  // no replica to damage
+    ASSERT_TRUE(bad.replica_flip.has_value());
+    const RankEntry* entry = layout.map.find_rank(bad.replica_flip->rank);
+    ASSERT_NE(entry, nullptr);
+    const Piece& piece = entry->pieces[static_cast<std::size_t>(bad.replica_flip->piece)];
+    const Index numel = numel_of(piece.shape);
+    const Index row = piece.shape.empty() ? 1 : piece.shape.back();
+    const Index element = bad.replica_flip->element;
+    ASSERT_GE(element, 0);
+    ASSERT_LT(element, numel);
+    ++flips;
+    first += element == 0;
+    last += element == numel - 1;
+    at_an_end += element == 0 || element % row == row - 1;
+    // The chances of this flip: uniform over numel elements, numel / row row ends and
+    // the first element besides (when rows are longer than one); aimed, half of that and
+    // a third of a half on each of the three targets, each of them an end.
+    const double n = static_cast<double>(numel);
+    const double p_end = (static_cast<double>(numel / row) + (row > 1 ? 1.0 : 0.0)) / n;
+    uniform_end += p_end;
+    aimed_end += 0.5 + 0.5 * p_end;
+    aimed_first += 1.0 / 6 + 0.5 / n;  // at least: a row end may be the first too
+    aimed_last += 1.0 / 6 + 0.5 / n;   // at least: so may the last row's end
+  }
+  ASSERT_EQ(flips, 1000);
+  EXPECT_GT(at_an_end, uniform_end + deviation_bound(uniform_end)) << "row ends as often as uniform flips hit them";
+  EXPECT_LE(std::abs(at_an_end - aimed_end), deviation_bound(aimed_end)) << at_an_end << " vs " << aimed_end;
+  EXPECT_GE(first, aimed_first - deviation_bound(aimed_first)) << first << " vs " << aimed_first;
+  EXPECT_GE(last, aimed_last - deviation_bound(aimed_last)) << last << " vs " << aimed_last;
+}
+
+// Half the large layouts cross the streaming copies' threshold (kStreamTotalBytes, 8 MiB,
+// core/src/streaming.h) with pieces whose destination offsets are not 16-byte aligned,
+// so that the streamed copy's unaligned head and tail run; the others stay at 4 to
+// 4.5 MiB. Every one is valid. Red when the share stops drawing them, or the cut that
+// misaligns their rows is dropped.
+TEST(Generators, LargeLayoutsCrossTheStreamingThresholdHalfTheTime) {
+  constexpr Index kStreamTotalBytes = Index{8} << 20;
+  LayoutOptions options;
+  options.large = true;
+  SeededChoices c(kSeed ^ 0x1a76e);
+  const int n = 40;
+  int crossing = 0, misaligned = 0;
+  for (int i = 0; i < n; ++i) {
+    const Layout layout = generate_layout(c, options);
+    const Status status = check_map(layout.map);
+    ASSERT_TRUE(status.ok()) << layout.constructor << " " << status.error().to_string();
+    const auto width = static_cast<Index>(element_size(layout.dtype));
+    const Index bytes = numel_of(layout.map.logical_shape) * width;
+    ASSERT_GT(bytes, Index{4} << 20) << layout.constructor;
+    if (bytes <= kStreamTotalBytes) {
+      EXPECT_LE(bytes, (Index{9} << 19) + 4096 * width) << layout.constructor;
+      continue;
+    }
+    ++crossing;
+    EXPECT_LE(bytes, (Index{17} << 19) + 4096 * width) << layout.constructor;
+    bool unaligned = false;
+    for (const auto& entry : layout.map.ranks) {
+      for (const auto& piece : entry.pieces) {
+        unaligned |= numel_of(piece.shape) > 0 && piece.dest.offset * width % 16 != 0;
+      }
+    }
+    misaligned += unaligned;
+  }
+  // Binomial(40, 1/2): 12 to 28 is within 2.5 standard deviations, and the seed is fixed.
+  EXPECT_GE(crossing, 12);
+  EXPECT_LE(crossing, 28);
+  EXPECT_EQ(misaligned, crossing);
+}
+
+// Each constructor kind, corruption row and list of operations comes up as often as the
+// generator's own rules say: the constructors uniformly (constructor_names()), the lists
+// of operations by kOpWeights, a case corrupted with corrupt_probability, and each row
+// with the share corrupt() gives it on that case's map: the rows drawn uniformly, a row
+// that cannot edit the map falling to the next that can (applicable_corruptions). Every
+// row must also edit a fair share of the maps itself, so that a row that stopped
+// applying is red too. At a fixed seed no count strays past deviation_bound (a chance
+// below 1e-9 each); a constructor or row that stopped being made, or came up twice as
+// often, is several bounds away. Planting a skip of `segmented` in generate_layout and
+// of `shape_swap` in corrupt() turned it red.
+TEST(Generators, EveryConstructorKindAndOperationOccursAsOftenAsTheRulesSay) {
+  CaseOptions options;
+  SeededChoices c(kSeed ^ 0xd157);
+  const auto names = constructor_names();
+  const auto kinds = corruption_kinds();
+  std::map<std::string, double> constructors, rows, expected_rows, own_rows;
+  double rebuild = 0, extract = 0, both = 0, corrupted = 0;
+  const int n = 50000;
+  for (int i = 0; i < n; ++i) {
+    const Case k = generate_case(c, options);
+    constructors[k.constructor] += 1;
+    rebuild += k.ops == OpList{Op::rebuild};
+    extract += k.ops == OpList{Op::extract};
+    both += k.ops == OpList{Op::rebuild, Op::extract};
+    if (!k.truth) continue;
+    ++corrupted;
+    rows[k.corruption->kind] += 1;
+    const std::vector<bool> applies = applicable_corruptions(*k.truth);
+    // corrupt() draws among the rows before the content_digests ones for a map without
+    // a recorded digest, and among all of them otherwise.
+    std::size_t drawn = kinds.size();
+    if (k.truth->content_digests.empty()) {
+      drawn = 0;
+      while (drawn < kinds.size() && !kinds[drawn].starts_with("digest_")) ++drawn;
+    }
+    for (std::size_t first = 0; first < drawn; ++first) {
+      std::size_t row = first;
+      while (!applies[row]) row = (row + 1) % kinds.size();
+      expected_rows[std::string(kinds[row])] += 1.0 / static_cast<double>(drawn);
+      own_rows[std::string(kinds[first])] += applies[first] ? 1.0 : 0.0;
+    }
+  }
+  auto expect_near = [](std::string_view what, double observed, double expected) {
+    EXPECT_LE(std::abs(observed - expected), deviation_bound(expected))
+        << what << ": " << observed << " times, expected " << expected;
+  };
+  for (auto name : names) {
+    expect_near(name, constructors[std::string(name)], static_cast<double>(n) / static_cast<double>(names.size()));
+  }
+  EXPECT_EQ(constructors.size(), names.size());
+  const OpWeights& w = kOpWeights;
+  const double parts = w.rebuild + w.extract + w.both;
+  expect_near("rebuild", rebuild, n * w.rebuild / parts);
+  expect_near("extract", extract, n * w.extract / parts);
+  expect_near("rebuild and extract", both, n * w.both / parts);
+  expect_near("corrupted", corrupted, n * options.corrupt_probability);
+  for (auto kind : kinds) {
+    if (kind.starts_with("digest_")) continue;  // drawn only for a recorded digest, none here
+    const std::string name(kind);
+    expect_near(name, rows[name], expected_rows[name]);
+    // A row edits at least a tenth of the maps it is drawn for itself.
+    EXPECT_GE(own_rows[name], corrupted / 10) << name << " applies to few maps";
+  }
+  const auto digest_rows = std::count_if(kinds.begin(), kinds.end(), [](auto kind) { return kind.starts_with("digest_"); });
+  EXPECT_EQ(rows.size() + static_cast<std::size_t>(digest_rows), kinds.size()) << "a row never came up";
 }
 
 TEST(Generators, CaseOptionsAreHonoured) {

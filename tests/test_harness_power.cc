@@ -17,6 +17,8 @@
 #include "shardcheck/oracles/target.h"
 #include "shardcheck/digest.h"
 #include "shardcheck/gen/case_gen.h"
+#include "shardcheck/gen/corruption.h"
+#include "shardcheck/gen/layout.h"
 #include "shardcheck/gen/values.h"
 #include "shardcheck/oracles/reference.h"
 #include "shardcheck/properties.h"
@@ -231,8 +233,42 @@ TEST(DataAndTextRows, StrictRefusesWhatTheyDamage) {
     ++refused_as_expected[kind];
   }
   for (const char* kind : {"replica_copy_flip", "text_fraction", "text_quoted_number", "text_huge_number",
-                           "text_duplicate_key", "text_truncated"}) {
+                           "text_duplicate_key", "text_truncated", "text_lenient_syntax"}) {
     EXPECT_GT(refused_as_expected[kind], 0) << kind;
+  }
+}
+
+// Each JSON superset text_lenient_syntax writes (a comma before ] or }, a comment /* */
+// or //, a string in single quotes, NaN or Infinity for a number, a leading +) is refused
+// format by the map reader, in every form the row writes. Red when the reader grows
+// lenient (nlohmann's comments or trailing commas switched on, a plain reader that skips
+// what it does not know) or when the row stops writing one of them.
+TEST(DataAndTextRows, EveryLenientSyntaxIsRefusedFormat) {
+  std::map<std::string, int> refused;
+  auto variant_of = [](const std::string& v) -> std::string {
+    for (const char* prefix : {"trailing comma before ]", "trailing comma before }", "comment \"/*", "comment \"//",
+                               "single-quoted", "+", "NaN", "Infinity", "-Infinity"}) {
+      if (v.starts_with(prefix)) return prefix;
+    }
+    return "unknown: " + v;
+  };
+  for (std::uint64_t seed = 0; seed < 600; ++seed) {
+    gen::SeededChoices choices(seed);
+    const gen::Layout layout = gen::generate_layout(choices, gen::LayoutOptions{});
+    const gen::Corrupted bad = gen::corrupt_with(layout.map, "text_lenient_syntax", choices);
+    ASSERT_EQ(bad.record.kind, "text_lenient_syntax");
+    ASSERT_TRUE(bad.map_text.has_value());
+    EXPECT_FALSE(bad.text_neutral);
+    const std::string variant = variant_of(bad.record.new_value);
+    ASSERT_FALSE(variant.starts_with("unknown")) << variant;
+    auto decoded = decode_map_text(*bad.map_text);
+    ASSERT_FALSE(decoded) << variant << " read as a map: " << *bad.map_text;
+    EXPECT_EQ(decoded.error().kind, ErrorKind::format) << variant << ": " << decoded.error().to_string();
+    ++refused[variant];
+  }
+  for (const char* variant : {"trailing comma before ]", "trailing comma before }", "comment \"/*", "comment \"//",
+                              "single-quoted", "+", "NaN", "Infinity"}) {
+    EXPECT_GT(refused[variant], 0) << variant;
   }
 }
 

@@ -153,8 +153,11 @@ Case generate_case(ChoiceSource& c, const CaseOptions& options) {
     out.map = std::move(layout.map);
     out.corruption = CorruptionRecord{std::string(kNoCorruption), {}, {}, {}, {}, {}};
   }
-  Index op = c.between(0, 9);
-  out.ops = op < 8 ? OpList{Op::rebuild} : op == 8 ? OpList{Op::extract} : OpList{Op::rebuild, Op::extract};
+  const OpWeights& w = kOpWeights;
+  const Index op = c.between(0, w.rebuild + w.extract + w.both - 1);
+  out.ops = op < w.rebuild                ? OpList{Op::rebuild}
+            : op < w.rebuild + w.extract ? OpList{Op::extract}
+                                         : OpList{Op::rebuild, Op::extract};
   out.scale_power = power ? *power : draw_scale_power(c, options, out.truth_map());
   // Drawn last, so that every earlier draw (and what a fuzzer input decodes to) stays
   // as it was; the low answer keeps the markers.

@@ -307,6 +307,7 @@ void apply_edit(detail::Edit& e, const Row& row, Site site) {
     case Op::text_negative_zero:
     case Op::text_leading_zero:
     case Op::text_trailing:
+    case Op::text_lenient:
       return text_edit(e, row.op);
   }
 }
@@ -353,6 +354,13 @@ Corrupted apply_from(const Map& map, std::size_t first, ChoiceSource& c) {
 std::span<const std::string_view> corruption_kinds() { return kKindNames; }
 
 std::span<const CorruptionKind> corruption_catalogue() { return kCatalogue; }
+
+std::vector<bool> applicable_corruptions(const Map& map) {
+  const MapFacts facts = map_facts(map);
+  std::vector<bool> out(kKindCount);
+  for (std::size_t i = 0; i < kKindCount; ++i) out[i] = applicable(kRows[i], map, facts);
+  return out;
+}
 
 Corrupted corrupt(const Map& map, ChoiceSource& c) {
   const std::size_t drawn = map.content_digests.empty() ? detail::first_digest_row() : kKindCount;

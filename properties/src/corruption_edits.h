@@ -89,6 +89,7 @@ enum class Op {
   text_negative_zero,
   text_leading_zero,
   text_trailing,
+  text_lenient,
 };
 
 // An edit's parameter: an Index (deltas, offsets, stride values) or a scale.
@@ -243,6 +244,7 @@ constexpr bool well_formed(Field field, Fits fits, Op op, Param param) {
     case Op::text_negative_zero:
     case Op::text_leading_zero:
     case Op::text_trailing:
+    case Op::text_lenient:
       return field == Field::map_text && fits == Fits::always && no_param;
   }
   return false;

@@ -4,13 +4,17 @@
 // that is not an integer (n.7, n.0), a number in a string, a number beyond int64 (1e300,
 // 2^63, 2^64 - 1), a number with a leading zero (07), a repeated key
 // (README and contract "stricter": any key repeated within one object is format), a cut
-// document, a rank id of -1 or -2^63, an envelope version of 0, a content digest cut short.
+// document, a rank id of -1 or -2^63, an envelope version of 0, a content digest cut short,
+// and the JSON supersets lenient readers take (a trailing comma, a comment, single quotes,
+// NaN or Infinity, a leading +).
 // Writing 0 as -0 is neutral: JSON's -0 is the integer 0. Edits are made on each form a
 // reader meets: the object form, the array form, a one-parameter envelope.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "corruption_edits.h"
@@ -75,7 +79,21 @@ void replica_flip(Edit& e, Site site) {
   const RankEntry& entry = e.map.ranks[site.rank];
   const Piece& piece = entry.pieces[site.piece];
   const Index numel = checked_numel(piece.shape).value_or(1);
-  const Index element = static_cast<Index>(e.c.below(static_cast<std::size_t>(numel)));
+  // Half the flips land where a walk that stops one short, or starts one late, misses
+  // them: the copy's first element, its last, or the last of a row (the piece's last
+  // axis). A replica check that skips a row's last element passes every uniform flip but
+  // one in a row's length.
+  Index element = 0;
+  if (e.c.coin()) {
+    const Index row = piece.shape.empty() ? 1 : std::max<Index>(piece.shape.back(), 1);
+    switch (e.c.below(3)) {
+      case 0: element = 0; break;
+      case 1: element = numel - 1; break;
+      default: element = static_cast<Index>(e.c.below(static_cast<std::size_t>(numel / row))) * row + row - 1; break;
+    }
+  } else {
+    element = static_cast<Index>(e.c.below(static_cast<std::size_t>(numel)));
+  }
   e.record.field = fmt::format("shard_data[{}]", element);
   e.record.old_value = "as the truth map wrote it";
   e.record.new_value = "sign bit flipped";
@@ -172,6 +190,33 @@ std::string short_digest(Json& json, Edit& e) {
   e.record.new_value = cut;
   *it = cut;
   return json.dump();
+}
+
+// Where a lenient edit can go in a compact JSON text: each closing ] or } of a
+// non-empty container, each place just after a separator (, : [ {), and each string
+// (its opening and closing quote).
+struct Lexed {
+  std::vector<std::size_t> closers, after_separators;
+  std::vector<std::pair<std::size_t, std::size_t>> strings;
+};
+
+Lexed lex(std::string_view text) {
+  Lexed out;
+  char previous = 0;  // the last byte outside a string, or '"' after one
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (ch == '"') {
+      const std::size_t open = i;
+      for (++i; i < text.size() && text[i] != '"'; ++i) i += text[i] == '\\';
+      out.strings.emplace_back(open, i);
+      previous = '"';
+      continue;
+    }
+    if ((ch == ']' || ch == '}') && previous != '[' && previous != '{') out.closers.push_back(i);
+    if (ch == ',' || ch == ':' || ch == '[' || ch == '{') out.after_separators.push_back(i + 1);
+    previous = ch;
+  }
+  return out;
 }
 
 }  // namespace
@@ -272,6 +317,47 @@ void text_edit(Edit& e, Op op) {
       e.record.old_value = fmt::format("{} bytes", whole.size());
       e.record.new_value = which == std::size(kTails) ? std::string("the document twice")
                                                       : Json(space + tail).dump() + " after it";
+      break;
+    }
+    case Op::text_lenient: {
+      // What lenient readers take and JSON (RFC 8259) does not: a reader that accepts any
+      // of these reads a map from text that the contract's plain reader refuses (format),
+      // so two tools disagree on whether the checkpoint is readable at all.
+      const std::size_t variant = e.c.below(5);
+      e.record.field = "map_text";
+      if ((variant == 3 || variant == 4) && !integers.empty()) {
+        const auto at = pick(integers);
+        const std::string old = json[at].dump();
+        const std::string written = variant == 4 ? "+" + old
+                                    : old.starts_with('-') ? "-Infinity"
+                                                           : std::string(e.c.coin() ? "NaN" : "Infinity");
+        e.record.field += at.to_string();
+        e.record.old_value = old;
+        e.record.new_value = written;
+        json[at] = std::string(kMark);
+        text = replace_mark(json.dump(), written);
+        break;
+      }
+      const std::string whole = json.dump();
+      const Lexed lexed = lex(whole);
+      e.record.old_value = fmt::format("{} bytes of JSON", whole.size());
+      if (variant == 1 && !lexed.after_separators.empty()) {
+        const std::size_t at = lexed.after_separators[e.c.below(lexed.after_separators.size())];
+        const std::string comment = e.c.coin() ? "/* shardcheck */" : "// shardcheck\n";
+        text = whole.substr(0, at) + comment + whole.substr(at);
+        e.record.new_value = fmt::format("comment {} at byte {}", Json(comment).dump(), at);
+      } else if (variant == 2 && !lexed.strings.empty()) {
+        const auto [open, close] = lexed.strings[e.c.below(lexed.strings.size())];
+        text = whole;
+        text[open] = '\'';
+        text[close] = '\'';
+        e.record.new_value = "single-quoted " + text.substr(open, close + 1 - open);
+      } else if (!lexed.closers.empty()) {
+        // A comma before a closing bracket or brace (and the fallback of the others).
+        const std::size_t at = lexed.closers[e.c.below(lexed.closers.size())];
+        text = whole.substr(0, at) + "," + whole.substr(at);
+        e.record.new_value = fmt::format("trailing comma before {} at byte {}", whole[at], at);
+      }
       break;
     }
     default:

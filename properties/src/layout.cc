@@ -37,12 +37,14 @@ Bounds clamp_options(const LayoutOptions& o) {
 constexpr Index kReferenceElements = Index{1} << 22;
 
 // A large layout's bounds for `dtype` (two bytes wide or more): F of 4 to 4.5 MiB, past
-// the parallel threshold (4 MiB) and many of the wide copy's chunks (64 KiB and up), two
-// or three axes, and few enough ranks that every copy of F stays within the reference
-// model's reach.
-Bounds large_bounds(ChoiceSource& c, const Bounds& b, DType dtype) {
+// the parallel threshold (4 MiB) and many of the wide copy's chunks (64 KiB and up), or
+// with `streaming` F of 8 to 8.5 MiB, past the threshold of streaming copies
+// (kStreamTotalBytes in core/src/streaming.h, 8 MiB); two or three axes, and few enough
+// ranks that every copy of F stays within the reference model's reach.
+Bounds large_bounds(ChoiceSource& c, const Bounds& b, DType dtype, bool streaming) {
   const auto width = static_cast<Index>(element_size(dtype));
-  const Index bytes = c.between((Index{4} << 20) + 1, (Index{9} << 19));
+  const Index least = streaming ? Index{8} << 20 : Index{4} << 20;
+  const Index bytes = c.between(least + 1, least + (Index{1} << 19));
   Bounds large = b;
   large.min_elements = (bytes + width - 1) / width;
   large.max_elements = large.min_elements + 4096;
@@ -52,9 +54,32 @@ Bounds large_bounds(ChoiceSource& c, const Bounds& b, DType dtype) {
 }
 
 // The dtypes of large layouts: a one-byte F of 4 MiB would be more elements than the
-// reference model takes.
+// reference model takes. Past the streaming threshold, eight bytes wide only: F then
+// has about 2^20 elements, room for three copies of it in the reference model's reach.
 constexpr DType kWideDTypes[] = {DType::float32, DType::float64, DType::float16, DType::bfloat16,
                                  DType::int16,   DType::int32,   DType::int64};
+constexpr DType kEightByteDTypes[] = {DType::float64, DType::int64};
+
+// Every non-empty piece cut in two along its last axis at `at` elements (where that
+// axis is longer): the second half starts `at` elements into the row on both sides, so
+// that with `at` odd and eight-byte elements its offsets are never 16-byte aligned, and
+// a streaming copy's unaligned head and tail are exercised on every such row. Cutting a
+// piece changes no verdict: the halves cover what it covered, with its holders and scale.
+void cut_rows_at(Map& map, Index at) {
+  for (auto& entry : map.ranks) {
+    const std::size_t pieces = entry.pieces.size();
+    for (std::size_t i = 0; i < pieces; ++i) {
+      Piece& piece = entry.pieces[i];
+      if (piece.shape.empty() || piece.shape.back() <= at || checked_numel(piece.shape).value_or(0) == 0) continue;
+      Piece tail = piece;
+      tail.shape.back() -= at;
+      tail.source.offset += at * piece.source.strides.back();
+      tail.dest.offset += at * piece.dest.strides.back();
+      piece.shape.back() = at;
+      entry.pieces.push_back(std::move(tail));
+    }
+  }
+}
 
 // draw_shape, or for a large layout: at least two axes, the last one taking the bulk
 // (long rows: few address runs, well within what the core checks verify) and the others,
@@ -274,8 +299,10 @@ Layout generate_layout(ChoiceSource& c, const LayoutOptions& options) {
   Bounds b = clamp_options(options);
   // Every constructor but replicated needs an axis to split.
   int ctor = b.max_dims < 1 && !options.large ? kReplicated : static_cast<int>(c.between(0, 5));
-  DType dtype = options.large ? c.pick(kWideDTypes) : c.pick(kAllDTypes);
-  if (options.large) b = large_bounds(c, b, dtype);
+  // Half the large layouts cross the streaming threshold, with misaligned rows.
+  const bool streaming = options.large && c.coin();
+  DType dtype = streaming ? c.pick(kEightByteDTypes) : options.large ? c.pick(kWideDTypes) : c.pick(kAllDTypes);
+  if (options.large) b = large_bounds(c, b, dtype, streaming);
   // Large layouts are about sizes: scales are drawn on small ones.
   bool floating = carries_scales(dtype) && !options.large;
   double map_scale = 1.0;
@@ -285,6 +312,7 @@ Layout generate_layout(ChoiceSource& c, const LayoutOptions& options) {
   if (!built) generator_bug(ctor, built.error());
   Layout out{std::string(kNames[ctor]), std::move(built).value(), dtype};
   if (floating && ctor != kReplicated) detail::draw_scales(c, out.map, dtype);
+  if (streaming) cut_rows_at(out.map, 2 * c.between(0, 31) + 1);
   detail::add_empty_pieces(c, out.map);
   detail::relabel_ranks(c, out.map);
   detail::shuffle_order(c, out.map);

@@ -28,6 +28,15 @@ struct CaseOptions {
   bool reshard = false;
 };
 
+// How often a rebuild/extract case asks for each list of operations: rebuild alone,
+// extract alone, or both, in parts of their sum (a reshard case is op reshard alone).
+struct OpWeights {
+  int rebuild = 8;
+  int extract = 1;
+  int both = 1;
+};
+inline constexpr OpWeights kOpWeights{};
+
 // The state a tensor converted with scale_power p is recorded under: "param" (1),
 // "exp_avg" (-1), "exp_avg_sq" (-2), otherwise "p<power>".
 std::string digest_state_for(int scale_power);

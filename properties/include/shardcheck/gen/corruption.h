@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shardcheck/case.h"
 #include "shardcheck/gen/choice.h"
@@ -65,6 +66,12 @@ std::span<const CorruptionKind> corruption_catalogue();
 // kinds that damage the recorded content digests are drawn only for a map that records
 // one.
 Corrupted corrupt(const Map& map, ChoiceSource& choices);
+
+// Which rows of the catalogue can edit `map` (corruption_kinds() order): a row that
+// cannot falls back to the next one that can, in that order, cyclically. With the rows
+// corrupt() draws uniformly (all, or all but the content_digests rows for a map without
+// a recorded digest), this says how often each kind comes up for the map.
+std::vector<bool> applicable_corruptions(const Map& map);
 
 // The same with the kind fixed by name, falling back the same way when it cannot apply
 // (an unknown name starts the lap at the first kind). For tests and targeted campaigns.

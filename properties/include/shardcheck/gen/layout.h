@@ -31,6 +31,9 @@ struct LayoutOptions {
   // A large layout instead: F of 4 to 4.5 MiB (by the dtype's width) whatever the bounds
   // above say, past the parallel threshold (ConvertOptions::parallel_min_bytes) and the
   // wide copy's chunk size, with a split axis of at most 64 so that its pieces stay few.
+  // Half of them: F of 8 to 8.5 MiB of an eight-byte dtype, past the streaming copies'
+  // threshold (8 MiB), every piece cut along its last axis at an odd count of elements so
+  // that the rows of its second half start misaligned (16 bytes) on both sides.
   bool large = false;
 };
 
