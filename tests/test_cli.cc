@@ -817,15 +817,34 @@ TEST_F(CliTest, CampaignMergeRefusesAFindingFileThatIsNotItsCase) {
             0u)
       << truncated.out;
   EXPECT_FALSE(fs::exists(dir_ / "merged"));
+  // Another finding's file in its place. A reduced case file (campaigns reduce their
+  // findings) records the case it was reduced from, which gives it away first; with that
+  // record removed, its content does: it is not the case the shard generated. (This seed's
+  // files are all reduced since the generators' text_lenient_syntax row shifted its cases,
+  // so the test makes the unrecorded one itself.)
+  const fs::path other_file = dir_ / "shard-0" / "findings" / *std::next(files.begin());
   fs::copy(dir_ / "shard-0", dir_ / "swapped", fs::copy_options::recursive);
   const fs::path swapped = dir_ / "swapped" / "findings" / name;
-  fs::copy_file(dir_ / "shard-0" / "findings" / *std::next(files.begin()), swapped,
-                fs::copy_options::overwrite_existing);
+  fs::copy_file(other_file, swapped, fs::copy_options::overwrite_existing);
+  nlohmann::json unrecorded_json = read_json_file(other_file);
+  ASSERT_TRUE(unrecorded_json.contains("reduced")) << other_file;
+  unrecorded_json.erase("reduced");
+  fs::copy(dir_ / "shard-0", dir_ / "unrecorded", fs::copy_options::recursive);
+  const fs::path unrecorded = dir_ / "unrecorded" / "findings" / name;
+  write_json_file(unrecorded, unrecorded_json);
   Ran other = merge(dir_, "swapped");
   EXPECT_EQ(other.exit_code, 2) << other.out;
-  EXPECT_NE(other.out.find(swapped.string() + " is not the case file of case "), std::string::npos) << other.out;
+  EXPECT_NE(other.out.find(swapped.string() + " records a reduction from another case than case "), std::string::npos)
+      << other.out;
   EXPECT_NE(other.out.find(" that shard 0/2 (" + (dir_ / "swapped").string() + ") records for "), std::string::npos)
       << other.out;
+  Ran content = merge(dir_, "unrecorded");
+  EXPECT_EQ(content.exit_code, 2) << content.out;
+  EXPECT_NE(content.out.find(unrecorded.string() + " is not the case file of case "), std::string::npos)
+      << content.out;
+  EXPECT_NE(content.out.find(" that shard 0/2 (" + (dir_ / "unrecorded").string() + ") records for "),
+            std::string::npos)
+      << content.out;
   EXPECT_EQ(merge(dir_, "shard-0").exit_code, 1);
 }
 
