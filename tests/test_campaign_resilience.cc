@@ -494,7 +494,9 @@ TEST_F(CampaignResilience, AFullDiskIsAnIncompleteCampaignUntilResumed) {
   EXPECT_EQ(exit_code(again.wait()), 1) << read_text(dir_ / "stderr2.txt");
   EXPECT_TRUE(read_json(out / "report.json").at("complete").get<bool>());
   EXPECT_EQ(file_names(out / "findings"), reported_files(out));
-  EXPECT_EQ(read_json(out / "report.json").at("findings").size(), 156u);
+  // Every finding of the filling campaign, as a run on a roomy disk reports them (162
+  // since the generators' text_lenient_syntax row and aimed replica flips; 156 before).
+  EXPECT_EQ(read_json(out / "report.json").at("findings").size(), 162u);
 }
 
 // The same without root: every file over 8 KiB fails as on a full disk (EFBIG).
