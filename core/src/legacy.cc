@@ -286,7 +286,9 @@ Result<Buffer> legacy_rebuild(const Map& map, const ShardSet& shards, DType dtyp
       const Piece& piece = entry.pieces[i];
       const Buffer& shard = shards.at(entry.rank);
       const auto index = static_cast<Index>(i);
-      const bool compare = piece.locations.size() > 1 && started.count(piece.source.offset) > 0;
+      // DeepSpeed keeps locations as a frozenset: a rank listed twice is one holder.
+      const bool replicated = std::set<Rank>(piece.locations.begin(), piece.locations.end()).size() > 1;
+      const bool compare = replicated && started.count(piece.source.offset) > 0;
       // A comparison only reads, so only a write is refused for a zero stride.
       if (Status e = check_piece(piece, entry.rank, index, *numel_f, shard.numel(),
                                  compare ? Writes::nothing : Writes::source);
