@@ -219,6 +219,173 @@ Lexed lex(std::string_view text) {
   return out;
 }
 
+// One function per map_text row (corruptions.def), each returning the edited text, or
+// nothing where the map offers the edit no place (text_edit then cuts the text instead).
+
+// A place of `from` (integers, zeros or objects), drawn.
+Json::json_pointer pick(Edit& e, const Places& places, const std::vector<std::int32_t>& from) {
+  return pointer_of(places, from[e.c.below(from.size())]);
+}
+
+std::string number_not_an_integer(Edit& e, Json& json, const Places& places, Op op) {
+  std::string text;
+  const auto& integers = places.integers;
+  if (op == Op::text_huge && e.c.chance(1, 4)) {
+    text = below_minimum(json, e);
+    if (!text.empty()) return text;
+  }
+  if (integers.empty()) return text;  // empty: cut instead
+  const auto at = pick(e, places, integers);
+  const Index old = json[at].get<Index>();
+  e.record.field = "map_text" + at.to_string();
+  e.record.old_value = std::to_string(old);
+  // An integral float (n.0) is as much "not an integer" as n.7, and past INT64_MAX a
+  // number may still parse as an unsigned integer: each must be refused too.
+  if (op == Op::text_fraction) json[at] = static_cast<double>(old) + (e.c.chance(1, 3) ? 0.0 : 0.7);
+  if (op == Op::text_quote) json[at] = std::to_string(old);
+  if (op == Op::text_huge) {
+    switch (e.c.below(3)) {
+      case 0: json[at] = 1e300; break;
+      case 1: json[at] = std::uint64_t{1} << 63; break;
+      default: json[at] = ~std::uint64_t{0}; break;
+    }
+  }
+  text = json.dump();
+  e.record.new_value = json[at].dump();
+  return text;
+}
+
+std::string key_twice(Edit& e, Json& json, const Places& places) {
+  std::string text;
+  const auto& objects = places.objects;
+  if (objects.empty()) return text;
+  const auto at = pick(e, places, objects);
+  Json& object = json[at];
+  auto it = std::next(object.begin(), static_cast<std::ptrdiff_t>(e.c.below(object.size())));
+  const std::string key = it.key();
+  const Json copy = it.value();
+  object[std::string(kMark)] = copy;
+  text = replace_mark(json.dump(), Json(key).dump());
+  e.record.field = "map_text" + (at / key).to_string();
+  e.record.old_value = "once";
+  e.record.new_value = "twice";
+  return text;
+}
+
+std::string negative_zero(Edit& e, Json& json, const Places& places) {
+  std::string text;
+  const auto& zeros = places.zeros;
+  if (zeros.empty()) return text;
+  const auto at = pick(e, places, zeros);
+  json[at] = std::string(kMark);
+  text = replace_mark(json.dump(), "-0");
+  e.record.field = "map_text" + at.to_string();
+  e.record.old_value = "0";
+  e.record.new_value = "-0";
+  e.out->text_neutral = true;
+  return text;
+}
+
+std::string leading_zero(Edit& e, Json& json, const Places& places) {
+  std::string text;
+  const auto& integers = places.integers;
+  // JSON writes no leading zero (RFC 8259, section 6): 07, 00 and -03 are not
+  // numbers, and a reader that takes them for 7, 0 and -3 reads a map from text
+  // that every other JSON reader refuses.
+  if (integers.empty()) return text;
+  const auto at = pick(e, places, integers);
+  std::string written = json[at].dump();
+  written.insert(written.starts_with('-') ? 1 : 0, "0");
+  e.record.field = "map_text" + at.to_string();
+  e.record.old_value = json[at].dump();
+  e.record.new_value = written;
+  json[at] = std::string(kMark);
+  text = replace_mark(json.dump(), written);
+  return text;
+}
+
+std::string cut_after_digest(Edit& e, Json& json) {
+  std::string text;
+  if (e.c.chance(1, 2)) text = short_digest(json, e);
+  return text;
+}
+
+std::string trailing_bytes(Edit& e, const Json& json) {
+  std::string text;
+  // A complete document and then more: JSON allows whitespace after the value and
+  // nothing else, so each of these must be refused (format), never read as the map.
+  const std::string whole = json.dump();
+  constexpr std::string_view kTails[] = {"}", "]", "x", "0", ",", "null"};
+  const std::string space = e.c.coin() ? "" : std::string(e.c.coin() ? " " : "\n");
+  const std::size_t which = e.c.below(std::size(kTails) + 1);
+  const std::string tail = which == std::size(kTails) ? whole : std::string(kTails[which]);
+  text = whole + space + tail;
+  e.record.field = "map_text";
+  e.record.old_value = fmt::format("{} bytes", whole.size());
+  e.record.new_value = which == std::size(kTails) ? std::string("the document twice")
+                                                  : Json(space + tail).dump() + " after it";
+  return text;
+}
+
+std::string lenient_syntax(Edit& e, Json& json, const Places& places) {
+  std::string text;
+  const auto& integers = places.integers;
+  // What lenient readers take and JSON (RFC 8259) does not: a reader that accepts any
+  // of these reads a map from text that the contract's plain reader refuses (format),
+  // so two tools disagree on whether the checkpoint is readable at all.
+  const std::size_t variant = e.c.below(5);
+  e.record.field = "map_text";
+  if ((variant == 3 || variant == 4) && !integers.empty()) {
+    const auto at = pick(e, places, integers);
+    const std::string old = json[at].dump();
+    const std::string written = variant == 4 ? "+" + old
+                                : old.starts_with('-') ? "-Infinity"
+                                                       : std::string(e.c.coin() ? "NaN" : "Infinity");
+    e.record.field += at.to_string();
+    e.record.old_value = old;
+    e.record.new_value = written;
+    json[at] = std::string(kMark);
+    text = replace_mark(json.dump(), written);
+    return text;
+  }
+  const std::string whole = json.dump();
+  const Lexed lexed = lex(whole);
+  e.record.old_value = fmt::format("{} bytes of JSON", whole.size());
+  if (variant == 1 && !lexed.after_separators.empty()) {
+    const std::size_t at = lexed.after_separators[e.c.below(lexed.after_separators.size())];
+    const std::string comment = e.c.coin() ? "/* shardcheck */" : "// shardcheck\n";
+    text = whole.substr(0, at) + comment + whole.substr(at);
+    e.record.new_value = fmt::format("comment {} at byte {}", Json(comment).dump(), at);
+  } else if (variant == 2 && !lexed.strings.empty()) {
+    const auto [open, close] = lexed.strings[e.c.below(lexed.strings.size())];
+    text = whole;
+    text[open] = '\'';
+    text[close] = '\'';
+    e.record.new_value = "single-quoted " + text.substr(open, close + 1 - open);
+  } else if (!lexed.closers.empty()) {
+    // A comma before a closing bracket or brace (and the fallback of the others).
+    const std::size_t at = lexed.closers[e.c.below(lexed.closers.size())];
+    text = whole.substr(0, at) + "," + whole.substr(at);
+    e.record.new_value = fmt::format("trailing comma before {} at byte {}", whole[at], at);
+  }
+  return text;
+}
+
+std::string edited_text(Edit& e, Json& json, const Places& places, Op op) {
+  switch (op) {
+    case Op::text_fraction:
+    case Op::text_quote:
+    case Op::text_huge: return number_not_an_integer(e, json, places, op);
+    case Op::text_duplicate_key: return key_twice(e, json, places);
+    case Op::text_negative_zero: return negative_zero(e, json, places);
+    case Op::text_leading_zero: return leading_zero(e, json, places);
+    case Op::text_truncate: return cut_after_digest(e, json);
+    case Op::text_trailing: return trailing_bytes(e, json);
+    case Op::text_lenient: return lenient_syntax(e, json, places);
+    default: return {};
+  }
+}
+
 }  // namespace
 
 void text_edit(Edit& e, Op op) {
@@ -227,142 +394,8 @@ void text_edit(Edit& e, Op op) {
   Json json = in_form(encode_map(e.map, RankOrder::as_given), e.c.below(4));
   Places places;
   collect(json, -1, places);
-  const auto& integers = places.integers;
-  const auto& zeros = places.zeros;
-  const auto& objects = places.objects;
-  std::string text;
   e.out->text_neutral = false;
-  auto pick = [&](const std::vector<std::int32_t>& from) { return pointer_of(places, from[e.c.below(from.size())]); };
-  switch (op) {
-    case Op::text_fraction:
-    case Op::text_quote:
-    case Op::text_huge: {
-      if (op == Op::text_huge && e.c.chance(1, 4)) {
-        text = below_minimum(json, e);
-        if (!text.empty()) break;
-      }
-      if (integers.empty()) break;  // cut below instead
-      const auto at = pick(integers);
-      const Index old = json[at].get<Index>();
-      e.record.field = "map_text" + at.to_string();
-      e.record.old_value = std::to_string(old);
-      // An integral float (n.0) is as much "not an integer" as n.7, and past INT64_MAX a
-      // number may still parse as an unsigned integer: each must be refused too.
-      if (op == Op::text_fraction) json[at] = static_cast<double>(old) + (e.c.chance(1, 3) ? 0.0 : 0.7);
-      if (op == Op::text_quote) json[at] = std::to_string(old);
-      if (op == Op::text_huge) {
-        switch (e.c.below(3)) {
-          case 0: json[at] = 1e300; break;
-          case 1: json[at] = std::uint64_t{1} << 63; break;
-          default: json[at] = ~std::uint64_t{0}; break;
-        }
-      }
-      text = json.dump();
-      e.record.new_value = json[at].dump();
-      break;
-    }
-    case Op::text_duplicate_key: {
-      if (objects.empty()) break;
-      const auto at = pick(objects);
-      Json& object = json[at];
-      auto it = std::next(object.begin(), static_cast<std::ptrdiff_t>(e.c.below(object.size())));
-      const std::string key = it.key();
-      const Json copy = it.value();
-      object[std::string(kMark)] = copy;
-      text = replace_mark(json.dump(), Json(key).dump());
-      e.record.field = "map_text" + (at / key).to_string();
-      e.record.old_value = "once";
-      e.record.new_value = "twice";
-      break;
-    }
-    case Op::text_negative_zero: {
-      if (zeros.empty()) break;
-      const auto at = pick(zeros);
-      json[at] = std::string(kMark);
-      text = replace_mark(json.dump(), "-0");
-      e.record.field = "map_text" + at.to_string();
-      e.record.old_value = "0";
-      e.record.new_value = "-0";
-      e.out->text_neutral = true;
-      break;
-    }
-    case Op::text_leading_zero: {
-      // JSON writes no leading zero (RFC 8259, section 6): 07, 00 and -03 are not
-      // numbers, and a reader that takes them for 7, 0 and -3 reads a map from text
-      // that every other JSON reader refuses.
-      if (integers.empty()) break;
-      const auto at = pick(integers);
-      std::string written = json[at].dump();
-      written.insert(written.starts_with('-') ? 1 : 0, "0");
-      e.record.field = "map_text" + at.to_string();
-      e.record.old_value = json[at].dump();
-      e.record.new_value = written;
-      json[at] = std::string(kMark);
-      text = replace_mark(json.dump(), written);
-      break;
-    }
-    case Op::text_truncate:
-      if (e.c.chance(1, 2)) text = short_digest(json, e);
-      break;
-    case Op::text_trailing: {
-      // A complete document and then more: JSON allows whitespace after the value and
-      // nothing else, so each of these must be refused (format), never read as the map.
-      const std::string whole = json.dump();
-      constexpr std::string_view kTails[] = {"}", "]", "x", "0", ",", "null"};
-      const std::string space = e.c.coin() ? "" : std::string(e.c.coin() ? " " : "\n");
-      const std::size_t which = e.c.below(std::size(kTails) + 1);
-      const std::string tail = which == std::size(kTails) ? whole : std::string(kTails[which]);
-      text = whole + space + tail;
-      e.record.field = "map_text";
-      e.record.old_value = fmt::format("{} bytes", whole.size());
-      e.record.new_value = which == std::size(kTails) ? std::string("the document twice")
-                                                      : Json(space + tail).dump() + " after it";
-      break;
-    }
-    case Op::text_lenient: {
-      // What lenient readers take and JSON (RFC 8259) does not: a reader that accepts any
-      // of these reads a map from text that the contract's plain reader refuses (format),
-      // so two tools disagree on whether the checkpoint is readable at all.
-      const std::size_t variant = e.c.below(5);
-      e.record.field = "map_text";
-      if ((variant == 3 || variant == 4) && !integers.empty()) {
-        const auto at = pick(integers);
-        const std::string old = json[at].dump();
-        const std::string written = variant == 4 ? "+" + old
-                                    : old.starts_with('-') ? "-Infinity"
-                                                           : std::string(e.c.coin() ? "NaN" : "Infinity");
-        e.record.field += at.to_string();
-        e.record.old_value = old;
-        e.record.new_value = written;
-        json[at] = std::string(kMark);
-        text = replace_mark(json.dump(), written);
-        break;
-      }
-      const std::string whole = json.dump();
-      const Lexed lexed = lex(whole);
-      e.record.old_value = fmt::format("{} bytes of JSON", whole.size());
-      if (variant == 1 && !lexed.after_separators.empty()) {
-        const std::size_t at = lexed.after_separators[e.c.below(lexed.after_separators.size())];
-        const std::string comment = e.c.coin() ? "/* shardcheck */" : "// shardcheck\n";
-        text = whole.substr(0, at) + comment + whole.substr(at);
-        e.record.new_value = fmt::format("comment {} at byte {}", Json(comment).dump(), at);
-      } else if (variant == 2 && !lexed.strings.empty()) {
-        const auto [open, close] = lexed.strings[e.c.below(lexed.strings.size())];
-        text = whole;
-        text[open] = '\'';
-        text[close] = '\'';
-        e.record.new_value = "single-quoted " + text.substr(open, close + 1 - open);
-      } else if (!lexed.closers.empty()) {
-        // A comma before a closing bracket or brace (and the fallback of the others).
-        const std::size_t at = lexed.closers[e.c.below(lexed.closers.size())];
-        text = whole.substr(0, at) + "," + whole.substr(at);
-        e.record.new_value = fmt::format("trailing comma before {} at byte {}", whole[at], at);
-      }
-      break;
-    }
-    default:
-      break;
-  }
+  std::string text = edited_text(e, json, places, op);
   if (text.empty()) {
     // A cut document (or an edit with no site to take): any proper prefix of an
     // object's text is not JSON.
