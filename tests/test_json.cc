@@ -933,10 +933,8 @@ RC_GTEST_PROP(JsonProperty, DamagedTextDecodesOrGivesALocatedFormatError, ()) {
   }
 }
 
-// The campaign's checkpoint reader answers every bad input with an error sentence, like
-// every other reader: a truncated file, garbage, a missing key, a wrong type or a number
-// out of range is "malformed checkpoint: ...", never an exception.
-TEST(CheckpointReader, RefusesTruncatedAndGarbageCheckpoints) {
+// The checkpoint of a finished 30-case campaign (seed 7, one job).
+campaign::Checkpoint thirty_case_checkpoint() {
   campaign::Options options;
   options.seed = 7;
   options.cases = 30;
@@ -944,6 +942,14 @@ TEST(CheckpointReader, RefusesTruncatedAndGarbageCheckpoints) {
   campaign::Checkpoint written;
   written.report = campaign::run(options);
   written.done = {{0, 30}};
+  return written;
+}
+
+// The campaign's checkpoint reader answers every bad input with an error sentence, like
+// every other reader: a truncated file, garbage, a missing key, a wrong type or a number
+// out of range is "malformed checkpoint: ...", never an exception.
+TEST(CheckpointReader, RefusesTruncatedAndGarbageCheckpoints) {
+  const campaign::Checkpoint written = thirty_case_checkpoint();
   const Json json = campaign::checkpoint_to_json(written);
   const auto read_back = campaign::checkpoint_from_json(json);
   ASSERT_TRUE(read_back.ok()) << read_back.error().to_string();
@@ -1055,13 +1061,7 @@ TEST(CheckpointReader, EveryOptionRowRoundTrips) {
 // A bad value is refused with the field at fault named, in the sentence (what `campaign
 // --resume` prints) and as the error's JSON path.
 TEST(CheckpointReader, NamesTheFieldAtFault) {
-  campaign::Options options;
-  options.seed = 7;
-  options.cases = 30;
-  options.jobs = 1;
-  campaign::Checkpoint written;
-  written.report = campaign::run(options);
-  written.done = {{0, 30}};
+  const campaign::Checkpoint written = thirty_case_checkpoint();
   ASSERT_FALSE(written.report.by_constructor.empty());
   const Json json = campaign::checkpoint_to_json(written);
   ASSERT_TRUE(campaign::checkpoint_from_json(json).ok());

@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -51,7 +52,18 @@ std::vector<std::pair<Case, props::Shown>> legacy_findings(std::size_t wanted) {
   return found;
 }
 
-std::size_t size_of(const Case& c) { return encode_case(c).dump().size(); }
+// How big a case is as the reducer sees it: the elements of its maps' logical shapes,
+// then its pieces, then its text. The reducer's edits never add an element or a piece;
+// the text may grow (a simpler dtype can spell its values longer).
+std::tuple<Index, Index, std::size_t> size_of(const Case& c) {
+  Index elements = 0, pieces = 0;
+  for (const Map* map : {&c.map, c.truth ? &*c.truth : nullptr, c.target_map ? &*c.target_map : nullptr}) {
+    if (map == nullptr) continue;
+    elements += checked_numel(map->logical_shape).value_or(0);
+    for (const auto& entry : map->ranks) pieces += static_cast<Index>(entry.pieces.size());
+  }
+  return {elements, pieces, encode_case(c).dump().size()};
+}
 
 TEST(ReduceCase, LegacyFindingsShrinkToLocallyMinimalCasesThatStillShowThem) {
   const auto findings = legacy_findings(12);

@@ -171,12 +171,19 @@ TEST(Reshard, TruthOracleOnCorruptedPairsIsRefusedOrExact) {
   gen::SeededChoices choices(11);
   gen::CaseOptions options;
   options.reshard = true;
-  int refused = 0, exact = 0;
+  int refused = 0, exact = 0, valid_but_different = 0;
   for (int i = 0; i < 1500; ++i) {
     const Case c = gen::generate_case(choices, options);
     auto outcome = oracles::run_case(c);
     ASSERT_TRUE(outcome.ok()) << c.name << ": " << outcome.error().to_string() << "\n" << encode_case_text(c);
     const auto& o = outcome.value();
+    // A corruption may leave a valid layout that means another tensor (strides swapped
+    // between two axes of one extent): no check can see it, and a reshard through it
+    // is wrong by design (contract 3). Any other wrong tensor is a bug.
+    if (o.verdict == Outcome::wrong && oracles::wrong_on_valid_layout(o)) {
+      ++valid_but_different;
+      continue;
+    }
     ASSERT_NE(o.verdict, Outcome::wrong) << o.message << "\n" << encode_case_text(c);
     ASSERT_NE(o.verdict, Outcome::target_fault) << o.message;
     refused += o.verdict == Outcome::refused;
@@ -188,6 +195,7 @@ TEST(Reshard, TruthOracleOnCorruptedPairsIsRefusedOrExact) {
   }
   EXPECT_GT(refused, 300);
   EXPECT_GT(exact, 150);
+  EXPECT_LT(valid_but_different, 15) << "a corruption that mostly leaves valid layouts tests nothing";
 }
 
 TEST(Reshard, CaseFileRoundTripKeepsTheTargetSide) {
