@@ -1,6 +1,9 @@
 // The generators of layouts, corruptions and cases: determinism, coverage of every
 // constructor and corruption kind, validity of uncorrupted layouts, termination on
 // degenerate choice sources, and robustness of corrupt() on absurd maps.
+//
+// Long file: one test binary per tests/test_*.cc; these tests share the seeded choice
+// sources and counting helpers above the first test, and a split would add a binary.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
