@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "shardcheck/listed.h"
 #include "shardcheck/oracles/truth.h"
 
 namespace shardcheck::cli {
@@ -42,14 +43,10 @@ std::vector<std::string> oracle_names() {
 }
 
 std::string oracle_help() {
-  std::string out;
-  const std::size_t n = std::size(oracles::kOracleNames);
-  for (std::size_t k = 0; k < n; ++k) {
-    if (k > 0) out += k + 1 == n ? " or " : ", ";
-    out += oracles::kOracleNames[k].name;
-    if (k == 0) out += " (default)";
-  }
-  return out;
+  // The first row is the default.
+  return listed(oracles::kOracleNames, [first = oracles::kOracleNames[0].name](const oracles::OracleName& row) {
+    return std::string(row.name) + (row.name == first ? " (default)" : "");
+  });
 }
 
 std::uint64_t parse_uint64_option(const std::string& name, const std::string& text) {

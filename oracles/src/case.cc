@@ -3,10 +3,12 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <span>
 
 #include <fmt/format.h>
 
 #include "shardcheck/digest.h"
+#include "shardcheck/listed.h"
 
 namespace shardcheck {
 
@@ -59,13 +61,7 @@ std::optional<Op> parse_op(std::string_view name) {
 }
 
 std::string op_choices(std::string_view last_separator) {
-  std::string out;
-  const std::size_t n = std::size(kOpRows);
-  for (std::size_t k = 0; k < n; ++k) {
-    if (k > 0) out += k + 1 == n ? last_separator : std::string_view(", ");
-    out += kOpRows[k].name;
-  }
-  return out;
+  return listed(kOpRows, [](const OpRow& row) { return row.name; }, last_separator);
 }
 
 OpList::OpList(std::initializer_list<Op> ops) {

@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "shardcheck/digest.h"
+#include "shardcheck/listed.h"
 #include "shardcheck/oracles/reference.h"
 #include "truth_internal.h"
 
@@ -554,6 +555,10 @@ Result<CaseOutcome> run_case(const Case& c, Target& target, OracleKind oracle) {
 Result<CaseOutcome> run_case(const Case& c, const ConvertOptions& options, OracleKind oracle) {
   auto target = make_policy_target(options);
   return run_case(c, *target, oracle);
+}
+
+std::string oracle_choices(std::string_view last_separator) {
+  return listed(kOracleNames, [](const OracleName& row) { return row.name; }, last_separator);
 }
 
 }  // namespace shardcheck::oracles

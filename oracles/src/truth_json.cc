@@ -103,14 +103,5 @@ Json outcome_to_json(const Case& c, const CaseOutcome& outcome) {
   return out;
 }
 
-std::string oracle_choices(std::string_view last_separator) {
-  std::string out;
-  const std::size_t n = std::size(kOracleNames);
-  for (std::size_t k = 0; k < n; ++k) {
-    if (k > 0) out += k + 1 == n ? last_separator : std::string_view(", ");
-    out += kOracleNames[k].name;
-  }
-  return out;
-}
 
 }  // namespace shardcheck::oracles
