@@ -75,8 +75,12 @@ Json answer_of(oracles::TargetResult<T> result) {
     // The in-process policy never faults; say so rather than answer something.
     throw BadRequest{"the policy faulted: " + fault->reason};
   }
-  if constexpr (std::is_same_v<T, Buffer>) return Json{{"ok", true}, {"result", tensor_json(std::get<Buffer>(result))}};
-  else return Json{{"ok", true}};
+  if constexpr (std::is_same_v<T, oracles::TensorAnswer>) {
+    return Json{{"ok", true}, {"result", tensor_json(std::get<oracles::TensorAnswer>(result).tensor)}};
+  } else {
+    static_assert(std::is_same_v<T, oracles::Accepted>, "an answer with a result must send it");
+    return Json{{"ok", true}};
+  }
 }
 
 Json answer(oracles::Target& target, const Json& request) {

@@ -29,6 +29,7 @@
 #include "shardcheck/constructors.h"
 #include "shardcheck/oracles/target.h"
 #include "shardcheck/oracles/truth.h"
+#include "shardcheck/properties.h"
 #include "deepspeed_setup.h"
 
 namespace shardcheck {
@@ -129,6 +130,8 @@ TEST_F(DeepSpeedSteps, ValidMapsConvertExactlyForEveryStateName) {
       extract.scale_power = power;
       const oracles::OpOutcome restored = run_one(extract, *restore);
       EXPECT_EQ(restored.verdict, Outcome::exact) << state << " state, power " << power << ": " << restored.message;
+      // Through the map, with a power that changes nothing on an unscaled map: no fallback.
+      EXPECT_FALSE(restored.fallback) << state << " state, power " << power << ": " << restored.message;
       if (power != 1 && std::string(state) == "unknown") continue;  // checkpoints it refuses: below
       Case rebuild = valid_case(Op::rebuild);
       rebuild.scale_power = power;
@@ -145,6 +148,21 @@ TEST_F(DeepSpeedSteps, TheRestoreFallsBackSilentlyForARankTheMapDoesNotList) {
   const oracles::OpOutcome op = run_one(c, *restore);
   EXPECT_EQ(op.verdict, Outcome::wrong) << op.message;
   EXPECT_EQ(op.rank, 1) << op.message;
+  // The adapter says the step did not go through the map, so the campaign counts it apart.
+  ASSERT_TRUE(op.fallback) << op.message;
+  EXPECT_EQ(op.fallback->type, "LegacyCategoryPath");
+  EXPECT_NE(op.fallback->message.find("does not list rank 1"), std::string::npos) << op.fallback->message;
+  EXPECT_NE(op.message.find("after a fallback"), std::string::npos) << op.message;
+
+  props::EvalOptions options;
+  options.target = "deepspeed-restore";
+  const props::Evaluation evaluation = props::evaluate_case(c, options);
+  EXPECT_EQ(evaluation.category, Outcome::wrong);
+  ASSERT_EQ(evaluation.ops.size(), 1u);
+  EXPECT_EQ(evaluation.ops[0].label(), "extract-after-fallback");
+  ASSERT_TRUE(evaluation.finding);
+  EXPECT_EQ(evaluation.finding->signature.rfind("silently-wrong:extract-after-fallback:", 0), 0u)
+      << evaluation.finding->signature;
 }
 
 TEST_F(DeepSpeedSteps, TheRestoreScalesAStateItDoesNotNameAsTheParameter) {
@@ -155,6 +173,10 @@ TEST_F(DeepSpeedSteps, TheRestoreScalesAStateItDoesNotNameAsTheParameter) {
     ASSERT_TRUE(restore);
     const oracles::OpOutcome op = run_one(c, *restore);
     EXPECT_EQ(op.verdict, Outcome::wrong) << op.message;
+    // SCALE_POWER_BY_STATE's default power stood in for the state's own: a fallback.
+    ASSERT_TRUE(op.fallback) << op.message;
+    EXPECT_EQ(op.fallback->type, "DefaultScalePower");
+    EXPECT_NE(op.fallback->message.find("momentum_buffer"), std::string::npos) << op.fallback->message;
   }
   ScopedVariable chosen("SHARDCHECK_DEEPSPEED_STATE", "known");  // Adam's exp_avg
   auto restore = start("deepspeed-restore");
@@ -163,6 +185,7 @@ TEST_F(DeepSpeedSteps, TheRestoreScalesAStateItDoesNotNameAsTheParameter) {
   EXPECT_EQ(op.verdict, Outcome::refused) << op.message;
   ASSERT_TRUE(op.refusal) << op.message;
   EXPECT_EQ(op.refusal->type, "NotImplementedError") << op.message;
+  EXPECT_FALSE(op.fallback) << op.message;
 }
 
 TEST_F(DeepSpeedSteps, TheConversionRefusesCheckpointsItCannotConvert) {

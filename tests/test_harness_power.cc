@@ -353,7 +353,7 @@ class MisreportingStrict final : public oracles::Target {
  public:
   const std::string& name() const override { return name_; }
   oracles::TargetResult<oracles::Accepted> check(const oracles::TargetMap& map) override { return strict_->check(map); }
-  oracles::TargetResult<Buffer> rebuild(const oracles::TargetMap& map, const ShardSet& shards, DType dtype,
+  oracles::TargetResult<oracles::TensorAnswer> rebuild(const oracles::TargetMap& map, const ShardSet& shards, DType dtype,
                                         int scale_power, const oracles::DigestRequest& digest) override {
     auto answer = strict_->rebuild(map, shards, dtype, scale_power, digest);
     if (auto* refusal = std::get_if<oracles::TargetRefusal>(&answer); refusal && refusal->error) {
@@ -365,7 +365,7 @@ class MisreportingStrict final : public oracles::Target {
     }
     return answer;
   }
-  oracles::TargetResult<Buffer> extract(const oracles::TargetMap& map, const Buffer& full, Rank rank,
+  oracles::TargetResult<oracles::TensorAnswer> extract(const oracles::TargetMap& map, const Buffer& full, Rank rank,
                                         int scale_power) override {
     return strict_->extract(map, full, rank, scale_power);
   }
@@ -495,13 +495,13 @@ class ReadsItsOwnMap final : public oracles::Target {
   const std::string& name() const override { return name_; }
   bool reads_map_itself() const override { return true; }
   oracles::TargetResult<oracles::Accepted> check(const oracles::TargetMap&) override { return oracles::Accepted{}; }
-  oracles::TargetResult<Buffer> rebuild(const oracles::TargetMap&, const ShardSet& shards, DType, int,
+  oracles::TargetResult<oracles::TensorAnswer> rebuild(const oracles::TargetMap&, const ShardSet& shards, DType, int,
                                         const oracles::DigestRequest&) override {
     given.clear();
     for (const auto& [rank, shard] : shards) given[rank] = shard.numel();
     return oracles::TargetRefusal{ErrorKind::format, "ValueError", "refused", {}, {}};
   }
-  oracles::TargetResult<Buffer> extract(const oracles::TargetMap&, const Buffer&, Rank, int) override {
+  oracles::TargetResult<oracles::TensorAnswer> extract(const oracles::TargetMap&, const Buffer&, Rank, int) override {
     return oracles::TargetRefusal{ErrorKind::format, "ValueError", "refused", {}, {}};
   }
   std::map<Rank, Index> given;

@@ -828,11 +828,11 @@ class DigestBlindStrict final : public oracles::Target {
  public:
   const std::string& name() const override { return name_; }
   oracles::TargetResult<oracles::Accepted> check(const oracles::TargetMap& map) override { return strict_->check(map); }
-  oracles::TargetResult<Buffer> rebuild(const oracles::TargetMap& map, const ShardSet& shards, DType dtype,
+  oracles::TargetResult<oracles::TensorAnswer> rebuild(const oracles::TargetMap& map, const ShardSet& shards, DType dtype,
                                         int scale_power, const oracles::DigestRequest& digest) override {
     return strict_->rebuild(map, shards, dtype, scale_power, digest);
   }
-  oracles::TargetResult<Buffer> extract(const oracles::TargetMap& map, const Buffer& full, Rank rank,
+  oracles::TargetResult<oracles::TensorAnswer> extract(const oracles::TargetMap& map, const Buffer& full, Rank rank,
                                         int scale_power) override {
     return strict_->extract(map, full, rank, scale_power);
   }

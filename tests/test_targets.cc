@@ -4,7 +4,10 @@
 // own finding, and the next case still runs, on a fresh process.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <regex>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -267,6 +270,40 @@ TEST_F(ExecTarget, AcceptingAMapTheReferenceRefusesIsAFindingEvenWhenTheTensorIs
   ASSERT_TRUE(accepted.finding);
   EXPECT_EQ(accepted.finding->signature, "accepts-invalid:exec:rebuild:format:hand/locations_add")
       << accepted.finding->message;
+}
+
+// An answer that says a fallback made it (docs/protocol.md: DeepSpeed's restore cutting
+// the legacy chunk) is judged like any other and counted apart in the operation's label;
+// a `fallback` that is no object holding a message is garbage.
+TEST_F(ExecTarget, AFallbacksAnswerIsJudgedAndCountedApart) {
+  const Case c = layout_case(contiguous_split_map({4, 6}, {4, 2}, 1).value());
+  auto target = start(impl_spec("--fallback"));
+  ASSERT_TRUE(target);
+  const auto outcome = run(c, *target);
+  EXPECT_EQ(outcome.verdict, Outcome::exact) << outcome.message;
+  ASSERT_FALSE(outcome.ops.empty());
+  for (const auto& op : outcome.ops) {
+    ASSERT_TRUE(op.fallback) << op.message;
+    EXPECT_EQ(op.fallback->type, "OtherPath");
+  }
+  props::EvalOptions options;
+  options.target = impl_spec("--fallback");
+  const props::Evaluation evaluation = props::evaluate_case(c, options);
+  EXPECT_FALSE(evaluation.finding) << evaluation.finding->signature;
+  ASSERT_FALSE(evaluation.ops.empty());
+  for (const auto& op : evaluation.ops) EXPECT_EQ(op.label(), std::string(op_name(op.op)) + "-after-fallback");
+  // A refusal says it too: a corrupted map is refused after the fallback.
+  const auto refused = run(reported_case(build::repro5()), *target);
+  EXPECT_EQ(refused.verdict, Outcome::refused) << refused.message;
+  ASSERT_FALSE(refused.ops.empty());
+  EXPECT_TRUE(refused.ops[0].fallback) << refused.message;
+
+  auto garbled = start(impl_spec("--bad-fallback"));
+  ASSERT_TRUE(garbled);
+  const auto bad = run(c, *garbled);
+  EXPECT_EQ(bad.verdict, Outcome::target_fault) << bad.message;
+  ASSERT_TRUE(bad.fault) << bad.message;
+  EXPECT_EQ(bad.fault->reason, "bad-fallback") << bad.message;
 }
 
 // Each fault variant misbehaves on its second request; the first and third cases (the

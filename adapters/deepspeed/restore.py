@@ -27,8 +27,9 @@ Each extract request is one resume of one parameter, driven as a job drives it:
   - tp_world_size is one more than the highest rank the map or the request names.
 The answer is what the step left for the state: the fp32 fragment, or the optimizer
 fragment it stored. Which path the step took, and the power it applied, are said in the
-answer's `restore` object (the harness does not read it; a campaign's silently wrong
-extracts through maps that do not list the rank are the fallback's). See
+answer's `restore` object; where the step did not go through the map as the map and the
+state ask (the legacy path, or a state's default power on a scaled map), the answer's
+`fallback` says so, and a campaign counts those extracts as `extract-after-fallback`. See
 docs/guide/targets.md.
 """
 
@@ -37,6 +38,12 @@ import os
 
 import ds_common
 from ds_common import (PoisonedTorch, map_document, planted_bug, refusal, state_for, tensor_in, tensor_out, torch)
+
+
+def with_fallback(answer, fallback):
+    if fallback is not None:
+        answer['fallback'] = fallback
+    return answer
 
 
 class Fragment:
@@ -120,6 +127,7 @@ class Server:
         power = int(request.get('scale_power', 1))
         state, optimizer, known = state_for(request, power)
         note = {'state': state, 'optimizer': optimizer, 'state_known_to_deepspeed': known}
+        fallback = None
         try:
             document = map_document(request)
             full = tensor_in(request['full'])
@@ -143,13 +151,37 @@ class Server:
                     # A scaled piece moved with another power than the state's: what the
                     # request's power would have refused (or scaled otherwise) went through.
                     note['mis_scaled'] = scaled and self.map_extracts[-1] != power
+                fallback = self.fallback(note, affine_map, rank, full, power)
             if state == self.constants.FP32_WEIGHT_KEY:
                 result = fragment.hp_fragment
             else:
                 result = fragment.optim_fragment[state]
         except Exception as error:  # the step's refusal, in its own words
-            return {'ok': False, 'error': refusal(error), 'restore': note}
-        return {'ok': True, 'result': tensor_out(planted_bug(result)), 'restore': note}
+            return with_fallback({'ok': False, 'error': refusal(error), 'restore': note}, fallback)
+        return with_fallback({'ok': True, 'result': tensor_out(planted_bug(result)), 'restore': note}, fallback)
+
+    @staticmethod
+    def fallback(note, affine_map, rank, full, power):
+        """The protocol's `fallback` (docs/protocol.md) where the step did not restore through
+        the map as the map and the state ask, or None: the silent legacy path (the map does
+        not list the rank, or its numel is not F's), or the map path with the power
+        SCALE_POWER_BY_STATE gives a state it does not name (1) on a scaled map where the
+        state's own power differs. The harness counts such answers apart
+        (extract-after-fallback) and judges them like any other."""
+        if note['path'] == 'legacy_category':
+            if affine_map is not None and rank not in affine_map.shard_shapes:
+                why = f'the map does not list rank {rank}'
+            elif affine_map is not None:
+                why = f'the map\'s logical numel is not F\'s ({full.numel()})'
+            else:
+                why = 'the map could not be read'
+            return {'type': 'LegacyCategoryPath',
+                    'message': f'{why}: the step cut the legacy chunk of F along dim 0 instead, saying nothing'}
+        if note.get('mis_scaled'):
+            return {'type': 'DefaultScalePower',
+                    'message': f'state {note["state"]!r} is not in SCALE_POWER_BY_STATE: the step scaled with power '
+                               f'{note["scale_power_applied"]} where the state\'s is {power}'}
+        return None
 
     def answer(self, request):
         op = request.get('op')

@@ -59,9 +59,9 @@ class PolicyTarget final : public Target {
     });
   }
 
-  TargetResult<Buffer> rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
+  TargetResult<TensorAnswer> rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
                                int scale_power, const DigestRequest& digest) override {
-    return with_map(map, [&](const Map& m) -> TargetResult<Buffer> {
+    return with_map(map, [&](const Map& m) -> TargetResult<TensorAnswer> {
       ConvertOptions options = options_;
       options.scale_power = scale_power;
       options.expected_digest = digest.expected;
@@ -72,9 +72,9 @@ class PolicyTarget final : public Target {
     });
   }
 
-  TargetResult<Buffer> extract(const TargetMap& map, const Buffer& full, Rank rank,
+  TargetResult<TensorAnswer> extract(const TargetMap& map, const Buffer& full, Rank rank,
                                int scale_power) override {
-    return with_map(map, [&](const Map& m) -> TargetResult<Buffer> {
+    return with_map(map, [&](const Map& m) -> TargetResult<TensorAnswer> {
       ConvertOptions options = options_;
       options.scale_power = scale_power;
       auto result = shardcheck::extract(m, full, rank, options);

@@ -81,6 +81,8 @@ void put_digest(Json& request, const DigestRequest& digest) {
   if (digest.state) request["digest_state"] = *digest.state;
 }
 
+constexpr const char* kBadFallback = "a fallback without an object holding a message";
+
 // A response's `fallback` ({"type": ..., "message": ...}), or nullopt when it is not one.
 std::optional<Declined> declined_of(const Json& fallback) {
   if (!fallback.is_object() || !fallback.contains("message") || !fallback["message"].is_string()) return std::nullopt;
@@ -469,7 +471,7 @@ TargetResult<Json> ExecTarget::answer_of(const Sent& sent, bool whole_request_se
   }
   if (response.contains("fallback")) {
     refusal.fallback = declined_of(response["fallback"]);
-    if (!refusal.fallback) return garbage("bad-fallback", "a fallback without an object holding a message");
+    if (!refusal.fallback) return garbage("bad-fallback", kBadFallback);
   }
   return refusal;
 }
@@ -498,7 +500,7 @@ TargetFault ExecTarget::garbage_answer(const std::string& op, const Json& respon
                fmt::format("{} in the answer to {}: {}", what, op, excerpt(response.dump())));
 }
 
-TargetResult<Buffer> ExecTarget::tensor_request(Json request, DType dtype, Index expected_numel) {
+TargetResult<TensorAnswer> ExecTarget::tensor_request(Json request, DType dtype, Index expected_numel) {
   const std::string op = request.value("op", std::string("request"));
   const auto expected_bytes = static_cast<std::size_t>(std::max<Index>(expected_numel, 0)) * element_size(dtype);
   auto answer = exchange(std::move(request), options_.timeout_seconds, expected_bytes);
@@ -508,7 +510,12 @@ TargetResult<Buffer> ExecTarget::tensor_request(Json request, DType dtype, Index
   const auto result = response.find("result");
   auto tensor = decode_tensor(result == response.end() ? Json() : *result, dtype);
   if (auto* bad = std::get_if<BadTensor>(&tensor)) return garbage_answer(op, response, bad->reason, bad->what);
-  return std::move(std::get<Buffer>(tensor));
+  TensorAnswer out(std::move(std::get<Buffer>(tensor)));
+  if (response.contains("fallback")) {
+    out.fallback = declined_of(response["fallback"]);
+    if (!out.fallback) return garbage_answer(op, response, "bad-fallback", kBadFallback);
+  }
+  return out;
 }
 
 TargetResult<Accepted> ExecTarget::check(const TargetMap& map) {
@@ -520,7 +527,7 @@ TargetResult<Accepted> ExecTarget::check(const TargetMap& map) {
   return Accepted{};
 }
 
-TargetResult<Buffer> ExecTarget::rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
+TargetResult<TensorAnswer> ExecTarget::rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
                                          int scale_power, const DigestRequest& digest) {
   Json request = {{"op", "rebuild"}, {"dtype", std::string(dtype_name(dtype))}, {"scale_power", scale_power}};
   put_map(request, map);
@@ -533,7 +540,7 @@ TargetResult<Buffer> ExecTarget::rebuild(const TargetMap& map, const ShardSet& s
   return tensor_request(std::move(request), dtype, expected);
 }
 
-TargetResult<Buffer> ExecTarget::extract(const TargetMap& map, const Buffer& full, Rank rank, int scale_power) {
+TargetResult<TensorAnswer> ExecTarget::extract(const TargetMap& map, const Buffer& full, Rank rank, int scale_power) {
   // F travels in the map's logical shape when that fits, as a caller would hold it.
   Extents shape{full.numel()};
   if (map.map != nullptr && checked_numel(map.map->logical_shape) == full.numel() &&
@@ -598,9 +605,8 @@ TargetResult<Resharded> ExecTarget::reshard(const TargetMap& source, const Targe
     out.shards.emplace(*rank, std::move(std::get<Buffer>(decoded)));
   }
   if (response.contains("fallback")) {
-    auto declined = declined_of(response["fallback"]);
-    if (!declined) return garbage_answer(op, response, "bad-fallback", "a fallback without an object holding a message");
-    out.fallback = std::move(*declined);
+    out.fallback = declined_of(response["fallback"]);
+    if (!out.fallback) return garbage_answer(op, response, "bad-fallback", kBadFallback);
   }
   return out;
 }

@@ -26,9 +26,9 @@ class ExecTarget final : public Target {
   const std::string& name() const override { return name_; }
   bool reads_map_itself() const override { return true; }
   TargetResult<Accepted> check(const TargetMap& map) override;
-  TargetResult<Buffer> rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
+  TargetResult<TensorAnswer> rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
                                int scale_power, const DigestRequest& digest) override;
-  TargetResult<Buffer> extract(const TargetMap& map, const Buffer& full, Rank rank,
+  TargetResult<TensorAnswer> extract(const TargetMap& map, const Buffer& full, Rank rank,
                                int scale_power) override;
   // Rebuild and extract always; reshard when the handshake lists it in `ops`.
   bool supports(Op op) const override;
@@ -59,7 +59,7 @@ class ExecTarget final : public Target {
                                                     double timeout_seconds, std::size_t expected_bytes);
   // The answer line as the protocol reads it: the response object, a refusal, or a fault.
   TargetResult<Json> answer_of(const Sent& sent, bool whole_request_sent, std::int64_t id, const std::string& op);
-  TargetResult<Buffer> tensor_request(Json request, DType dtype, Index expected_numel);
+  TargetResult<TensorAnswer> tensor_request(Json request, DType dtype, Index expected_numel);
   // A fault for a well-formed line whose content the protocol does not allow.
   TargetFault garbage_answer(const std::string& op, const Json& response, std::string reason, std::string what);
   std::string spawn();

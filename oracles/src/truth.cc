@@ -74,17 +74,35 @@ void set_fault(OpOutcome& out, const TargetFault& fault) {
   out.fault = fault;
 }
 
-// The tensor a target returned, or nullptr after recording its refusal or fault.
-Buffer* take_answer(OpOutcome& out, TargetResult<Buffer>& answer) {
+// What a fallback returned or refused is what its caller gets: judged the same, said apart.
+// Called once the verdict's message is written.
+void note_fallback(OpOutcome& out, const std::optional<Declined>& fallback) {
+  if (!fallback) return;
+  out.fallback = fallback;
+  if (out.op == Op::reshard) {
+    out.message += fmt::format(" (after its documented fallback: it declined to plan, {}: {})", fallback->type,
+                               fallback->message);
+  } else {
+    out.message += fmt::format(" (after a fallback: it did not convert through the map, {}: {})", fallback->type,
+                               fallback->message);
+  }
+}
+
+// The tensor a target returned, or nullptr after recording its refusal or fault. Where the
+// tensor came from a fallback, `fallback` says so (note_fallback once it is judged).
+Buffer* take_answer(OpOutcome& out, TargetResult<TensorAnswer>& answer, std::optional<Declined>& fallback) {
   if (auto* refusal = std::get_if<TargetRefusal>(&answer)) {
     set_refused(out, *refusal);
+    note_fallback(out, refusal->fallback);
     return nullptr;
   }
   if (auto* fault = std::get_if<TargetFault>(&answer)) {
     set_fault(out, *fault);
     return nullptr;
   }
-  return &std::get<Buffer>(answer);
+  auto& tensor = std::get<TensorAnswer>(answer);
+  fallback = std::move(tensor.fallback);
+  return &tensor.tensor;
 }
 
 // The map under test for a target. A map shardcheck decodes goes as DeepSpeed writes it
@@ -199,7 +217,8 @@ OpOutcome run_rebuild(const Case& c, const Inputs& in, Target& target) {
   out.op = Op::rebuild;
   auto answer = target.rebuild(target_map(c), in.shards, c.dtype, c.scale_power,
                                DigestRequest{c.digest, c.digest_state});
-  Buffer* result = take_answer(out, answer);
+  std::optional<Declined> fallback;
+  Buffer* result = take_answer(out, answer, fallback);
   if (result == nullptr) {
     // Condition 7 binds the contract's implementations; the legacy model compares a replica
     // with whatever F holds, as DeepSpeed does, poison included, and says so.
@@ -222,6 +241,7 @@ OpOutcome run_rebuild(const Case& c, const Inputs& in, Target& target) {
   if (auto why = digest_not_enforced(c, "rebuild accepted a tensor", digest(*out.output))) {
     mark_digest_ignored(out, *why);
   }
+  note_fallback(out, fallback);
   return out;
 }
 
@@ -230,27 +250,22 @@ bool has_shard(const Map& map, Rank rank) {
   return entry != nullptr && entry->shard_shape.has_value();
 }
 
-OpOutcome extract_one(const Case& c, const Inputs& in, Rank rank, Target& target) {
+// The verdict on the shard `got` an extract of `rank` returned.
+void judge_shard(OpOutcome& out, const Case& c, const Inputs& in, Rank rank, Buffer* got) {
   const Buffer& full = *in.full;
-  OpOutcome out;
-  out.op = Op::extract;
-  out.rank = rank;
-  auto answer = target.extract(target_map(c), full, rank, c.scale_power);
-  Buffer* got = take_answer(out, answer);
-  if (got == nullptr) return out;
   const Map& truth = c.truth_map();
   if (!has_shard(truth, rank) && got->numel() == 0) {
     // An empty shard for a rank the truth map does not list holds no data: nothing differs.
     out.message = "exact";
     out.output = std::move(*got);
-    return out;
+    return;
   }
   if (!has_shard(truth, rank)) {
     out.verdict = Outcome::wrong;
     out.message = fmt::format("WRONG: extract returned a shard for rank {}, which the truth map "
                               "does not have",
                               rank);
-    return out;
+    return;
   }
   auto want = in.truth_wrote_shards && in.shards.contains(rank)
                   ? Result<Buffer>(in.shards.at(rank))
@@ -260,7 +275,7 @@ OpOutcome extract_one(const Case& c, const Inputs& in, Rank rank, Target& target
     out.message = fmt::format("WRONG: extract rank {} returned a shard where no correct shard "
                               "exists: {}",
                               rank, want.error().to_string());
-    return out;
+    return;
   }
   set_compared(out, fmt::format("extract rank {}", rank), want.value(), *got);
   if (has_scale(c.map)) {
@@ -268,6 +283,18 @@ OpOutcome extract_one(const Case& c, const Inputs& in, Rank rank, Target& target
     if (!reference && reference.error().kind == ErrorKind::scale) out.owed_refusal = reference.error();
   }
   out.output = std::move(*got);
+}
+
+OpOutcome extract_one(const Case& c, const Inputs& in, Rank rank, Target& target) {
+  OpOutcome out;
+  out.op = Op::extract;
+  out.rank = rank;
+  auto answer = target.extract(target_map(c), *in.full, rank, c.scale_power);
+  std::optional<Declined> fallback;
+  Buffer* got = take_answer(out, answer, fallback);
+  if (got == nullptr) return out;
+  judge_shard(out, c, in, rank, got);
+  note_fallback(out, fallback);
   return out;
 }
 
@@ -346,14 +373,6 @@ void judge_resharded(OpOutcome& out, const Case& c, const Inputs& in, const Shar
   out.rank.reset();
   out.message = "exact";
   out.verdict = Outcome::exact;
-}
-
-// What a fallback returned or refused is what its caller gets: judged the same, said apart.
-void note_fallback(OpOutcome& out, const std::optional<Declined>& fallback) {
-  if (!fallback) return;
-  out.fallback = fallback;
-  out.message += fmt::format(" (after its documented fallback: it declined to plan, {}: {})", fallback->type,
-                             fallback->message);
 }
 
 // Contract 11: the target map's shards from the shards the truth map wrote, through a plan
@@ -477,7 +496,8 @@ Result<ShardSet> target_extract_all(const Case& c, const Buffer& full, Target& t
   ShardSet shards;
   for (Rank rank : ranks) {
     auto answer = target.extract(target_map(c), full, rank, c.scale_power);
-    Buffer* shard = take_answer(op, answer);
+    std::optional<Declined> fallback;  // the round trip judges the rebuild of these shards, not how they were cut
+    Buffer* shard = take_answer(op, answer, fallback);
     if (shard == nullptr) return make_error(ErrorKind::format, op.message);
     shards.emplace(rank, std::move(*shard));
   }

@@ -216,8 +216,9 @@ std::string format_table(const Report& report) {
   TableSection operations{"operation", {}, 0};
   // Rebuild and extract always have a row (the table every campaign prints); other
   // operations where the campaign ran them.
-  // A reshard its target answered by its documented fallback has a row of its own
-  // ("reshard-after-fallback", props::op_label) beside the plans it made.
+  // An operation its target answered by a fallback has a row of its own
+  // ("reshard-after-fallback", "extract-after-fallback": props::op_label) beside the
+  // answers it made through the map.
   for (Op op : kAllOps) {
     for (bool after_fallback : {false, true}) {
       const std::string label = props::op_label(op, after_fallback);

@@ -128,10 +128,10 @@ bool known_refusal_row(const std::string& name) {
          props::refusal_row_kind(name).has_value();
 }
 
-// Every operation, and a reshard answered by its target's fallback (props::op_label).
+// Every operation, and each answered by its target's fallback (props::op_label).
 bool known_op(const std::string& name) {
   return std::any_of(std::begin(kAllOps), std::end(kAllOps), [&](Op op) {
-    return name == props::op_label(op, false) || (op == Op::reshard && name == props::op_label(op, true));
+    return name == props::op_label(op, false) || name == props::op_label(op, true);
   });
 }
 

@@ -426,7 +426,7 @@ class PythonTarget final : public oracles::Target {
   // The truth oracle never asks for a check on its own; conversions check what they need.
   oracles::TargetResult<oracles::Accepted> check(const oracles::TargetMap&) override { return oracles::Accepted{}; }
 
-  oracles::TargetResult<Buffer> rebuild(const oracles::TargetMap& map, const ShardSet& shards, DType dtype,
+  oracles::TargetResult<oracles::TensorAnswer> rebuild(const oracles::TargetMap& map, const ShardSet& shards, DType dtype,
                                         int scale_power, const oracles::DigestRequest&) override {
     nb::list items;
     for (const auto& [rank, shard] : shards) items.append(nb::make_tuple(rank, bytes_of(shard)));
@@ -435,7 +435,7 @@ class PythonTarget final : public oracles::Target {
                   dtype);
   }
 
-  oracles::TargetResult<Buffer> extract(const oracles::TargetMap& map, const Buffer& full, Rank rank,
+  oracles::TargetResult<oracles::TensorAnswer> extract(const oracles::TargetMap& map, const Buffer& full, Rank rank,
                                         int scale_power) override {
     // F in the map's logical shape when that fits, as a caller holds it; flat otherwise.
     std::vector<Index> shape{full.numel()};
@@ -457,7 +457,7 @@ class PythonTarget final : public oracles::Target {
     return "null";
   }
 
-  static oracles::TargetResult<Buffer> answer(nb::handle reply, DType dtype) {
+  static oracles::TargetResult<oracles::TensorAnswer> answer(nb::handle reply, DType dtype) {
     auto fields = nb::cast<nb::tuple>(reply);
     const auto tag = nb::cast<std::string>(fields[0]);
     if (tag == "refused") {

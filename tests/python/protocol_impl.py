@@ -22,6 +22,10 @@ finding files of a campaign must fail `shardcheck repro` with this target):
   --crash-on-extract-of RANK
                      exit with status 3 instead of answering an extract of that rank
 
+  --fallback         every rebuild and extract answer (or refusal) says it came from a
+                     fallback, as an implementation that did not go through the map does
+  --bad-fallback     ... with a `fallback` that is not an object holding a message
+
   --fork-server      serve from forked children (adapters/protocol_server.py): a crash
                      is reported in the protocol and the next child answers; N counts
                      each child's requests
@@ -415,6 +419,8 @@ def main():
     parser.add_argument('--refuse-replicas', action='store_true')
     parser.add_argument('--ignore-scale', action='store_true')
     parser.add_argument('--crash-on-extract-of', type=int, default=-1)
+    parser.add_argument('--fallback', action='store_true')
+    parser.add_argument('--bad-fallback', action='store_true')
     parser.add_argument('--fork-server', action='store_true')
     parser.add_argument('--leave-behind', default='')
     args = parser.parse_args()
@@ -442,6 +448,9 @@ def main():
                     sys.stdout.flush()
                     continue
             response = answer(request)
+            if request.get('op') in ('rebuild', 'extract') and (args.fallback or args.bad_fallback):
+                response['fallback'] = 'elsewhere' if args.bad_fallback else {
+                    'type': 'OtherPath', 'message': '--fallback: answered without the map, as told'}
             if args.fork_server and request.get('op') == 'hello':
                 response['crash_reports'] = True
             response['id'] = request.get('id')

@@ -124,9 +124,10 @@ struct EvalOptions {
 };
 
 // How an operation's outcome is named in a finding's signature and in the campaign
-// table's operation rows: the operation, or "reshard-after-fallback" where the
-// implementation under test declined to plan and its documented fallback made the shards
-// (a silently wrong answer there is counted apart from one of its planner).
+// table's operation rows: the operation, or "<op>-after-fallback" where the
+// implementation under test did not go through the map and a fallback made its answer
+// (oracles::Declined: DeepSpeed's reshard declining to plan, its restore cutting the
+// legacy chunk), so that a silently wrong answer there is counted apart.
 std::string op_label(Op op, bool after_fallback);
 
 // The campaign table's "refused as" row of a refusal: its kind ("unknown" when it has
@@ -150,7 +151,7 @@ struct Evaluation {
   struct OpCategory {
     Op op = Op::rebuild;
     Outcome category = Outcome::exact;
-    bool after_fallback = false;  // a reshard answered by the target's fallback
+    bool after_fallback = false;  // answered by the target's fallback (oracles::Declined)
     std::string label() const { return op_label(op, after_fallback); }
   };
   std::vector<OpCategory> ops;

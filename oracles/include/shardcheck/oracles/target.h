@@ -29,9 +29,11 @@
 
 namespace shardcheck::oracles {
 
-// What an implementation declined with before it fell back on a documented slower path
-// (DeepSpeed's UnsupportedLayoutError, whose fallback is rebuild then extract): its
-// error type and text. What the fallback returns, or refuses, is what a caller gets.
+// What an implementation declined with before it fell back on another path: a documented
+// slower one (DeepSpeed's UnsupportedLayoutError, whose fallback is rebuild then extract),
+// or one it takes saying nothing (DeepSpeed's restore cutting the legacy chunk of F when
+// the map does not list the rank), as its adapter reports it: a type and a text. What the
+// fallback returns, or refuses, is what a caller gets.
 struct Declined {
   std::string type;
   std::string message;
@@ -50,7 +52,7 @@ struct TargetRefusal {
   std::string type;     // the implementation's error type, e.g. "ValueError"
   std::string message;  // its text
   std::optional<Error> error;  // built-ins: the full typed error
-  std::optional<Declined> fallback;  // a refusal of the fallback a declined reshard took
+  std::optional<Declined> fallback;  // a refusal by the fallback it took (see Declined)
   // "<kind>: <message>" or "unknown (<type>): <message>"
   std::string to_string() const;
 };
@@ -68,6 +70,16 @@ template <class T>
 using TargetResult = std::variant<T, TargetRefusal, TargetFault>;
 
 struct Accepted {};  // a check that passed
+
+// A rebuild's F or an extract's shard, and, where the implementation did not convert
+// through the map but fell back on another path, what it declined (judged like any
+// answer: it is what a caller gets; counted apart).
+struct TensorAnswer {
+  TensorAnswer(Buffer tensor) : tensor(std::move(tensor)) {}  // NOLINT: an answer is its tensor
+  TensorAnswer(Buffer tensor, std::optional<Declined> fallback) : tensor(std::move(tensor)), fallback(std::move(fallback)) {}
+  Buffer tensor;
+  std::optional<Declined> fallback;
+};
 
 // A reshard's answer: the target shards, and where the implementation declined to plan
 // the layout and made them by its documented fallback instead, what it declined with. A
@@ -117,14 +129,14 @@ class Target {
   // Conditions 1-6 on the map alone.
   virtual TargetResult<Accepted> check(const TargetMap& map) = 0;
   // F from the shards (flat, one per rank), all of `dtype`.
-  virtual TargetResult<Buffer> rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
+  virtual TargetResult<TensorAnswer> rebuild(const TargetMap& map, const ShardSet& shards, DType dtype,
                                        int scale_power, const DigestRequest& digest) = 0;
   // After a fork, in the child: let go of any process without signalling or waiting for
   // it (it is the parent's). The next request starts a process of the child's own.
   virtual void detach() {}
 
   // The shard of `rank` from F (flat).
-  virtual TargetResult<Buffer> extract(const TargetMap& map, const Buffer& full, Rank rank,
+  virtual TargetResult<TensorAnswer> extract(const TargetMap& map, const Buffer& full, Rank rank,
                                        int scale_power) = 0;
 
   // The operations it implements (as a cryptofuzz module declares its operations): the
