@@ -228,8 +228,10 @@ def watch_campaign(cmd, log, timeout):
 
 
 def run_campaign(args, build_dir, work, log):
-    """The strict campaign, then the same with --digest, a reshard campaign and a
-    --backend device-omp campaign, one after the other, each stopped at its first finding. Killed: a finding, or exit code 1 (another non-zero exit, such as a
+    """The strict campaign, then the same with --digest, a reshard campaign, a --backend
+    device-omp campaign and the large mode (every case large, with digests), one after the
+    other, each stopped at its first finding (findings as found: no reduction). Killed: a
+    finding, or exit code 1 (another non-zero exit, such as a
     crash of the campaign itself, counts too and is noted). Returns the detection time too:
     CPU seconds of the campaign (and its workers) until the finding, the runs before it
     included (time to detection, issue 29), None when it survived."""
@@ -238,16 +240,20 @@ def run_campaign(args, build_dir, work, log):
     # with every rebuild verifying a digest, the reshard campaign (pairs of layouts through
     # transfer plans: what reaches the planner), and the device code on OpenMP beside the
     # CPU backend on every case (what reaches the device kernels and their fault reports).
+    # And the large mode: every case a large layout (past the parallel threshold, half of
+    # them past the streaming one with misaligned rows), every rebuild verifying a digest.
     runs = [("plain", []), ("digest", ["--digest"]), ("reshard", ["--op", "reshard"]),
-            ("device-omp", ["--backend", "device-omp"])]
-    shares = (0.4, 0.2, 0.2, 0.2)
+            ("device-omp", ["--backend", "device-omp"]), ("large", ["--large-share", "1", "--digest"])]
+    # A large case costs a few hundred milliseconds (the reference model reads 1M
+    # elements): the large mode gets the longest share, so that it runs a few dozen.
+    shares = (0.25, 0.125, 0.125, 0.125, 0.375)
     total_s, cpu_s, details = 0.0, 0.0, []
     for (name, extra), share in zip(runs, shares):
         out = work / f"campaign-{name}"
         shutil.rmtree(out, ignore_errors=True)
         seconds = max(1, int(args.budget * share))
         cmd = [str(exe), "campaign", "--seed", str(args.seed), "--time", str(seconds), "--jobs", str(args.jobs),
-               "--out", str(out), "--quiet", "--case-time-limit", str(args.case_time_limit), *extra]
+               "--out", str(out), "--case-time-limit", str(args.case_time_limit), "--reduce-evaluations", "0", *extra]
         if args.cases:
             cmd += ["--cases", str(args.cases)]
         rc, secs, cpu, finding = watch_campaign(cmd, log, timeout=seconds + 120)

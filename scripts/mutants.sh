@@ -7,8 +7,9 @@
 #                      [--out DIR] [--jobs J] [--seed S] [--cases N] [--scratch DIR] [--list]
 #
 # Detectors: campaign (the strict campaign, fixed seed, --budget seconds (default 40) split
-# 40/20/20/20 between a plain run, a --digest run, an --op reshard run and a --backend
-# device-omp run (the nightly's modes without a target), each stopped at its first
+# 25/12.5/12.5/12.5/37.5 between a plain run, a --digest run, an --op reshard run, a
+# --backend device-omp run and a large run (--large-share 1 --digest) (the nightly's
+# modes without a target), each stopped at its first
 # finding; builds only the shardcheck CLI), replay
 # (ctest -R '^fuzz_': the fuzz corpora, the canary's known findings and
 # corpus/regressions/) and ctest (the whole suite).

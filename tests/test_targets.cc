@@ -123,6 +123,36 @@ TEST(Targets, BuiltinsByName) {
   EXPECT_EQ(oracles::run_case(c, *strict.target).value().verdict, Outcome::refused);
 }
 
+// The nightly (issue 49) reaches every mode: each named target, each operation, the
+// digest share, the device backend, the legacy policy and the large layouts, one matrix
+// row each of .github/workflows/nightly.yml (`- {mode: NAME, args: "ARGS", ...}`).
+TEST(Targets, TheNightlyRunsEveryModeAndNamedTarget) {
+  std::ifstream in(std::string(SHARDCHECK_SOURCE_DIR) + "/.github/workflows/nightly.yml");
+  ASSERT_TRUE(in) << "nightly.yml not found";
+  std::vector<std::string> args;
+  const std::regex row(R"re(^\s*- \{mode: [a-z0-9-]+, args: "([^"]*)")re");
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, row)) args.push_back(" " + m[1].str() + " ");
+  }
+  auto has = [&](const std::string& wanted) {
+    return std::any_of(args.begin(), args.end(), [&](const std::string& a) { return a.find(" " + wanted + " ") != std::string::npos; });
+  };
+  EXPECT_TRUE(std::find(args.begin(), args.end(), "  ") != args.end()) << "no row runs the default campaign";
+  for (const auto& target : oracles::named_targets()) {
+    const std::string name(target.name);
+    if (name == "strict") continue;  // the default campaign's row
+    if (name == "legacy") {
+      EXPECT_TRUE(has("--policy legacy")) << "the legacy policy has no nightly row";
+      continue;
+    }
+    EXPECT_TRUE(has("--target " + name)) << "the named target " << name << " has no nightly row";
+  }
+  for (const char* mode : {"--op reshard", "--digest", "--backend device-omp", "--large-share 1 --digest"}) {
+    EXPECT_TRUE(has(mode)) << "no nightly row runs " << mode;
+  }
+}
+
 TEST(Targets, BadNamesAreUsageErrors) {
   EXPECT_FALSE(oracles::make_target("lenient").target);
   EXPECT_NE(oracles::make_target("lenient").error.find("unknown target"), std::string::npos);
