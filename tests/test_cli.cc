@@ -856,6 +856,16 @@ TEST_F(CliTest, CampaignMergeRefusesShardsOfAnotherOperation) {
   EXPECT_NE(merged.out.find("are shards of different campaigns: op \"reshard\" and (none)"), std::string::npos)
       << merged.out;
   EXPECT_FALSE(fs::exists(dir_ / "merged"));
+  // The backend differential on another share of the cases: another campaign too.
+  Ran shared = shardcheck("campaign --seed 3 --cases 200 --policy legacy --backend-share 8 --jobs 1 --no-isolate "
+                          "--quiet --reduce-evaluations 0 --shard 0/2 --out " +
+                              quoted((dir_ / "shared").string()),
+                          true);
+  ASSERT_TRUE(shared.exit_code == 0 || shared.exit_code == 1) << shared.out;
+  merged = merge(dir_, "shared");
+  EXPECT_EQ(merged.exit_code, 2) << merged.out;
+  EXPECT_NE(merged.out.find("are shards of different campaigns: backend_share 8 and 64"), std::string::npos)
+      << merged.out;
 }
 
 // A shard whose checkpoint was edited so that its findings became refusals (its resume
