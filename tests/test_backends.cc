@@ -105,10 +105,16 @@ TEST(Backends, ExecutorReportsADifferentBackendOnReshards) {
 }
 
 // backend_present answers as backend_named would, for every name this build knows and
-// one it does not (for CUDA without touching the runtime in this process).
+// one it does not (for CUDA without touching the runtime in this process, so it is asked
+// first), and a backend made by name calls itself by that name.
 TEST(Backends, PresentIsWhatNamedWouldGive) {
   for (const std::string& name : oracles::backend_names()) {
-    EXPECT_EQ(oracles::backend_present(name), oracles::backend_named(name) != nullptr) << name;
+    const bool present = oracles::backend_present(name);
+    const std::unique_ptr<Backend> made = oracles::backend_named(name);
+    EXPECT_EQ(present, made != nullptr) << name;
+    if (made) {
+      EXPECT_EQ(made->name(), name);
+    }
   }
   EXPECT_FALSE(oracles::backend_present("no-such-backend"));
   EXPECT_EQ(oracles::backend_named("no-such-backend"), nullptr);

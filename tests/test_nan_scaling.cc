@@ -94,7 +94,7 @@ TEST(NanScaling, CpuBackendCopiesAndComparesNanBits) {
     const Piece p = piece(0, n, {0}, 0.5);
     for (bool multiply : {true, false}) {
       Buffer to(c.dtype, n);
-      BlockCopy copy = multiply ? extract_block(p, from, to, 1) : rebuild_block(p, from, to, 1);
+      BlockCopy copy = block_of(p, multiply ? Direction::extract : Direction::rebuild, from, to, 1);
       cpu->copy_block(c.dtype, copy);
       for (Index i = 0; i + 1 < n; ++i) EXPECT_EQ(to.bits(i), from.bits(i)) << dtype_name(c.dtype) << " " << i;
       EXPECT_EQ(bits_to_double(c.dtype, to.bits(n - 1)), multiply ? 0.5 : 2.0);

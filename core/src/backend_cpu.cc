@@ -324,30 +324,17 @@ std::unique_ptr<Backend> make_device_only_omp_backend() { return nullptr; }
 bool device_omp_compiled() { return false; }
 #endif
 
-BlockCopy rebuild_block(const Piece& piece, const Buffer& shard, Buffer& full, int scale_power) {
+BlockCopy block_of(const Piece& piece, Direction direction, const Buffer& from, Buffer& to, int scale_power) {
+  const bool rebuild = direction == Direction::rebuild;
   BlockCopy copy;
   copy.shape = &piece.shape;
-  copy.from = shard.data();
-  copy.from_view = &piece.dest;
-  copy.to = full.data();
-  copy.to_view = &piece.source;
+  copy.from = from.data();
+  copy.from_view = rebuild ? &piece.dest : &piece.source;
+  copy.to = to.data();
+  copy.to_view = rebuild ? &piece.source : &piece.dest;
   copy.scale = piece.scale;
   copy.power = scale_power;
-  copy.multiply = false;
-  copy.numel = checked_numel(piece.shape).value_or(0);
-  return copy;
-}
-
-BlockCopy extract_block(const Piece& piece, const Buffer& full, Buffer& shard, int scale_power) {
-  BlockCopy copy;
-  copy.shape = &piece.shape;
-  copy.from = full.data();
-  copy.from_view = &piece.source;
-  copy.to = shard.data();
-  copy.to_view = &piece.dest;
-  copy.scale = piece.scale;
-  copy.power = scale_power;
-  copy.multiply = true;
+  copy.multiply = direction == Direction::extract;
   copy.numel = checked_numel(piece.shape).value_or(0);
   return copy;
 }

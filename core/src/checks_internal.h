@@ -62,6 +62,9 @@ constexpr std::uint8_t kNoFault = 0xff;
 // Below this many pieces prepare reads them on one thread.
 constexpr std::int64_t kParallelPieces = std::int64_t{1} << 15;
 
+// One axis of one view. Not the two-view walk's axis (walk_axis.h): a layout is built
+// per view, sorted and merged by its own stride, and the scratch holds up to 63 of these
+// per view of every piece, where a second, unused stride would add half again.
 struct Axis {
   Index stride;
   Index extent;

@@ -262,7 +262,7 @@ std::optional<Index> shard_numel_of(const RankEntry& entry) {
 }
 
 BlockCopy rebuild_copy(const Visit& v, Buffer& full, int scale_power) {
-  return rebuild_block(*v.piece, *v.shard, full, scale_power);
+  return block_of(*v.piece, Direction::rebuild, *v.shard, full, scale_power);
 }
 
 // One element of a block, as a block of its own; `views` holds its two views.
@@ -678,7 +678,7 @@ Result<Buffer> strict_extract_checked(const Map& map, const Buffer& full, Rank r
       return true;
     });
     if (!twice.ok()) return twice.error();
-    backend.copy_block(dtype, extract_block(*v.piece, full, shard, options.scale_power));
+    backend.copy_block(dtype, block_of(*v.piece, Direction::extract, full, shard, options.scale_power));
   }
   auto hole = std::find(s.seen.begin(), s.seen.end(), std::uint8_t{0});
   if (hole != s.seen.end()) return fault::shard_address_uncovered(rank, hole - s.seen.begin());

@@ -466,7 +466,7 @@ Result<std::map<Rank, std::uint64_t>> digest_shares(const Map& map, const ShardS
         // bits rebuild writes into F.
         const Index numel = span_facts(piece->shape, piece->source)->numel;
         unscaled = Buffer(dtype.value(), numel);
-        BlockCopy copy = rebuild_block(*piece, shard, unscaled, scale_power);
+        BlockCopy copy = block_of(*piece, Direction::rebuild, shard, unscaled, scale_power);
         const StridedView packed{0, row_major_strides(piece->shape)};
         copy.to_view = &packed;
         backend->copy_block(dtype.value(), copy);

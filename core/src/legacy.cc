@@ -306,7 +306,7 @@ Result<Buffer> legacy_rebuild(const Map& map, const ShardSet& shards, DType dtyp
       } else if (scaled_integers(dtype, piece, scale_power)) {
         copy_promoted(dtype, piece, shard, full, scale_power);
       } else {
-        backend.copy_block(dtype, torch_arithmetic(rebuild_block(piece, shard, full, scale_power)));
+        backend.copy_block(dtype, torch_arithmetic(block_of(piece, Direction::rebuild, shard, full, scale_power)));
       }
       started.insert(piece.source.offset);
     }
@@ -343,7 +343,7 @@ Result<Buffer> legacy_extract(const Map& map, const Buffer& full, Rank rank, int
       // torch cannot multiply integer data by a float scale in place.
       return fault::scale_on_integer(PieceAt{rank, index, &piece}, full.dtype());
     }
-    backend.copy_block(full.dtype(), torch_arithmetic(extract_block(piece, full, shard, scale_power)));
+    backend.copy_block(full.dtype(), torch_arithmetic(block_of(piece, Direction::extract, full, shard, scale_power)));
   }
   return shard;
 }

@@ -7,15 +7,9 @@
 #include <cstddef>
 
 #include "shardcheck/map.h"
+#include "walk_axis.h"
 
 namespace shardcheck::detail {
-
-// One axis of a shape read through two views: its extent and its stride in each.
-struct WalkAxis {
-  Index extent;
-  Index from_stride;
-  Index to_stride;
-};
 
 // The axes [0, last) of `shape` with an extent > 1, outermost first, into `out`; returns
 // how many. Axes of extent 1 do not move either address, so leaving them out changes

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "shardcheck/convert.h"
 #include "shardcheck/fnv1a.h"
@@ -17,19 +18,41 @@
 
 namespace shardcheck::oracles {
 
+namespace {
+
+bool always_compiled() { return true; }
+
+// The backends a user can name, the CPU backend first (the reference every other is
+// compared with). `name` is what the made backend's name() says (a device backend's
+// System::kName); `make` gives nullptr where the backend cannot run here; `compiled` says,
+// without making one, whether this build has it.
+struct BackendRow {
+  std::string_view name;
+  std::unique_ptr<Backend> (*make)();
+  bool (*compiled)();
+};
+
+constexpr BackendRow kBackends[] = {
+    {"cpu", make_cpu_backend, always_compiled},
+    {"device-omp", make_device_omp_backend, device_omp_compiled},
+    {"cuda", make_cuda_backend, cuda_compiled},
+};
+
+}  // namespace
+
 std::vector<std::unique_ptr<Backend>> available_backends() {
   std::vector<std::unique_ptr<Backend>> backends;
-  backends.push_back(make_cpu_backend());
-  if (auto omp = make_device_omp_backend()) backends.push_back(std::move(omp));
-  if (auto cuda = make_cuda_backend()) backends.push_back(std::move(cuda));
+  for (const BackendRow& row : kBackends) {
+    if (auto backend = row.make()) backends.push_back(std::move(backend));
+  }
   return backends;
 }
 
 std::unique_ptr<Backend> backend_named(std::string_view name) {
   // Only the one asked for is made: making CUDA's initialises its runtime in this process.
-  if (name == "cpu") return make_cpu_backend();
-  if (name == "device-omp") return make_device_omp_backend();
-  if (name == "cuda") return make_cuda_backend();
+  for (const BackendRow& row : kBackends) {
+    if (row.name == name) return row.make();
+  }
   return nullptr;
 }
 
@@ -49,9 +72,10 @@ bool backend_present(std::string_view name) {
 }
 
 std::vector<std::string> backend_names() {
-  std::vector<std::string> names{"cpu"};
-  if (device_omp_compiled()) names.emplace_back("device-omp");
-  if (cuda_compiled()) names.emplace_back("cuda");
+  std::vector<std::string> names;
+  for (const BackendRow& row : kBackends) {
+    if (row.compiled()) names.emplace_back(row.name);
+  }
   return names;
 }
 

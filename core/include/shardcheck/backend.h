@@ -36,11 +36,16 @@ struct BlockCopy {
   Index numel = 0;  // elements it moves: numel(*shape)
 };
 
-// The block of one piece in each direction of contract 1.2: rebuild reads the shard through
-// the dest view and writes F through the source view, dividing by scale^p; extract
-// reads F and writes the shard, multiplying. Every conversion path builds its copies here.
-BlockCopy rebuild_block(const Piece& piece, const Buffer& shard, Buffer& full, int scale_power);
-BlockCopy extract_block(const Piece& piece, const Buffer& full, Buffer& shard, int scale_power);
+// The two directions of contract 1.2 a piece's elements move in.
+enum class Direction {
+  rebuild,  // from the shard (read through the dest view) to F (written through the source view)
+  extract,  // from F (read through the source view) to the shard (written through the dest view)
+};
+
+// The block of one piece moving in `direction`, from buffer `from` into buffer `to`:
+// rebuild reads the shard and writes F, dividing by scale^p; extract reads F and writes
+// the shard, multiplying. Every conversion path builds its copies here.
+BlockCopy block_of(const Piece& piece, Direction direction, const Buffer& from, Buffer& to, int scale_power);
 
 // How many threads a batched call may use and from what size on; no answer depends on
 // either (tests run 1, 2 and 8 threads). `tile` is the largest run of elements one work

@@ -76,9 +76,6 @@ std::string describe(const Map& map);  // multi-line, one rank per line
 // A shape or stride list as errors write it: "(4,2)", "()" when empty.
 std::string shape_text(std::span<const Index> values);
 
-}  // namespace shardcheck
-
-namespace shardcheck {
 // The content-defined order of pieces (source offset, source strides, shape, dest
 // offset, dest strides, locations, scale): what makes verdicts independent of the
 // order pieces are written in. Total even for a NaN scale.
@@ -91,4 +88,5 @@ Index address_at(const Extents& shape, const StridedView& view, Index k);
 // The same map with ranks sorted by id and each rank's pieces in a content-defined
 // order: two maps that differ only in rank or piece order have equal canonical forms.
 Map canonical(const Map& map);
+
 }  // namespace shardcheck

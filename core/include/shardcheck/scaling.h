@@ -19,11 +19,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define SHARDCHECK_HD __host__ __device__
-#else
-#define SHARDCHECK_HD
-#endif
+#include "shardcheck/host_device.h"
 
 namespace shardcheck::scaling {
 

@@ -50,7 +50,7 @@ struct CudaSystem {
   template <class Fn>
   static void launch(const device::HostBatch& batch, int, Fn&& fn) {
     thrust::device_vector<device::Run> device_runs(batch.runs.begin(), batch.runs.end());
-    thrust::device_vector<device::Axis> device_axes(batch.axes.begin(), batch.axes.end());
+    thrust::device_vector<detail::WalkAxis> device_axes(batch.axes.begin(), batch.axes.end());
     device::Batch view = batch.view();
     view.runs = thrust::raw_pointer_cast(device_runs.data());
     view.axes = thrust::raw_pointer_cast(device_axes.data());

@@ -47,7 +47,7 @@ namespace shardcheck::device {
 // the system reaches.
 struct HostBatch {
   std::vector<Run> runs;
-  std::vector<Axis> axes;
+  std::vector<detail::WalkAxis> axes;  // as make_row_plan writes them
   Index tile = 1;
   std::uint32_t element_size = 1;
   Index items = 0;
@@ -113,13 +113,12 @@ inline bool make_batch(DType dtype, std::span<const BlockCopy> blocks, Index til
   out = HostBatch{};
   out.tile = tile;
   out.element_size = static_cast<std::uint32_t>(element_size(dtype));
-  std::vector<detail::WalkAxis> walk_axes;
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const BlockCopy& b = blocks[i];
     std::optional<Run> run = run_scaling(dtype, b);
     if (!run) return false;
     detail::RowPlan p;
-    if (!detail::make_row_plan(b, i, walk_axes, p)) continue;
+    if (!detail::make_row_plan(b, i, out.axes, p)) continue;
     run->from = reinterpret_cast<const unsigned char*>(b.from);
     run->to = reinterpret_cast<unsigned char*>(b.to);
     run->from_offset = p.from_offset;
@@ -135,7 +134,7 @@ inline bool make_batch(DType dtype, std::span<const BlockCopy> blocks, Index til
     run->block = static_cast<std::uint32_t>(i);
     out.items += p.rows * run->segments;
     out.bytes += b.numel * static_cast<Index>(out.element_size);
-    out.to_extent = std::max(out.to_extent, view_max(p, walk_axes) + 1);
+    out.to_extent = std::max(out.to_extent, view_max(p, out.axes) + 1);
     out.runs.push_back(*run);
   }
   out.round_robin = disjoint && out.runs.size() > 1 && std::all_of(out.runs.begin(), out.runs.end(), [&](const Run& r) {
@@ -155,8 +154,6 @@ inline bool make_batch(DType dtype, std::span<const BlockCopy> blocks, Index til
     out.deal = std::max<Index>(1, tile / longest);
     while (per_run % out.deal != 0) --out.deal;
   }
-  out.axes.reserve(walk_axes.size());
-  for (const detail::WalkAxis& a : walk_axes) out.axes.push_back(Axis{a.extent, a.from_stride, a.to_stride});
   return true;
 }
 

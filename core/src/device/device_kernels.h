@@ -17,18 +17,14 @@
 #include <cstring>
 
 #include "shardcheck/digest.h"
+#include "shardcheck/host_device.h"
 #include "shardcheck/scaling.h"
 #include "streaming.h"
+#include "walk_axis.h"
 
 namespace shardcheck::device {
 
 using Index = std::int64_t;
-
-struct Axis {
-  Index extent;
-  Index from_stride;
-  Index to_stride;
-};
 
 enum class Format : std::uint8_t { plain, float16, bfloat16, float32, float64 };
 
@@ -55,7 +51,7 @@ struct Run {
 struct Batch {
   const Run* runs = nullptr;
   std::uint32_t run_count = 0;
-  const Axis* axes = nullptr;
+  const detail::WalkAxis* axes = nullptr;
   Index tile = 1;
   std::uint32_t element_size = 1;
   Index items = 0;
@@ -102,7 +98,7 @@ SHARDCHECK_HD inline Segment segment_at(const Batch& b, Index item) {
   Index to = r.to_offset;
   Index rest = row;
   for (std::int32_t a = r.axes_count - 1; a >= 0; --a) {
-    const Axis& axis = b.axes[r.axes_begin + a];
+    const detail::WalkAxis& axis = b.axes[r.axes_begin + a];
     const Index i = rest % axis.extent;
     rest /= axis.extent;
     from += i * axis.from_stride;
