@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The Python suite under torch 2 (the nightly's torch2 job): the torch 2 environment
 # (scripts/torch2-env.sh), the release's wheel (scripts/release.sh) installed into it
-# offline, pytest over python/tests there, then the torch 2 targets' gtests
-# (tests/test_torch2_targets.cc: exact conversion, `unsupported` never a false refusal,
-# the planted bugs found) when a test build is given.
+# offline, pytest over python/tests there, then, when a test build is given, the torch 2
+# targets' gtests (tests/test_torch2_targets.cc: exact conversion, `unsupported` never a
+# false refusal, the planted bugs found) and the DeepSpeed targets' (affine.py, the
+# restore, the conversion, the planner) with every adapter on torch 2
+# (SHARDCHECK_TARGET_PYTHON; DeepSpeed 0.19.8's sdist from scripts/deepspeed-target.sh).
 #
 #   bash scripts/torch2-test.sh [WHEEL_DIR [BUILD_DIR]]
 #     WHEEL_DIR  a folder release.sh made (default: make one)
@@ -18,6 +20,10 @@ bash "$root/scripts/install-deps.sh" chromium
 eval "$(bash "$root/scripts/torch2-env.sh")"
 py=$SHARDCHECK_DCP_PYTHON
 venv=$(dirname "$(dirname "$py")")
+# Every adapter a test or a campaign starts runs on torch 2, DeepSpeed's included.
+bash "$root/scripts/deepspeed-target.sh" >&2
+export SHARDCHECK_DEEPSPEED_PATH=$root/out/deepspeed/current
+export SHARDCHECK_TARGET_PYTHON=$py
 
 cleanup=()
 trap 'rm -rf "${cleanup[@]}"' EXIT
@@ -44,5 +50,5 @@ fi
 [ "$rc" -eq 0 ] || exit "$rc"
 
 if [ -n "$build" ]; then
-  ctest --test-dir "$build" --output-on-failure -R 'DcpTarget|MegatronTarget'
+  ctest --test-dir "$build" --output-on-failure -R 'DcpTarget|MegatronTarget|DeepSpeed|deepspeed'
 fi

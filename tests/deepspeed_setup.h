@@ -3,6 +3,7 @@
 // otherwise. Setup: bash scripts/deepspeed-target.sh, then export what it prints.
 #pragma once
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -25,6 +26,24 @@ inline std::string deepspeed_unavailable(const std::string& module = "affine.py"
     return "torch is not importable by /usr/bin/python3 (apt-get install python3-torch)";
   }
   return {};
+}
+
+// The major version of the torch the DeepSpeed adapters run on: the interpreter
+// adapter_command() gives them ($SHARDCHECK_DEEPSPEED_PYTHON, else
+// $SHARDCHECK_TARGET_PYTHON, else /usr/bin/python3), 0 when it cannot say. DeepSpeed's
+// code is the same on both, torch's is not (docs/guide/targets.md, "On torch 2").
+inline int adapter_torch_major() {
+  const char* python = std::getenv("SHARDCHECK_DEEPSPEED_PYTHON");
+  if (python == nullptr || *python == '\0') python = std::getenv("SHARDCHECK_TARGET_PYTHON");
+  const std::string interpreter = python != nullptr && *python != '\0' ? python : "/usr/bin/python3";
+  const std::string command =
+      "'" + interpreter + "' -c 'import torch; print(torch.__version__.split(\".\")[0])' 2>/dev/null";
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return 0;
+  int major = 0;
+  if (std::fscanf(pipe, "%d", &major) != 1) major = 0;
+  ::pclose(pipe);
+  return major;
 }
 
 }  // namespace shardcheck

@@ -46,6 +46,8 @@ class DeepSpeedReshard : public ::testing::Test {
     ASSERT_TRUE(target_->supports(Op::reshard)) << "the adapter's handshake does not list reshard";
   }
 
+  int torch_major_ = adapter_torch_major();
+
   // The case's one reshard operation under DeepSpeed.
   oracles::OpOutcome reshard(const Case& c) {
     auto outcome = oracles::run_case(c, *target_);
@@ -123,7 +125,11 @@ TEST_F(DeepSpeedReshard, SilentClassesReplay) {
     ++cases;
     const Case c = regression(name);
     const oracles::OpOutcome op = reshard(c);
-    EXPECT_EQ(op.verdict, Outcome::wrong) << name << ": " << op.message;
+    // The fallback's unscale and rescale of float16 by 2^21 loses the bits on torch 1.13
+    // only: torch 2 gives them back, so this class is torch 1.13's (docs/resharding.md).
+    const bool torch1_only = name == "deepspeed-plan-valid-scaled-fallback-rounds.json";
+    EXPECT_EQ(op.verdict, torch1_only && torch_major_ >= 2 ? Outcome::exact : Outcome::wrong)
+        << name << " (torch " << torch_major_ << "): " << op.message;
     EXPECT_TRUE(op.fallback) << name;
     auto strict = oracles::run_case(c);
     ASSERT_TRUE(strict.ok()) << name;
