@@ -19,6 +19,7 @@
 #include "shardcheck/oracles/truth.h"
 #include "shardcheck/properties.h"
 #include "deepspeed_setup.h"
+#include "support/fallback_findings.h"
 
 namespace shardcheck {
 namespace {
@@ -104,15 +105,7 @@ TEST_F(DeepSpeedReshard, CountsASilentlyWrongFallbackApart) {
   ASSERT_TRUE(op.fallback) << op.message;
   EXPECT_NE(op.message.find("after its documented fallback"), std::string::npos) << op.message;
 
-  props::EvalOptions options;
-  options.target = "deepspeed";
-  const props::Evaluation evaluation = props::evaluate_case(c, options);
-  EXPECT_EQ(evaluation.category, Outcome::wrong);
-  ASSERT_EQ(evaluation.ops.size(), 1u);
-  EXPECT_EQ(evaluation.ops[0].label(), "reshard-after-fallback");
-  ASSERT_TRUE(evaluation.finding);
-  EXPECT_EQ(evaluation.finding->signature.rfind("silently-wrong:reshard-after-fallback:", 0), 0u)
-      << evaluation.finding->signature;
+  expect_silently_wrong_after_fallback(c, "deepspeed", Op::reshard);
 }
 
 // Every minimal case of a silent class replays as the defect under DeepSpeed, and meets

@@ -29,8 +29,8 @@
 #include "shardcheck/constructors.h"
 #include "shardcheck/oracles/target.h"
 #include "shardcheck/oracles/truth.h"
-#include "shardcheck/properties.h"
 #include "deepspeed_setup.h"
+#include "support/fallback_findings.h"
 
 namespace shardcheck {
 namespace {
@@ -154,15 +154,7 @@ TEST_F(DeepSpeedSteps, TheRestoreFallsBackSilentlyForARankTheMapDoesNotList) {
   EXPECT_NE(op.fallback->message.find("does not list rank 1"), std::string::npos) << op.fallback->message;
   EXPECT_NE(op.message.find("after a fallback"), std::string::npos) << op.message;
 
-  props::EvalOptions options;
-  options.target = "deepspeed-restore";
-  const props::Evaluation evaluation = props::evaluate_case(c, options);
-  EXPECT_EQ(evaluation.category, Outcome::wrong);
-  ASSERT_EQ(evaluation.ops.size(), 1u);
-  EXPECT_EQ(evaluation.ops[0].label(), "extract-after-fallback");
-  ASSERT_TRUE(evaluation.finding);
-  EXPECT_EQ(evaluation.finding->signature.rfind("silently-wrong:extract-after-fallback:", 0), 0u)
-      << evaluation.finding->signature;
+  expect_silently_wrong_after_fallback(c, "deepspeed-restore", Op::extract);
 }
 
 TEST_F(DeepSpeedSteps, TheRestoreScalesAStateItDoesNotNameAsTheParameter) {
