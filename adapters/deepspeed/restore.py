@@ -169,12 +169,12 @@ class Server:
         state's own power differs. The harness counts such answers apart
         (extract-after-fallback) and judges them like any other."""
         if note['path'] == 'legacy_category':
-            if affine_map is not None and rank not in affine_map.shard_shapes:
+            if affine_map is None:
+                return None  # DeepSpeed's own reading of the map failed: its refusal, no path
+            if rank not in affine_map.shard_shapes:
                 why = f'the map does not list rank {rank}'
-            elif affine_map is not None:
-                why = f'the map\'s logical numel is not F\'s ({full.numel()})'
             else:
-                why = 'the map could not be read'
+                why = f'the map\'s logical numel is not F\'s ({full.numel()})'
             return {'type': 'LegacyCategoryPath',
                     'message': f'{why}: the step cut the legacy chunk of F along dim 0 instead, saying nothing'}
         if note.get('mis_scaled'):
