@@ -55,9 +55,7 @@ ThreadTarget& thread_target(const EvalOptions& options) {
 Result<oracles::CaseOutcome> run_on_target(const Case& c, const EvalOptions& options,
                                            std::optional<Finding>& start_failure) {
   if (options.target.empty()) {
-    ReshardOptions reshard;
-    reshard.bugs = options.planner_bugs;
-    const auto policy = oracles::make_policy_target(convert_options(c, options), reshard);
+    const auto policy = oracles::make_policy_target(convert_options(c, options), reshard_options(c, options));
     return oracles::run_case(c, *policy, options.oracle);
   }
   ThreadTarget& target = thread_target(options);

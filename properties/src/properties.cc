@@ -106,6 +106,13 @@ ConvertOptions convert_options(const Case& c, const EvalOptions& options) {
   return convert;
 }
 
+ReshardOptions reshard_options(const Case& c, const EvalOptions& options) {
+  ReshardOptions reshard;
+  reshard.bugs = options.planner_bugs;
+  reshard.plan_on_boxes = (case_hash(c) >> 33 & 1) == 0;
+  return reshard;
+}
+
 
 // An uncorrupted map, or a corruption that only rewrote the same layout: the shards the
 // oracle converts are then exactly the ones it describes, as in property 1.

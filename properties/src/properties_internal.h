@@ -5,6 +5,7 @@
 
 #include "shardcheck/case.h"
 #include "shardcheck/convert.h"
+#include "shardcheck/reshard.h"
 #include "shardcheck/properties.h"
 
 namespace shardcheck::props {
@@ -29,5 +30,9 @@ bool conversion_is_memory_safe(const PlantedBugs& bugs);
 // The conversion options a case is judged with: the policy, its scale power, the planted
 // bugs, and the box proof on half the cases (case_hash picks which).
 ConvertOptions convert_options(const Case& c, const EvalOptions& options);
+// How the strict policy plans a case's reshard: half the cases (by a hash bit of their
+// own) with box plans off, so that the run planner, which box plans otherwise take over
+// for every generated pair, is judged on the same pairs.
+ReshardOptions reshard_options(const Case& c, const EvalOptions& options);
 
 }  // namespace shardcheck::props
