@@ -231,8 +231,8 @@ def run_campaign(args, build_dir, work, log):
     """The strict campaign, then the same with --digest, a reshard campaign, a --backend
     device-omp campaign and the large mode (every case large, with digests), one after the
     other, each stopped at its first finding (findings as found: no reduction). Killed: a
-    finding, or exit code 1 (another non-zero exit, such as a
-    crash of the campaign itself, counts too and is noted). Returns the detection time too:
+    finding, or exit code 1 (another non-zero exit, such as a crash of the campaign
+    itself, counts too and is noted). Returns the detection time too:
     CPU seconds of the campaign (and its workers) until the finding, the runs before it
     included (time to detection, issue 29), None when it survived."""
     exe = build_dir / "shardcheck"

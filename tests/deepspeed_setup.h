@@ -3,12 +3,15 @@
 // otherwise. Setup: bash scripts/deepspeed-target.sh, then export what it prints.
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 
 #include <fmt/format.h>
+
+#include "shardcheck/oracles/target.h"
 
 namespace shardcheck {
 
@@ -28,16 +31,15 @@ inline std::string deepspeed_unavailable(const std::string& module = "affine.py"
   return {};
 }
 
-// The major version of the torch the DeepSpeed adapters run on: the interpreter
-// adapter_command() gives them ($SHARDCHECK_DEEPSPEED_PYTHON, else
-// $SHARDCHECK_TARGET_PYTHON, else /usr/bin/python3), 0 when it cannot say. DeepSpeed's
+// The major version of the torch the DeepSpeed adapters run on (the interpreter
+// oracles::adapter_python gives the `deepspeed` target), 0 when it cannot say. DeepSpeed's
 // code is the same on both, torch's is not (docs/guide/targets.md, "On torch 2").
 inline int adapter_torch_major() {
-  const char* python = std::getenv("SHARDCHECK_DEEPSPEED_PYTHON");
-  if (python == nullptr || *python == '\0') python = std::getenv("SHARDCHECK_TARGET_PYTHON");
-  const std::string interpreter = python != nullptr && *python != '\0' ? python : "/usr/bin/python3";
+  const auto targets = oracles::named_targets();
+  const auto row = std::find_if(targets.begin(), targets.end(), [](const auto& t) { return t.name == "deepspeed"; });
+  if (row == targets.end()) return 0;
   const std::string command =
-      "'" + interpreter + "' -c 'import torch; print(torch.__version__.split(\".\")[0])' 2>/dev/null";
+      oracles::shell_word(oracles::adapter_python(*row)) + " -c 'import torch; print(torch.__version__.split(\".\")[0])' 2>/dev/null";
   std::FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return 0;
   int major = 0;

@@ -200,17 +200,16 @@ std::string adapter_command(const NamedTarget& target) {
 #ifdef SHARDCHECK_SOURCE_TREE
   if (!fs::exists(script, ec)) script = fs::path(SHARDCHECK_SOURCE_TREE) / relative;
 #endif
-  // The interpreter: $SHARDCHECK_<NAME>_PYTHON, else $SHARDCHECK_TARGET_PYTHON (a torch 2
-  // environment for every adapter, scripts/torch2-env.sh), else Debian's python3.
-  std::string python = "/usr/bin/python3";
-  if (const char* chosen = target_variable(target, "PYTHON")) {
-    python = chosen;
-  } else if (const char* every = std::getenv("SHARDCHECK_TARGET_PYTHON"); every != nullptr && *every != '\0') {
-    python = every;
-  }
   // exec: the interpreter takes the shell's place, so it is the process the harness
   // watches, signals and outlives.
-  return "exec " + shell_word(python) + " " + shell_word(script.string());
+  return "exec " + shell_word(adapter_python(target)) + " " + shell_word(script.string());
+}
+
+std::string adapter_python(const NamedTarget& target) {
+  // A torch 2 environment for every adapter: scripts/torch2-env.sh.
+  if (const char* chosen = target_variable(target, "PYTHON")) return chosen;
+  if (const char* every = std::getenv("SHARDCHECK_TARGET_PYTHON"); every != nullptr && *every != '\0') return every;
+  return "/usr/bin/python3";
 }
 
 MadeTarget make_target(std::string_view spec, const TargetOptions& options) {

@@ -92,6 +92,14 @@ std::optional<Declined> declined_of(const Json& fallback) {
   return declined;
 }
 
+// Reads a response's optional `fallback` into `into`; false when it is there but
+// malformed (the answer is then garbage: kBadFallback).
+bool read_fallback(const Json& response, std::optional<Declined>& into) {
+  if (!response.contains("fallback")) return true;
+  into = declined_of(response["fallback"]);
+  return into.has_value();
+}
+
 // A result TENSOR of the protocol as a buffer of `dtype`, or why it is not one: the
 // reason (a signature word) and what was wrong, for a garbage fault.
 struct BadTensor {
@@ -469,10 +477,7 @@ TargetResult<Json> ExecTarget::answer_of(const Sent& sent, bool whole_request_se
   if (error->contains("kind") && (*error)["kind"].is_string()) {
     refusal.kind = parse_kind((*error)["kind"].get<std::string>());
   }
-  if (response.contains("fallback")) {
-    refusal.fallback = declined_of(response["fallback"]);
-    if (!refusal.fallback) return garbage("bad-fallback", kBadFallback);
-  }
+  if (!read_fallback(response, refusal.fallback)) return garbage("bad-fallback", kBadFallback);
   return refusal;
 }
 
@@ -511,10 +516,7 @@ TargetResult<TensorAnswer> ExecTarget::tensor_request(Json request, DType dtype,
   auto tensor = decode_tensor(result == response.end() ? Json() : *result, dtype);
   if (auto* bad = std::get_if<BadTensor>(&tensor)) return garbage_answer(op, response, bad->reason, bad->what);
   TensorAnswer out(std::move(std::get<Buffer>(tensor)));
-  if (response.contains("fallback")) {
-    out.fallback = declined_of(response["fallback"]);
-    if (!out.fallback) return garbage_answer(op, response, "bad-fallback", kBadFallback);
-  }
+  if (!read_fallback(response, out.fallback)) return garbage_answer(op, response, "bad-fallback", kBadFallback);
   return out;
 }
 
@@ -604,10 +606,7 @@ TargetResult<Resharded> ExecTarget::reshard(const TargetMap& source, const Targe
     if (auto* bad = std::get_if<BadTensor>(&decoded)) return garbage_answer(op, response, bad->reason, bad->what);
     out.shards.emplace(*rank, std::move(std::get<Buffer>(decoded)));
   }
-  if (response.contains("fallback")) {
-    out.fallback = declined_of(response["fallback"]);
-    if (!out.fallback) return garbage_answer(op, response, "bad-fallback", kBadFallback);
-  }
+  if (!read_fallback(response, out.fallback)) return garbage_answer(op, response, "bad-fallback", kBadFallback);
   return out;
 }
 

@@ -88,9 +88,9 @@ void note_fallback(OpOutcome& out, const std::optional<Declined>& fallback) {
   }
 }
 
-// The tensor a target returned, or nullptr after recording its refusal or fault. Where the
-// tensor came from a fallback, `fallback` says so (note_fallback once it is judged).
-Buffer* take_answer(OpOutcome& out, TargetResult<TensorAnswer>& answer, std::optional<Declined>& fallback) {
+// The tensor a target returned, with the fallback that made it if any (note_fallback once
+// it is judged), or nullptr after recording its refusal or fault.
+TensorAnswer* take_answer(OpOutcome& out, TargetResult<TensorAnswer>& answer) {
   if (auto* refusal = std::get_if<TargetRefusal>(&answer)) {
     set_refused(out, *refusal);
     note_fallback(out, refusal->fallback);
@@ -100,9 +100,7 @@ Buffer* take_answer(OpOutcome& out, TargetResult<TensorAnswer>& answer, std::opt
     set_fault(out, *fault);
     return nullptr;
   }
-  auto& tensor = std::get<TensorAnswer>(answer);
-  fallback = std::move(tensor.fallback);
-  return &tensor.tensor;
+  return &std::get<TensorAnswer>(answer);
 }
 
 // The map under test for a target. A map shardcheck decodes goes as DeepSpeed writes it
@@ -217,15 +215,14 @@ OpOutcome run_rebuild(const Case& c, const Inputs& in, Target& target) {
   out.op = Op::rebuild;
   auto answer = target.rebuild(target_map(c), in.shards, c.dtype, c.scale_power,
                                DigestRequest{c.digest, c.digest_state});
-  std::optional<Declined> fallback;
-  Buffer* result = take_answer(out, answer, fallback);
+  TensorAnswer* result = take_answer(out, answer);
   if (result == nullptr) {
     // Condition 7 binds the contract's implementations; the legacy model compares a replica
     // with whatever F holds, as DeepSpeed does, poison included, and says so.
     if (out.error && !target.is_legacy_model()) out.misreported = misreported_values(c, in, *out.error);
     return out;
   }
-  out.output = std::move(*result);
+  out.output = std::move(result->tensor);
   if (has_scale(c.map)) {
     // Contract 1.2 refuses elements a scale loses, which no check of the map can see.
     auto reference = reference_rebuild(c.map, in.shards, c.dtype, c.scale_power);
@@ -241,7 +238,7 @@ OpOutcome run_rebuild(const Case& c, const Inputs& in, Target& target) {
   if (auto why = digest_not_enforced(c, "rebuild accepted a tensor", digest(*out.output))) {
     mark_digest_ignored(out, *why);
   }
-  note_fallback(out, fallback);
+  note_fallback(out, result->fallback);
   return out;
 }
 
@@ -290,11 +287,10 @@ OpOutcome extract_one(const Case& c, const Inputs& in, Rank rank, Target& target
   out.op = Op::extract;
   out.rank = rank;
   auto answer = target.extract(target_map(c), *in.full, rank, c.scale_power);
-  std::optional<Declined> fallback;
-  Buffer* got = take_answer(out, answer, fallback);
+  TensorAnswer* got = take_answer(out, answer);
   if (got == nullptr) return out;
-  judge_shard(out, c, in, rank, got);
-  note_fallback(out, fallback);
+  judge_shard(out, c, in, rank, &got->tensor);
+  note_fallback(out, got->fallback);
   return out;
 }
 
@@ -496,10 +492,11 @@ Result<ShardSet> target_extract_all(const Case& c, const Buffer& full, Target& t
   ShardSet shards;
   for (Rank rank : ranks) {
     auto answer = target.extract(target_map(c), full, rank, c.scale_power);
-    std::optional<Declined> fallback;  // the round trip judges the rebuild of these shards, not how they were cut
-    Buffer* shard = take_answer(op, answer, fallback);
+    // The round trip judges the rebuild of these shards, not how they were cut: a
+    // fallback's shard counts as any.
+    TensorAnswer* shard = take_answer(op, answer);
     if (shard == nullptr) return make_error(ErrorKind::format, op.message);
-    shards.emplace(rank, std::move(*shard));
+    shards.emplace(rank, std::move(shard->tensor));
   }
   return shards;
 }

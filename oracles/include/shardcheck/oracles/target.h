@@ -76,7 +76,6 @@ struct Accepted {};  // a check that passed
 // answer: it is what a caller gets; counted apart).
 struct TensorAnswer {
   TensorAnswer(Buffer tensor) : tensor(std::move(tensor)) {}  // NOLINT: an answer is its tensor
-  TensorAnswer(Buffer tensor, std::optional<Declined> fallback) : tensor(std::move(tensor)), fallback(std::move(fallback)) {}
   Buffer tensor;
   std::optional<Declined> fallback;
 };
@@ -191,6 +190,9 @@ std::span<const NamedTarget> named_targets();
 // else in the source tree shardcheck was built from): $SHARDCHECK_<NAME>_PYTHON, else
 // $SHARDCHECK_TARGET_PYTHON, else /usr/bin/python3.
 std::string adapter_command(const NamedTarget& target);
+// The interpreter of that command: $SHARDCHECK_<NAME>_PYTHON, else
+// $SHARDCHECK_TARGET_PYTHON, else /usr/bin/python3.
+std::string adapter_python(const NamedTarget& target);
 
 // Base64 (RFC 4648, with padding) for the protocol's tensor bytes.
 std::string base64_encode(const std::byte* data, std::size_t size);
