@@ -81,7 +81,7 @@ struct CampaignArgs {
   std::string policy_text{policy_name(Policy::strict)};
   std::string oracle_text{oracles::oracle_kind_name(oracles::OracleKind::truth)};
   std::string shard_text = "0/1";
-  std::string op_text;  // "" (rebuild and extract, as always) or "reshard"
+  std::string op_text;  // "" (rebuild, extract or both, as always) or one operation's name
   // Options that define the campaign, so that --resume refuses them: name -> given.
   std::vector<std::pair<std::string, CLI::Option*>> defining;
 };
@@ -251,12 +251,16 @@ int options_from_args(const CampaignArgs& args, campaign::Options& options) {
                  oracles::oracle_choices().c_str());
     return kExitUsage;
   }
-  if (!args.op_text.empty() && args.op_text != op_name(Op::reshard)) {
-    std::fprintf(stderr, "shardcheck campaign: --op takes reshard (without it, cases rebuild and extract), got '%s'\n",
-                 args.op_text.c_str());
-    return kExitUsage;
+  if (!args.op_text.empty()) {
+    options.generate.op = parse_op(args.op_text);
+    if (!options.generate.op) {
+      std::fprintf(stderr,
+                   "shardcheck campaign: --op takes rebuild, extract or reshard (without it, cases rebuild, "
+                   "extract or both), got '%s'\n",
+                   escape::terminal(args.op_text).c_str());
+      return kExitUsage;
+    }
   }
-  options.generate.reshard = !args.op_text.empty();
   if (!args.backend.empty()) {
     if (!oracles::backend_present(args.backend)) {
       std::fprintf(stderr, "shardcheck campaign: backend '%s' is not present here (this build knows: %s)\n",
@@ -267,7 +271,7 @@ int options_from_args(const CampaignArgs& args, campaign::Options& options) {
   }
   // A share of every default campaign runs the device code beside the CPU backend.
   if (device_omp_compiled()) options.share_backend = "device-omp";
-  if (options.generate.reshard) {
+  if (options.generate.op == Op::reshard) {
     // Reshard pairs have no large variant, and the protocol's loopback serves no reshard;
     // the digest share records digests in both maps of a pair, and the plan verifies them.
     options.large_share = 0;
@@ -421,8 +425,11 @@ int probe_target(const campaign::Options& options) {
     std::fprintf(stderr, "shardcheck campaign: %s\n", probe.error.c_str());
     return kExitUsage;
   }
-  if (options.generate.reshard && !probe.target->supports(Op::reshard)) {
-    std::fprintf(stderr, "shardcheck campaign: target %s does not implement reshard\n", options.eval.target.c_str());
+  // A mixed campaign asks a target that serves one operation only that one (the others
+  // count as unsupported); one that names an operation the target lacks would judge nothing.
+  if (options.generate.op && !probe.target->supports(*options.generate.op)) {
+    std::fprintf(stderr, "shardcheck campaign: target %s does not implement %s\n",
+                 escape::terminal(options.eval.target).c_str(), std::string(op_name(*options.generate.op)).c_str());
     return kExitUsage;
   }
   return kExitOk;
@@ -616,8 +623,9 @@ CLI::Option* add_row_by_hand(CLI::App* sub, CampaignArgs& args, std::string_view
   if (key == "shard_index") return sub->add_option("--shard", args.shard_text, "Run part I of N (I/N), tables add up");
   if (key == "op") {
     return sub->add_option("--op", args.op_text,
-                           "reshard: pairs of layouts over one shape, either side corrupted, through transfer "
-                           "plans (contract section 11); default: rebuild and extract cases");
+                           "rebuild or extract: every case asks for that operation alone; reshard: pairs of "
+                           "layouts over one shape, either side corrupted, through transfer plans (contract "
+                           "section 11); default: rebuild, extract or both");
   }
   if (key == "reports") add_report_options(sub, args.reports);
   return nullptr;  // shard_count (--shard), share_backend and loopback_target (no flag)

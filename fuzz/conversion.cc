@@ -56,7 +56,7 @@ gen::CaseOptions case_options() {
   options.layout.max_dims = 3;
   options.layout.max_extent = 12;
   options.layout.max_tp = 6;
-  options.reshard = kReshard;
+  if (kReshard) options.op = Op::reshard;
   return options;
 }
 

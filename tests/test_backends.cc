@@ -72,7 +72,7 @@ TEST(Backends, ExecutorReportsADifferentBackend) {
 campaign::Options reshard_campaign(std::uint64_t seed) {
   campaign::Options options;
   options.seed = seed;
-  options.generate.reshard = true;
+  options.generate.op = Op::reshard;
   return options;
 }
 

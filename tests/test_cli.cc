@@ -586,6 +586,11 @@ nlohmann::json campaign_report(const fs::path& out, const std::string& args, int
   return nlohmann::json::parse(in, nullptr, false);
 }
 
+nlohmann::json read_json_file(const fs::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
 TEST_F(CliTest, CampaignSeedsAreParsedExactly) {
   expect_usage_error(shardcheck("campaign --cases 1 --seed -1", true),
                      "--seed must be a whole number from 0 to 18446744073709551615, got -1");
@@ -628,6 +633,36 @@ TEST_F(CliTest, CampaignJobsZeroMeansAllCores) {
   EXPECT_EQ(none["cases"], 0);
   Ran help = shardcheck("campaign --help");
   EXPECT_NE(help.out.find("0 (the default) means all cores"), std::string::npos) << help.out;
+}
+
+// --op rebuild / --op extract: every case asks for that operation alone (a target that
+// serves one is asked on every case), the report and its rerun line say so.
+TEST_F(CliTest, CampaignOfOneOperationAsksOnlyForIt) {
+  for (const std::string op : {"rebuild", "extract"}) {
+    int code = -1;
+    nlohmann::json report =
+        campaign_report(dir_ / op, "--cases 60 --seed 4 --jobs 1 --reduce-evaluations 0 --op " + op, code);
+    EXPECT_EQ(code, 0) << op;
+    ASSERT_TRUE(report.is_object()) << op;
+    EXPECT_EQ(report["op"], op);
+    ASSERT_EQ(report["by_op"].size(), 1u) << report["by_op"].dump();
+    EXPECT_EQ(report["by_op"][op]["cases"], 60) << report["by_op"].dump();
+    std::ifstream table_file(dir_ / op / "table.txt");
+    const std::string table((std::istreambuf_iterator<char>(table_file)), std::istreambuf_iterator<char>());
+    EXPECT_NE(table.find(op + " alone"), std::string::npos) << table;
+    EXPECT_NE(table.find("--op " + op), std::string::npos) << table;
+    const nlohmann::json checkpoint = read_json_file(dir_ / op / "checkpoint.json");
+    EXPECT_EQ(checkpoint["op"], op);
+  }
+  // Without --op, the mix: no "op" key, so that earlier readers read it as before.
+  int code = -1;
+  nlohmann::json mixed = campaign_report(dir_ / "mixed", "--cases 60 --seed 4 --jobs 1 --reduce-evaluations 0", code);
+  ASSERT_TRUE(mixed.is_object());
+  EXPECT_FALSE(mixed.contains("op"));
+  EXPECT_EQ(mixed["by_op"].size(), 2u) << mixed["by_op"].dump();
+  expect_usage_error(shardcheck("campaign --cases 5 --op both --out " + quoted((dir_ / "both").string()), true),
+                     "shardcheck campaign: --op takes rebuild, extract or reshard (without it, cases rebuild, extract or both), got 'both'");
+  EXPECT_FALSE(fs::exists(dir_ / "both"));
 }
 
 // --- a directory where a file is expected -------------------------------------------
@@ -796,11 +831,6 @@ Ran merge(const fs::path& dir, const std::string& first, const std::string& extr
   return shardcheck("campaign merge " + quoted((dir / first).string()) + " " + quoted((dir / "shard-1").string()) +
                         " --out " + quoted((dir / "merged").string()) + extra,
                     true);
-}
-
-nlohmann::json read_json_file(const fs::path& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in, nullptr, false);
 }
 
 void write_json_file(const fs::path& path, const nlohmann::json& json) { std::ofstream(path) << json.dump(); }

@@ -1012,6 +1012,9 @@ Policy other_than(Policy value) { return value == Policy::strict ? Policy::legac
 oracles::OracleKind other_than(oracles::OracleKind value) {
   return value == oracles::OracleKind::truth ? oracles::OracleKind::same_map : oracles::OracleKind::truth;
 }
+std::optional<Op> other_than(const std::optional<Op>& value) {
+  return value == Op::extract ? Op::rebuild : Op::extract;
+}
 template <class T>
 std::optional<T> other_than(const std::optional<T>& value) {
   return value ? other_than(*value) : T{5};
@@ -1084,7 +1087,7 @@ TEST(CheckpointReader, NamesTheFieldAtFault) {
       {"reduce_evaluations", Json(1.5), "reduce_evaluations"},
       {"target_timeout", Json(0), "target_timeout"},
       {"shard_index", Json(1), "shard_index"},  // of 1 shard
-      {"op", Json("rebuild"), "op"},
+      {"op", Json("both"), "op"},  // a case file's spelling, not one operation
       {"case_memory_limit", Json::array({1}), "case_memory_limit"},
       {"complete", Json(1), "complete"},
       {"done", Json::array({Json::array({0, -30})}), "done[0][1]"},

@@ -170,7 +170,7 @@ TEST(Reshard, EveryConstructorPairMatchesReferenceAndRebuildThenExtract) {
 TEST(Reshard, TruthOracleOnCorruptedPairsIsRefusedOrExact) {
   gen::SeededChoices choices(11);
   gen::CaseOptions options;
-  options.reshard = true;
+  options.op = Op::reshard;
   int refused = 0, exact = 0, valid_but_different = 0;
   for (int i = 0; i < 1500; ++i) {
     const Case c = gen::generate_case(choices, options);
@@ -213,7 +213,7 @@ TEST(Reshard, TruthOracleOnCorruptedPairsIsRefusedOrExact) {
 TEST(Reshard, CaseFileRoundTripKeepsTheTargetSide) {
   gen::SeededChoices choices(5);
   gen::CaseOptions options;
-  options.reshard = true;
+  options.op = Op::reshard;
   for (int i = 0; i < 50; ++i) {
     const Case c = gen::generate_case(choices, options);
     auto back = decode_case_text(encode_case_text(c));
@@ -536,7 +536,7 @@ TEST(Reshard, PlantedPlannerBugsAreFoundQuickly) {
     auto target = oracles::make_policy_target(convert, planted);
     gen::SeededChoices choices(1);
     gen::CaseOptions options;
-    options.reshard = true;
+    options.op = Op::reshard;
     const auto start = std::chrono::steady_clock::now();
     int cases = 0;
     std::optional<std::string> found;
@@ -790,7 +790,7 @@ TEST(ReshardDigest, APlannerBugIsRefusedOnTheTargetSide) {
   planted.bugs.merge_unequal_strides = true;
   gen::SeededChoices choices(5);
   gen::CaseOptions options;
-  options.reshard = true;
+  options.op = Op::reshard;
   options.corrupt_probability = 0.0;
   options.adversarial_data = false;
   int wrong = 0, by_digest = 0;
@@ -901,7 +901,7 @@ TEST(ReshardDigest, TheTruthOracleJudgesATargetThatIgnoresTheDigest) {
 TEST(ReshardDigest, GeneratedPairsWithDigestsLeaveOnlyTargetSideDifferences) {
   gen::SeededChoices choices(23);
   gen::CaseOptions options;
-  options.reshard = true;
+  options.op = Op::reshard;
   options.record_digest = true;
   int refused_digest = 0;
   for (int i = 0; i < 1500; ++i) {

@@ -148,7 +148,7 @@ TEST(Targets, TheNightlyRunsEveryModeAndNamedTarget) {
     }
     EXPECT_TRUE(has("--target " + name)) << "the named target " << name << " has no nightly row";
   }
-  for (const char* mode : {"--op reshard", "--digest", "--backend device-omp", "--large-share 1 --digest"}) {
+  for (const char* mode : {"--op reshard", "--op extract", "--op rebuild", "--digest", "--backend device-omp", "--large-share 1 --digest"}) {
     EXPECT_TRUE(has(mode)) << "no nightly row runs " << mode;
   }
 }

@@ -237,13 +237,15 @@ std::string format_table(const Report& report) {
                      o.eval.target.empty() ? "policy" : "target", escape::terminal(implementation_name(o)),
                      oracle_name(o.eval.oracle),
                      o.generate.record_digest ? ", content digests recorded and verified" : "",
-                     o.generate.reshard ? ", reshard pairs" : "",
+                     o.generate.op == Op::reshard ? ", reshard pairs"
+                     : o.generate.op            ? fmt::format(", {} alone", op_name(*o.generate.op))
+                                                : std::string(),
                      report.complete ? "" : "; stopped before the end (resume with --resume)");
   out += fmt::format("rerun: shardcheck campaign --seed {} --cases {} --{} {} --oracle {}{}{}{}\n", o.seed,
                      o.cases ? *o.cases : report.cases, o.eval.target.empty() ? "policy" : "target",
                      escape::terminal(oracles::shell_word(implementation_name(o))), oracle_name(o.eval.oracle),
                      o.shard_count > 1 ? fmt::format(" --shard {}/{}", o.shard_index, o.shard_count) : std::string(),
-                     o.generate.record_digest ? " --digest" : "", o.generate.reshard ? " --op reshard" : "");
+                     o.generate.record_digest ? " --digest" : "", o.generate.op ? fmt::format(" --op {}", op_name(*o.generate.op)) : std::string());
   if (!o.eval.backend.empty()) out.insert(out.size() - 1, " --backend " + o.eval.backend);
   return out;
 }
@@ -282,7 +284,7 @@ Json report_to_json(const Report& report) {
   j["shard"] = fmt::format("{}/{}", o.shard_index, o.shard_count);
   j["max_elements"] = o.generate.layout.max_elements;
   j["digest"] = o.generate.record_digest;
-  if (o.generate.reshard) j["op"] = "reshard";  // only then, so that other reports read as before
+  if (o.generate.op) j["op"] = op_name(*o.generate.op);  // only then, so that other reports read as before
   j["complete"] = report.complete;
   j["cases"] = report.cases;
   j["seconds"] = report.seconds;
@@ -329,6 +331,7 @@ Json option_json(const T& value) {
 }
 Json option_json(Policy policy) { return std::string(policy_name(policy)); }
 Json option_json(oracles::OracleKind oracle) { return std::string(oracles::oracle_kind_name(oracle)); }
+Json option_json(Op op) { return std::string(op_name(op)); }
 template <class T>
 Json option_json(const std::optional<T>& value) {
   return value ? option_json(*value) : Json(nullptr);
@@ -387,6 +390,12 @@ std::optional<std::string> decode(const Json& j, oracles::OracleKind& out) {
   const auto oracle = j.is_string() ? oracles::parse_oracle_kind(j.get<std::string>()) : std::nullopt;
   if (!oracle) return "an oracle (" + oracles::oracle_choices() + ")";
   out = *oracle;
+  return std::nullopt;
+}
+std::optional<std::string> decode(const Json& j, Op& out) {
+  const auto op = j.is_string() ? parse_op(j.get<std::string>()) : std::nullopt;
+  if (!op) return "an operation (rebuild, extract or reshard)";
+  out = *op;
   return std::nullopt;
 }
 template <class T>
@@ -543,11 +552,9 @@ void read_options(Fields& fields, Options& o) {
     fields.read(#key, o.field);                                                               \
   }
 #include "shardcheck/campaign_options.def"
-  // The op row (kCheckpointedByHand): absent from checkpoints of campaigns that did not reshard.
-  std::string op;
-  fields.read_if_present("op", op);
-  if (!op.empty() && op != "reshard") fields.fail("op", fmt::format("must be \"reshard\", got {}", Json(op).dump(-1, ' ', false, Json::error_handler_t::replace)));
-  o.generate.reshard = !op.empty();
+  // The op row (kCheckpointedByHand): absent from checkpoints of campaigns that mixed operations.
+  o.generate.op.reset();
+  fields.read_if_present("op", o.generate.op);
   if (!o.cases && !o.time_seconds) fields.fail("", "it has neither a case count nor a time budget");
   if (!(o.eval.target_timeout_seconds > 0)) fields.fail("target_timeout", "must be positive");
   if (o.shard_count < 1) fields.fail("shard_count", "must be at least 1");
@@ -565,7 +572,7 @@ Json checkpoint_to_json(const Checkpoint& checkpoint) {
   if ((traits) & kCheckpointed) options[#key] = option_json(o.field);
 #include "shardcheck/campaign_options.def"
   // The op row (kCheckpointedByHand): only then, so that other checkpoints read as before.
-  if (o.generate.reshard) options["op"] = "reshard";
+  if (o.generate.op) options["op"] = option_json(o.generate.op);
   Json j;
   j["shardcheck_checkpoint"] = 1;
   for (std::string_view key : kCheckpointKeyOrder) {

@@ -112,7 +112,7 @@ std::string digest_state_for(int scale_power) {
 }
 
 Case generate_case(ChoiceSource& c, const CaseOptions& options) {
-  if (options.reshard) return generate_reshard_case(c, options);
+  if (options.op == Op::reshard) return generate_reshard_case(c, options);
   Layout layout = generate_layout(c, options.layout);
   Case out;
   out.dtype = layout.dtype;
@@ -153,11 +153,15 @@ Case generate_case(ChoiceSource& c, const CaseOptions& options) {
     out.map = std::move(layout.map);
     out.corruption = CorruptionRecord{std::string(kNoCorruption), {}, {}, {}, {}, {}};
   }
-  const OpWeights& w = kOpWeights;
-  const Index op = c.between(0, w.rebuild + w.extract + w.both - 1);
-  out.ops = op < w.rebuild                ? OpList{Op::rebuild}
-            : op < w.rebuild + w.extract ? OpList{Op::extract}
-                                         : OpList{Op::rebuild, Op::extract};
+  if (options.op) {
+    out.ops = OpList{*options.op};
+  } else {
+    const OpWeights& w = kOpWeights;
+    const Index op = c.between(0, w.rebuild + w.extract + w.both - 1);
+    out.ops = op < w.rebuild                ? OpList{Op::rebuild}
+              : op < w.rebuild + w.extract ? OpList{Op::extract}
+                                           : OpList{Op::rebuild, Op::extract};
+  }
   out.scale_power = power ? *power : draw_scale_power(c, options, out.truth_map());
   // Drawn last, so that every earlier draw (and what a fuzzer input decodes to) stays
   // as it was; the low answer keeps the markers.

@@ -1,6 +1,7 @@
 // Whole generated Cases: a layout, usually corrupted, with an op and a scale power.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "shardcheck/case.h"
@@ -22,10 +23,12 @@ struct CaseOptions {
   // rounding edge cases of the dtype, and some of those cases rescale the map by a
   // scale that is not a power of two (gen/values.h).
   bool adversarial_data = true;
-  // Resharding cases (contract 11) instead: a pair of layouts over one shape, either side
-  // or both corrupted, op reshard (large layouts do not apply to them; a recorded digest
-  // is in both maps of the pair, under "param").
-  bool reshard = false;
+  // Every case asks for this one operation (unset: rebuild, extract or both, by
+  // kOpWeights), so that a target serving one operation is asked on every case. Op::reshard
+  // makes resharding cases (contract 11) instead: a pair of layouts over one shape, either
+  // side or both corrupted (large layouts do not apply to them; a recorded digest is in
+  // both maps of the pair, under "param").
+  std::optional<Op> op;
 };
 
 // How often a rebuild/extract case asks for each list of operations: rebuild alone,
