@@ -242,63 +242,26 @@ struct Worker {
   std::string garbage_why;
   bool garbage_retried = false;
   bool alive() const { return pid > 0; }
+  // The parent kills it for `why`, blaming case k (-1: none) that was in `phase`.
+  void kill_for(const std::string& why, Index k, int phase) {
+    killed_for = why;
+    killed_k = k;
+    killed_phase = phase;
+    ::kill(pid, SIGKILL);
+  }
 };
 
-class Pool {
+// --- scheduling: which cases a worker runs next ----------------------------------------
+
+// The ledger's batches, and the cases of a batch whose results did not hold up, run again
+// one per frame, so that the case whose results are garbage is named (and only that case).
+class Schedule {
  public:
-  Pool(const Options& options, const Control& control, Ledger& ledger, Writer* writer)
-      : options_(options), control_(control), ledger_(ledger), writer_(writer),
-        jobs_(std::max(1, options.jobs)), memory_(jobs_), workers_(static_cast<std::size_t>(jobs_)) {}
+  Schedule(Ledger& ledger, Writer* writer) : ledger_(ledger), writer_(writer) {}
 
-  void run(Monitor& monitor, const std::function<void()>& immediate) {
-    auto last_watch = Clock::now();
-    for (;;) {
-      const int stop = monitor.poll();
-      if (stop == kStopImmediate) {
-        kill_all();
-        immediate();
-      }
-      if (stop != 0 && !stopping_) begin_stop();
-      for (int i = 0; i < jobs_; ++i) feed(i);
-      if (std::none_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.alive(); })) return;
-      wait_and_read(std::chrono::milliseconds(20));
-      if (writer_) writer_->pump();
-      if (Clock::now() - last_watch >= std::chrono::milliseconds(100)) {
-        last_watch = Clock::now();
-        watch_memory();
-      }
-      watch_time();
-    }
-  }
-
- private:
-  // Keeps worker i busy: starts it when there is work, queues ranges, retires it
-  // (closes its command pipe) when there is none left.
-  void feed(int i) {
-    Worker& w = workers_[i];
-    if (!w.alive()) {
-      if (stopping_) return;
-      auto range = take();
-      if (!range) return;
-      if (!spawn(i)) {
-        return_range(*range);
-        return;
-      }
-      send(w, *range);
-    }
-    if (w.commands < 0) return;
-    while (static_cast<int>(w.assigned.size()) < kQueued) {
-      auto range = take();
-      if (!range) break;
-      send(w, *range);
-    }
-    if (w.assigned.empty()) close_commands(w);
-  }
-
-  // The next range to run: a case of a batch whose results did not hold up, alone, or
-  // the ledger's next batch.
-  std::optional<Range> take() {
-    if (!singles_.empty() && !stopping_) {
+  // The next range to run: a case of a retried batch, alone, or the ledger's next batch.
+  std::optional<Range> take(bool stopping) {
+    if (!singles_.empty() && !stopping) {
       const Index k = singles_.front();
       singles_.pop_front();
       return Range{k, k + 1};
@@ -313,20 +276,12 @@ class Pool {
     else ledger_.give_back(range);
   }
 
-  // A batch of cases whose results did not hold up runs again one case per frame, so
-  // that the case whose results are garbage is named (and only that case).
-  struct Retry {
-    Range whole;
-    Index left = 0;  // its cases not yet run again
-    bool blamed = false;
-    std::string why;
-  };
-
-  Retry* retry_of(Index k) {
-    for (Retry& r : retries_) {
-      if (r.left > 0 && k >= r.whole.first && k < r.whole.end) return &r;
-    }
-    return nullptr;
+  // The batch `whole` gave results that do not hold up (`why`): its cases run again
+  // one at a time, unless it is one of those already.
+  void retry_one_by_one(Range whole, const std::string& why) {
+    if (retry_of(whole.first) != nullptr) return;
+    retries_.push_back(Retry{whole, whole.size(), false, why});
+    for (Index k = whole.first; k < whole.end; ++k) singles_.push_back(k);
   }
 
   // Case k of a retried batch ran again: `blamed` when its results were garbage again.
@@ -354,7 +309,6 @@ class Pool {
     if (writer_) writer_->offer(finding);
   }
 
- public:
   // Cases of retried batches that a stop left unrun go back to the ledger.
   void give_back_singles() {
     for (Index k : singles_) ledger_.give_back({k, k + 1});
@@ -362,6 +316,135 @@ class Pool {
   }
 
  private:
+  struct Retry {
+    Range whole;
+    Index left = 0;  // its cases not yet run again
+    bool blamed = false;
+    std::string why;
+  };
+
+  Retry* retry_of(Index k) {
+    for (Retry& r : retries_) {
+      if (r.left > 0 && k >= r.whole.first && k < r.whole.end) return &r;
+    }
+    return nullptr;
+  }
+
+  Ledger& ledger_;
+  Writer* writer_;
+  std::deque<Index> singles_;  // cases of retried batches, to run one per frame
+  std::vector<Retry> retries_;
+};
+
+// --- the watchdog: cases past their time or memory limit ------------------------------
+
+// Kills the worker of a case that runs past the time limit or whose worker holds more
+// than the memory limit; the worker's death is then blamed on that case (Pool::reap).
+class Watchdog {
+ public:
+  Watchdog(const Options& options, SharedMemory& memory) : options_(options), memory_(memory) {}
+
+  // Time on every call; memory (a read of /proc per worker) every 100 ms.
+  void watch(std::vector<Worker>& workers) {
+    if (Clock::now() - last_memory_watch_ >= std::chrono::milliseconds(100)) {
+      last_memory_watch_ = Clock::now();
+      watch_memory(workers);
+    }
+    watch_time(workers);
+  }
+
+ private:
+  void watch_time(std::vector<Worker>& workers) {
+    if (options_.case_time_limit <= 0) return;
+    const auto limit_ns = static_cast<std::int64_t>(options_.case_time_limit * 1e9);
+    const std::int64_t now = monotonic_ns();
+    for (std::size_t i = 0; i < workers.size(); ++i) {
+      Worker& w = workers[i];
+      if (!w.alive() || !w.killed_for.empty()) continue;
+      Slot& slot = memory_.slot(static_cast<int>(i));
+      const std::int64_t started = slot.started_ns.load(std::memory_order_relaxed);
+      const Index k = slot.k.load(std::memory_order_relaxed);
+      const int phase = slot.phase.load(std::memory_order_acquire);
+      // Read twice: a worker that moved on between the loads is not late.
+      if (phase == 0 || started != slot.started_ns.load(std::memory_order_relaxed)) continue;
+      if (now - started > limit_ns) w.kill_for("timeout", k, phase);
+    }
+  }
+
+  // Under AddressSanitizer this is the only memory limit, elsewhere a backstop to the
+  // data limit set in the worker.
+  void watch_memory(std::vector<Worker>& workers) {
+    if (options_.case_memory_limit <= 0) return;
+    for (std::size_t i = 0; i < workers.size(); ++i) {
+      Worker& w = workers[i];
+      if (!w.alive() || !w.killed_for.empty()) continue;
+      if (resident_bytes(w.pid) <= options_.case_memory_limit) continue;
+      Slot& slot = memory_.slot(static_cast<int>(i));
+      const int phase = slot.phase.load(std::memory_order_acquire);
+      w.kill_for("oom", phase != 0 ? slot.k.load() : -1, phase);
+    }
+  }
+
+  const Options& options_;
+  SharedMemory& memory_;
+  Clock::time_point last_memory_watch_ = Clock::now();
+};
+
+// --- the workers ----------------------------------------------------------------------
+
+
+// Keeps `jobs` worker processes fed with ranges from the schedule, reads their batches,
+// and replaces a worker that died, blaming the case it was on.
+class Pool {
+ public:
+  Pool(const Options& options, const Control& control, Ledger& ledger, Writer* writer)
+      : options_(options), control_(control), ledger_(ledger), writer_(writer),
+        jobs_(std::max(1, options.jobs)), memory_(jobs_), workers_(static_cast<std::size_t>(jobs_)),
+        schedule_(ledger, writer), watchdog_(options, memory_) {}
+
+  void run(Monitor& monitor, const std::function<void()>& immediate) {
+    for (;;) {
+      const int stop = monitor.poll();
+      if (stop == kStopImmediate) {
+        kill_all();
+        immediate();
+      }
+      if (stop != 0 && !stopping_) begin_stop();
+      for (int i = 0; i < jobs_; ++i) feed(i);
+      if (std::none_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.alive(); })) return;
+      wait_and_read(std::chrono::milliseconds(20));
+      if (writer_) writer_->pump();
+      watchdog_.watch(workers_);
+    }
+  }
+
+  // Cases of retried batches that a stop left unrun go back to the ledger.
+  void give_back_singles() { schedule_.give_back_singles(); }
+
+ private:
+  // Keeps worker i busy: starts it when there is work, queues ranges, retires it
+  // (closes its command pipe) when there is none left.
+  void feed(int i) {
+    Worker& w = workers_[i];
+    if (!w.alive()) {
+      if (stopping_) return;
+      auto range = schedule_.take(stopping_);
+      if (!range) return;
+      if (!spawn(i)) {
+        schedule_.return_range(*range);
+        return;
+      }
+      send(w, *range);
+    }
+    if (w.commands < 0) return;
+    while (static_cast<int>(w.assigned.size()) < kQueued) {
+      auto range = schedule_.take(stopping_);
+      if (!range) break;
+      send(w, *range);
+    }
+    if (w.assigned.empty()) close_commands(w);
+  }
+
   void send(Worker& w, Range range) {
     Encoder e;
     e.i64(range.first);
@@ -497,8 +580,8 @@ class Pool {
     const Range whole = w.assigned.front();
     w.assigned.pop_front();
     ledger_.commit(range, result);
-    if (range.end < whole.end) return_range({range.end, whole.end});
-    for (Index k = range.first; k < range.end; ++k) settle(k, false);
+    if (range.end < whole.end) schedule_.return_range({range.end, whole.end});
+    for (Index k = range.first; k < range.end; ++k) schedule_.settle(k, false);
     if (writer_) {
       for (const auto& [signature, finding] : result.findings) writer_->offer(finding);
     }
@@ -523,10 +606,7 @@ class Pool {
       } else if (!w.assigned.empty()) {
         const Range front = w.assigned.front();
         w.assigned.pop_front();
-        if (Retry* r = retry_of(front.first); r == nullptr) {
-          retries_.push_back(Retry{front, front.size(), false, why});
-          for (Index k = front.first; k < front.end; ++k) singles_.push_back(k);
-        }
+        schedule_.retry_one_by_one(front, why);
         w.garbage_retried = true;
       }
     }
@@ -572,7 +652,7 @@ class Pool {
         begin_stop();
       }
     }
-    for (const Range& range : w.assigned) return_range(range);
+    for (const Range& range : w.assigned) schedule_.return_range(range);
     close_commands(w);
     ::close(w.results);
     w = Worker{};
@@ -600,52 +680,13 @@ class Pool {
     BatchResult result;
     record_worker_death(options_, index, kind, message, generated, result);
     ledger_.commit({k, k + 1}, result);
-    return_range({front.first, k});
-    return_range({k + 1, front.end});
-    settle(k, true);
+    schedule_.return_range({front.first, k});
+    schedule_.return_range({k + 1, front.end});
+    schedule_.settle(k, true);
     if (writer_) {
       for (const auto& [signature, finding] : result.findings) writer_->offer(finding);
     }
     unexplained_deaths_ = 0;
-  }
-
-  // Kills a worker whose case has run past the time limit.
-  void watch_time() {
-    if (options_.case_time_limit <= 0) return;
-    const auto limit_ns = static_cast<std::int64_t>(options_.case_time_limit * 1e9);
-    const std::int64_t now = monotonic_ns();
-    for (int i = 0; i < jobs_; ++i) {
-      Worker& w = workers_[i];
-      if (!w.alive() || !w.killed_for.empty()) continue;
-      Slot& slot = memory_.slot(i);
-      const std::int64_t started = slot.started_ns.load(std::memory_order_relaxed);
-      const Index k = slot.k.load(std::memory_order_relaxed);
-      const int phase = slot.phase.load(std::memory_order_acquire);
-      // Read twice: a worker that moved on between the loads is not late.
-      if (phase == 0 || started != slot.started_ns.load(std::memory_order_relaxed)) continue;
-      if (now - started > limit_ns) kill_worker(w, "timeout", k, phase);
-    }
-  }
-
-  // Kills a worker over the memory limit; under AddressSanitizer this is the only
-  // limit, elsewhere a backstop to the data limit set in the worker.
-  void watch_memory() {
-    if (options_.case_memory_limit <= 0) return;
-    for (int i = 0; i < jobs_; ++i) {
-      Worker& w = workers_[i];
-      if (!w.alive() || !w.killed_for.empty()) continue;
-      if (resident_bytes(w.pid) <= options_.case_memory_limit) continue;
-      Slot& slot = memory_.slot(i);
-      const int phase = slot.phase.load(std::memory_order_acquire);
-      kill_worker(w, "oom", phase != 0 ? slot.k.load() : -1, phase);
-    }
-  }
-
-  void kill_worker(Worker& w, const std::string& why, Index k, int phase) {
-    w.killed_for = why;
-    w.killed_k = k;
-    w.killed_phase = phase;
-    ::kill(w.pid, SIGKILL);
   }
 
   void kill_all() {
@@ -672,8 +713,8 @@ class Pool {
   std::vector<Worker> workers_;
   bool stopping_ = false;
   int unexplained_deaths_ = 0;
-  std::deque<Index> singles_;   // cases of retried batches, to run one per frame
-  std::vector<Retry> retries_;
+  Schedule schedule_;
+  Watchdog watchdog_;
 };
 
 }  // namespace
