@@ -256,6 +256,7 @@ Layout layout_over(ChoiceSource& c, const Bounds& b, DType dtype) {
   Result<Map> built = make_any(c, b, ctor, 1.0);
   if (!built) generator_bug(ctor, built.error());
   Layout out{std::string(kNames[ctor]), std::move(built).value(), dtype};
+  detail::flatten_runs(c, out.map);
   detail::add_empty_pieces(c, out.map);
   detail::relabel_ranks(c, out.map);
   detail::shuffle_order(c, out.map);

@@ -87,6 +87,47 @@ void relabel_ranks(ChoiceSource& c, Map& map) {
   }
 }
 
+namespace {
+
+// Whether `strides` walk `shape` row-major with no gap (axes of extent 1 step anywhere).
+bool contiguous_row_major(const Extents& shape, const Strides& strides) {
+  Index running = 1;
+  for (std::size_t k = shape.size(); k-- > 0;) {
+    if (shape[k] == 1) continue;
+    if (strides[k] != running) return false;
+    running *= shape[k];
+  }
+  return true;
+}
+
+}  // namespace
+
+void flatten_runs(ChoiceSource& c, Map& map) {
+  if (!c.chance(1, 4)) return;
+  const Index cut = c.between(1, 1 << 20);
+  for (auto& entry : map.ranks) {
+    const std::size_t pieces = entry.pieces.size();
+    for (std::size_t i = 0; i < pieces; ++i) {
+      Piece& piece = entry.pieces[i];
+      const Index n = checked_numel(piece.shape).value_or(0);
+      if (piece.shape.size() < 2 || n < 2 || piece.locations.size() > 1 ||
+          !contiguous_row_major(piece.shape, piece.source.strides) ||
+          !contiguous_row_major(piece.shape, piece.dest.strides)) {
+        continue;
+      }
+      const Index at = 1 + (cut - 1) % (n - 1);
+      piece.shape = {at};
+      piece.source.strides = {1};
+      piece.dest.strides = {1};
+      Piece tail = piece;
+      tail.shape = {n - at};
+      tail.source.offset += at;
+      tail.dest.offset += at;
+      entry.pieces.push_back(std::move(tail));
+    }
+  }
+}
+
 void add_empty_pieces(ChoiceSource& c, Map& map) {
   if (!c.chance(1, 16)) return;
   std::vector<RankEntry*> sites;

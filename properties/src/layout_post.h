@@ -31,6 +31,14 @@ void relabel_ranks(ChoiceSource& c, Map& map);
 // empty pieces, so without this no valid map would hold one.
 void add_empty_pieces(ChoiceSource& c, Map& map);
 
+// Sometimes (1 in 4) flattens the map as ZeRO partitions a flat parameter: each piece
+// held by its own rank alone whose F view and shard view are both one contiguous
+// row-major run becomes one axis over that run, cut in two at a point that need not end a
+// row of F, so that the parts wrap from one row into the next (no box of the logical shape
+// describes them, and planners that work on boxes must see that). The cut is the same
+// function of the run's length for every piece. The map stays valid.
+void flatten_runs(ChoiceSource& c, Map& map);
+
 // Sometimes shuffles piece order within every rank, sometimes rank order.
 void shuffle_order(ChoiceSource& c, Map& map);
 
