@@ -288,6 +288,7 @@ TEST(DigestCampaign, OrderIndependenceAndJsonRoundTripWithRecords) {
 TEST(HarnessPower, LegacyPolicyIsCaughtSilentlyWrong) {
   auto options = bulk_options(6, 5000);
   options.eval.policy = Policy::legacy;
+  options.reduce_evaluations = 0;  // as in PlantedBug.IsCaught
   const auto report = campaign::run(options);
   EXPECT_GT(report.total.wrong, 0) << "the legacy model was never caught in 5000 cases";
   bool silently_wrong_signature = false;
@@ -304,6 +305,9 @@ class PlantedBug : public testing::TestWithParam<props::PlantedScenario> {};
 
 TEST_P(PlantedBug, IsCaught) {
   auto options = bulk_options(7, 5000);
+  // Whether a finding is made, not how small its case gets: reducing every signature's
+  // case (tested in test_reduce.cc) took most of this test's minute under the sanitizers.
+  options.reduce_evaluations = 0;
   options.eval.bugs = GetParam().bugs;
   options.eval.compare_reference = !GetParam().truth_oracle_only;
   options.generate.record_digest = GetParam().record_digest;
