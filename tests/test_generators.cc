@@ -454,6 +454,25 @@ TEST(Generators, CaseOptionsAreHonoured) {
   }
 }
 
+// One operation asked (campaign --op): every case asks for it alone, the damaged replicas
+// that only a rebuild can see included (they become rebuild cases in the mix), and
+// corrupted cases stay as common as in the mix.
+TEST(Generators, OneOperationIsAskedAloneOnEveryCase) {
+  for (const Op op : {Op::rebuild, Op::extract}) {
+    CaseOptions options;
+    options.op = op;
+    SeededChoices c(kSeed);
+    int corrupted = 0;
+    const int cases = 4000;
+    for (int i = 0; i < cases; ++i) {
+      const Case k = generate_case(c, options);
+      ASSERT_EQ(k.ops, OpList{op}) << k.name;
+      corrupted += k.corruption->kind != kNoCorruption;
+    }
+    EXPECT_GT(corrupted, cases * 8 / 10) << op_name(op);
+  }
+}
+
 TEST(Generators, TerminateOnDegenerateSources) {
   CaseOptions options;
   AlwaysLo lo;

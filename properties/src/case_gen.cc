@@ -136,8 +136,15 @@ Case generate_case(ChoiceSource& c, const CaseOptions& options) {
     }
   }
   std::optional<ReplicaFlip> flip;
-  if (corrupted) {
-    Corrupted bad = corrupt(layout.map, c);
+  std::optional<Corrupted> drawn;
+  if (corrupted) drawn = corrupt(layout.map, c);
+  // A damaged replica shows to a rebuild alone (damage_replica asks for one): a campaign of
+  // extracts alone draws again (two more tries, then the case stays uncorrupted).
+  for (int attempt = 0; options.op == Op::extract && drawn && drawn->replica_flip; ++attempt) {
+    drawn = attempt < 2 ? std::optional<Corrupted>(corrupt(layout.map, c)) : std::nullopt;
+  }
+  if (drawn) {
+    Corrupted& bad = *drawn;
     out.map = std::move(bad.map);
     out.truth = std::move(layout.map);
     out.corruption = std::move(bad.record);
