@@ -36,8 +36,10 @@ fi
 trap 'rm -rf "${cleanup[@]}"' EXIT
 /usr/bin/python3 -m venv --system-site-packages "$venv"
 py="$venv/bin/python"
-# The release's wheel, offline: nothing of shardcheck comes from an index.
-"$py" -m pip install --disable-pip-version-check --no-index --no-deps "$wheels"/shardcheck-*.whl
+# The release's wheel, offline: nothing of shardcheck comes from an index. Into the venv
+# whatever the system has: after the quick start (scripts/campaign.sh) Debian's python3 holds
+# a shardcheck of the same version, which the venv sees and pip would keep instead.
+"$py" -m pip install --disable-pip-version-check --no-index --no-deps --ignore-installed "$wheels"/shardcheck-*.whl
 # What the tests need beside it ([test] extra, and the JUnit validator of
 # python/tests/test_reports.py), from PyPI.
 "$py" -m pip install --disable-pip-version-check --quiet pytest hypothesis junitparser
