@@ -553,7 +553,6 @@ void read_options(Fields& fields, Options& o) {
   }
 #include "shardcheck/campaign_options.def"
   // The op row (kCheckpointedByHand): absent from checkpoints of campaigns that mixed operations.
-  o.generate.op.reset();
   fields.read_if_present("op", o.generate.op);
   if (!o.cases && !o.time_seconds) fields.fail("", "it has neither a case count nor a time budget");
   if (!(o.eval.target_timeout_seconds > 0)) fields.fail("target_timeout", "must be positive");

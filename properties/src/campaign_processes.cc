@@ -392,7 +392,6 @@ class Watchdog {
 
 // --- the workers ----------------------------------------------------------------------
 
-
 // Keeps `jobs` worker processes fed with ranges from the schedule, reads their batches,
 // and replaces a worker that died, blaming the case it was on.
 class Pool {

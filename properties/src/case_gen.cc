@@ -30,16 +30,22 @@ int draw_scale_power(ChoiceSource& c, const CaseOptions& options, const Map& tru
   return power < 17 ? 1 : power < 19 ? -1 : -2;
 }
 
-// A corruption of one side of a reshard pair. A corruption that edits the map's text or
-// the shard data instead is drawn again (three tries, then the side stays as it is): the
-// target side has no text of its own in a case file, and a plan reads one replica, so a
-// damaged copy is what compare_replicas is for, not a layout fault.
-std::optional<Corrupted> corrupt_side(const Map& map, ChoiceSource& c) {
+// A corruption of `map` that `fits` the case, drawn again where it does not (three tries,
+// then nothing: the map stays as it is). The first draw that fits is the only draw.
+template <class Fits>
+std::optional<Corrupted> corrupt_fitting(const Map& map, ChoiceSource& c, Fits fits) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     Corrupted bad = corrupt(map, c);
-    if (!bad.map_text && !bad.replica_flip) return bad;
+    if (fits(bad)) return bad;
   }
   return std::nullopt;
+}
+
+// A corruption of one side of a reshard pair, one that edits neither the map's text nor
+// the shard data: the target side has no text of its own in a case file, and a plan reads
+// one replica, so a damaged copy is what compare_replicas is for, not a layout fault.
+std::optional<Corrupted> corrupt_side(const Map& map, ChoiceSource& c) {
+  return corrupt_fitting(map, c, [](const Corrupted& bad) { return !bad.map_text && !bad.replica_flip; });
 }
 
 // Resharding (contract 11): a pair of layouts over one shape, the source side, the target
@@ -136,12 +142,13 @@ Case generate_case(ChoiceSource& c, const CaseOptions& options) {
     }
   }
   std::optional<ReplicaFlip> flip;
-  std::optional<Corrupted> drawn;
-  if (corrupted) drawn = corrupt(layout.map, c);
   // A damaged replica shows to a rebuild alone (damage_replica asks for one): a campaign of
-  // extracts alone draws again (two more tries, then the case stays uncorrupted).
-  for (int attempt = 0; options.op == Op::extract && drawn && drawn->replica_flip; ++attempt) {
-    drawn = attempt < 2 ? std::optional<Corrupted>(corrupt(layout.map, c)) : std::nullopt;
+  // extracts alone takes another corruption (or, after three, none).
+  std::optional<Corrupted> drawn;
+  if (corrupted) {
+    drawn = corrupt_fitting(layout.map, c, [&](const Corrupted& bad) {
+      return !(options.op == Op::extract && bad.replica_flip);
+    });
   }
   if (drawn) {
     Corrupted& bad = *drawn;
